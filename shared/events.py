@@ -1,0 +1,46 @@
+"""Event types: the reserved ``run.`` family and the rule every user type must follow."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+EVENT_TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+RESERVED_PREFIX = "run."
+
+RUN_STARTED = "run.started"
+RUN_COMPLETED = "run.completed"
+RUN_FAILED = "run.failed"
+RUN_CANCELLED = "run.cancelled"
+TERMINAL_EVENTS = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
+
+
+class InvalidEvent(ValueError):
+    """An event a handler may not emit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One stored event: its cursor in the invocation's log, its type and its JSON payload."""
+
+    cursor: int
+    type: str
+    data: Any
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.type in TERMINAL_EVENTS
+
+
+def user_event_type(event: Mapping[str, Any]) -> str:
+    """Validate a handler's event and return its type."""
+    if not isinstance(event, Mapping):
+        raise InvalidEvent("an event must be a JSON object with a 'type' key")
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or not EVENT_TYPE.match(event_type):
+        raise InvalidEvent("event 'type' must match ^[A-Za-z0-9_.:-]{1,64}$")
+    if event_type.startswith(RESERVED_PREFIX):
+        raise InvalidEvent("event types starting with 'run.' are reserved for the runtime")
+    return event_type

@@ -1,0 +1,150 @@
+"""One typed settings object, read once at start from a YAML file and ``TETHER_*`` variables.
+
+Nested settings use ``__`` in variable names (``TETHER_TIMERS__STALE_AFTER=5``). Precedence,
+highest first: explicit overrides (command-line flags), environment, YAML file, defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+CONFIG_ENV = "TETHER_CONFIG"
+
+
+class Timers(BaseModel):
+    """Every durability timer, in seconds."""
+
+    heartbeat_interval: float = Field(2.0, gt=0, description="How often a worker heartbeats.")
+    stale_after: float = Field(10.0, gt=0, description="An attempt with an older heartbeat is dead.")
+    reaper_interval: float = Field(2.0, gt=0, description="How often each worker runs a reap pass.")
+    requeue_after: float = Field(
+        30.0, gt=0, description="Re-enqueue a queued invocation nobody claimed for this long."
+    )
+    recovery_backoff: float = Field(
+        1.0, ge=0, description="Base delay between successive replacements of one invocation."
+    )
+    recovery_backoff_max: float = Field(60.0, ge=0, description="Cap on that delay.")
+    retention: float = Field(
+        7 * 24 * 3600.0, gt=0, description="Delete terminal invocations older than this."
+    )
+    shutdown_grace: float = Field(
+        30.0, ge=0, description="How long a stopping worker lets running attempts finish."
+    )
+    sync_timeout: float = Field(
+        30.0, gt=0, description="A sync POST answers 202 after waiting this long."
+    )
+    ping_interval: float = Field(15.0, gt=0, le=15.0, description="SSE keep-alive comment period.")
+    cancel_check_interval: float = Field(
+        0.5, gt=0, description="How often a worker re-reads cancel requests if pub/sub is lost."
+    )
+
+    @model_validator(mode="after")
+    def stale_exceeds_heartbeat(self) -> Timers:
+        if self.stale_after < 2 * self.heartbeat_interval:
+            raise ValueError(
+                "timers.stale_after must be at least twice timers.heartbeat_interval "
+                f"(got stale_after={self.stale_after}, heartbeat_interval={self.heartbeat_interval})"
+            )
+        return self
+
+
+class Limits(BaseModel):
+    max_body_bytes: int = Field(1024 * 1024, gt=0, description="Largest accepted request body.")
+    max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest event a handler may emit.")
+    max_active_per_owner: int = Field(
+        1000, ge=0, description="Non-terminal invocations one owner may have (0: no limit) → 429."
+    )
+    max_queued: int = Field(
+        100_000, ge=0, description="Queued invocations the server admits (0: no limit) → 503."
+    )
+    max_attempts: int = Field(0, ge=0, description="Attempts before recovery_limit_exceeded (0: no limit).")
+    retry_after: int = Field(1, ge=1, description="Retry-After seconds on 429 and 503.")
+
+
+class WorkerSettings(BaseModel):
+    concurrency: int = Field(
+        200, ge=1, description="Invocations one worker process runs at once (async handlers)."
+    )
+    processes: int = Field(1, ge=1, description="Worker processes started by `tether worker`.")
+    threads: int = Field(4, ge=1, description="Dramatiq threads per worker process.")
+    poll_timeout_ms: int = Field(
+        100, ge=1, description="Longest idle wait of a Dramatiq consumer between queue polls."
+    )
+    queue: str = Field("tether", description="Dramatiq queue name.")
+
+
+class AuthSettings(BaseModel):
+    mode: Literal["forwarded", "none", "bearer"] = Field(
+        "forwarded",
+        description=(
+            "forwarded: owner from X-Forwarded-User/X-Forwarded-Email (Databricks Apps), else "
+            "anonymous; none: everyone is 'anonymous'; bearer: Authorization: Bearer <token> "
+            "must be one of `tokens` (the owner is the token's name)."
+        ),
+    )
+    tokens: dict[str, str] = Field(
+        default_factory=dict, description="bearer mode: owner name → token."
+    )
+
+
+class Settings(BaseSettings):
+    """Everything Tether reads at start. Every field has a documented default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TETHER_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    app: str = Field("examples.hello:app", description="The AgentApp to serve, as module:attribute.")
+    database_url: str = Field(
+        "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        description="PostgreSQL URL for the distributed mode (SQLAlchemy form).",
+    )
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for broker and pub/sub.")
+    embedded_path: str = Field(
+        "tether.db", description="SQLite file of `tether dev`; ':memory:' for a throwaway store."
+    )
+    host: str = Field("127.0.0.1", description="Address the gateway listens on.")
+    port: int = Field(8000, ge=0, le=65535, description="Port the gateway listens on.")
+    log_level: str = Field("INFO", description="Python logging level.")
+    timers: Timers = Field(default_factory=Timers)  # type: ignore[arg-type]
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)  # type: ignore[arg-type]
+    auth: AuthSettings = Field(default_factory=AuthSettings)  # type: ignore[arg-type]
+
+    @field_validator("database_url")
+    @classmethod
+    def async_driver(cls, url: str) -> str:
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            return "postgresql+psycopg://" + url.split("://", 1)[1]
+        return url
+
+
+def load_settings(config_file: str | None = None, **overrides: Any) -> Settings:
+    """Build the settings: defaults < YAML file < environment < explicit overrides."""
+    path = config_file or os.environ.get(CONFIG_ENV)
+    from_file: dict[str, Any] = {}
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the settings file must hold a mapping")
+        from_file = loaded or {}
+    env_settings = Settings()  # environment over defaults
+    merged = _deep_merge(from_file, env_settings.model_dump(exclude_unset=True))
+    merged = _deep_merge(merged, {k: v for k, v in overrides.items() if v is not None})
+    return Settings.model_validate(merged)
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

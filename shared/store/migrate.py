@@ -1,0 +1,99 @@
+"""Apply the plain-SQL migrations in ``migrations/<dialect>/`` and record them in a ledger.
+
+Each file ``NNNN_name.sql`` runs once, in its own transaction, in version order. The ledger
+table ``tether_schema_migrations`` says what was applied. On PostgreSQL an advisory lock makes
+concurrent ``tether migrate`` runs (several replicas starting at once) safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_ENV = "TETHER_MIGRATIONS_DIR"
+FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+LEDGER = "tether_schema_migrations"
+ADVISORY_LOCK_KEY = 0x7E7E_0001
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: str
+    path: Path
+
+    def statements(self) -> list[str]:
+        lines = [ln for ln in self.path.read_text().splitlines() if not ln.strip().startswith("--")]
+        return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def migrations_dir() -> Path:
+    configured = os.environ.get(MIGRATIONS_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / "migrations"
+
+
+def find_migrations(dialect: str, root: Path | None = None) -> list[Migration]:
+    folder = (root or migrations_dir()) / dialect
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no migrations folder at {folder}")
+    found = []
+    for path in sorted(folder.iterdir()):
+        match = FILE_NAME.match(path.name)
+        if path.suffix == ".sql" and not match:
+            raise ValueError(f"migration file name {path.name!r} must look like 0001_name.sql")
+        if match:
+            found.append(Migration(match.group(1), path))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"duplicate migration versions in {folder}")
+    return found
+
+
+async def migrate(engine: AsyncEngine) -> list[str]:
+    """Apply every pending migration; return the versions applied now."""
+    dialect = engine.dialect.name
+    pending = find_migrations(dialect)
+    applied_now: list[str] = []
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                f"CREATE TABLE IF NOT EXISTS {LEDGER} "
+                "(version TEXT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+        )
+    for migration in pending:
+        async with engine.begin() as conn:
+            if dialect == "postgresql":
+                await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
+            done = await conn.scalar(
+                sa.text(f"SELECT 1 FROM {LEDGER} WHERE version = :v"), {"v": migration.version}
+            )
+            if done:
+                continue
+            for statement in migration.statements():
+                await conn.exec_driver_sql(statement)
+            await conn.execute(
+                sa.text(
+                    f"INSERT INTO {LEDGER} (version, name, applied_at) "
+                    "VALUES (:v, :n, CURRENT_TIMESTAMP)"
+                ),
+                {"v": migration.version, "n": migration.path.name},
+            )
+            applied_now.append(migration.version)
+            log.info("applied migration %s", migration.path.name)
+    return applied_now
+
+
+async def applied_versions(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(sa.text(f"SELECT version FROM {LEDGER} ORDER BY version"))
+        return [r[0] for r in rows]

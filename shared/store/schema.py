@@ -1,0 +1,141 @@
+"""Table definitions the queries are written against, and the rows they return.
+
+The DDL itself lives in ``migrations/``; ``tests/store/test_migrations.py`` proves the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = sa.MetaData()
+Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+
+class Status(StrEnum):
+    QUEUED = "queued"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+OPEN = (Status.QUEUED.value, Status.ACTIVE.value)
+
+invocations = sa.Table(
+    "tether_invocations",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("session_id", sa.Text),
+    sa.Column("input", Json, nullable=False),
+    sa.Column("request_hash", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("output", Json),
+    sa.Column("error_code", sa.Text),
+    sa.Column("error_message", sa.Text),
+    sa.Column("checkpoint", Json),
+    sa.Column("last_event_id", sa.BigInteger, nullable=False),
+    sa.Column("worker", sa.Text),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("enqueued_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float),
+    sa.Column("heartbeat_at", sa.Float),
+    sa.Column("finished_at", sa.Float),
+)
+
+events = sa.Table(
+    "tether_events",
+    metadata,
+    sa.Column("invocation_id", sa.Text, primary_key=True),
+    sa.Column("cursor", sa.BigInteger, primary_key=True),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("data", Json, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One invocation row as the API and the runtime see it."""
+
+    id: str
+    seq: int
+    owner: str
+    session_id: str | None
+    input: Any
+    request_hash: str
+    status: Status
+    attempt: int
+    cancel_requested: bool
+    output: Any
+    error_code: str | None
+    error_message: str | None
+    last_event_id: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, row: sa.RowMapping) -> Invocation:
+        return cls(
+            id=row["id"],
+            seq=row["seq"],
+            owner=row["owner"],
+            session_id=row["session_id"],
+            input=row["input"],
+            request_hash=row["request_hash"],
+            status=Status(row["status"]),
+            attempt=row["attempt"],
+            cancel_requested=bool(row["cancel_requested"]),
+            output=row["output"],
+            error_code=row["error_code"],
+            error_message=row["error_message"],
+            last_event_id=row["last_event_id"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+
+
+INVOCATION_COLUMNS = [invocations.c[name] for name in Invocation.__slots__]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a worker gets when it wins an invocation: enough to run the attempt."""
+
+    invocation_id: str
+    attempt: int
+    input: Any
+    session_id: str | None
+    checkpoint: Any
+    started_cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class StaleAttempt:
+    invocation_id: str
+    attempt: int
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewInvocation:
+    id: str
+    owner: str
+    session_id: str | None
+    input: Any
+    request_hash: str
