@@ -44,3 +44,16 @@ def user_event_type(event: Mapping[str, Any]) -> str:
     if event_type.startswith(RESERVED_PREFIX):
         raise InvalidEvent("event types starting with 'run.' are reserved for the runtime")
     return event_type
+
+
+def encode_batch(batch: list[Event]) -> str:
+    """One pub/sub message for a batch of stored events."""
+    from shared.jsonvalue import dumps
+
+    return dumps([[e.cursor, e.type, e.data] for e in batch])
+
+
+def decode_batch(message: str) -> list[Event]:
+    import json
+
+    return [Event(int(c), str(t), d) for c, t, d in json.loads(message)]

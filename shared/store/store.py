@@ -388,6 +388,15 @@ class Store:
             )
             return {r.id: bool(r.cancel_requested) for r in rows}
 
+    async def release(self, invocation_id: str, attempt: int) -> None:
+        """A stopping worker hands an attempt back: it looks stale to the next reap pass."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                sa.update(invocations)
+                .where(*self._fence(invocation_id, attempt))
+                .values(heartbeat_at=0.0)
+            )
+
     # -- the reaper's side ----------------------------------------------------------------
 
     async def stale_attempts(self, stale_after: float, limit: int = 100) -> list[StaleAttempt]:

@@ -1,0 +1,100 @@
+"""``create_app``: the aiohttp application of one gateway process."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.auth import Unauthorized
+from gateway.keys import AGENT_APP, METRICS, SERVICES, SETTINGS, STREAMS
+from gateway.metrics import GatewayMetrics
+from gateway.openapi import build_openapi
+from gateway.responses import ApiError, error_response, json_response
+from gateway.routes import routes
+from gateway.services import distributed_services, embedded_services
+from shared.app import AgentApp
+from shared.errors import ErrorCode
+from shared.pubsub import CLOSING
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+Mode = Literal["distributed", "embedded"]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+    metrics = request.app[METRICS]
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    started = time.perf_counter()
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        response = exc.response()
+    except Unauthorized:
+        response = error_response(
+            ErrorCode.INVALID_REQUEST, http_status=401, message="missing or unknown bearer token"
+        )
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            code = ErrorCode.NOT_FOUND if exc.status in (404, 405) else ErrorCode.INVALID_REQUEST
+            response = error_response(code, http_status=exc.status, message=exc.reason)
+        else:
+            raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, route)
+        response = error_response(ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error")
+    metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
+    metrics.requests.labels(request.method, route, str(response.status)).inc()
+    return response
+
+
+async def metrics_view(request: web.Request) -> web.Response:
+    services, metrics = request.app[SERVICES], request.app[METRICS]
+    with contextlib.suppress(Exception):
+        metrics.queued.set(await services.queued.value())
+    return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi_view(request: web.Request) -> web.Response:
+    return json_response(build_openapi())
+
+
+async def close_streams(app: web.Application) -> None:
+    """On shutdown, end every open stream with a final comment so clients reconnect elsewhere."""
+    for sub in list(app[STREAMS]):
+        sub.put(CLOSING)
+
+
+def create_app(settings: Settings, agent_app: AgentApp, mode: Mode = "distributed") -> web.Application:
+    app = web.Application(
+        client_max_size=settings.limits.max_body_bytes, middlewares=[errors_and_metrics]
+    )
+    app[SETTINGS] = settings
+    app[AGENT_APP] = agent_app
+    app[METRICS] = GatewayMetrics()
+    app[STREAMS] = set()
+
+    async def services_ctx(app: web.Application) -> AsyncIterator[None]:
+        if mode == "embedded":
+            factory = embedded_services(settings, agent_app)
+        else:
+            factory = distributed_services(settings)
+        async with factory as services:
+            app[SERVICES] = services
+            yield
+
+    app.cleanup_ctx.append(services_ctx)
+    app.on_shutdown.append(close_streams)
+    app.add_routes(routes)
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/openapi.json", openapi_view)
+    for route in agent_app.routes:
+        app.router.add_route(route.method, route.path, route.handler)
+    return app

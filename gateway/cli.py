@@ -1,0 +1,238 @@
+"""The ``tether`` command: dev, gateway, worker, migrate, reap, run-agent."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from shared.app import AgentApp, AppLoadError, load_app
+from shared.settings import Settings, load_settings
+
+log = logging.getLogger("tether")
+DEFAULT_APP = "examples.hello:app"
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
+    )
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    overrides: dict[str, Any] = {
+        "app": getattr(args, "app", None),
+        "host": getattr(args, "host", None),
+        "port": getattr(args, "port", None),
+        **extra,
+    }
+    return load_settings(args.config, **overrides)
+
+
+def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp:
+    if agents_dir:
+        from shared.agents import build_agent_app, load_agents_dir
+
+        return build_agent_app(load_agents_dir(agents_dir))
+    return load_app(settings.app)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """Gateway, worker and reaper in one process on the embedded store."""
+    from gateway.app import create_app
+
+    settings = settings_from(args, embedded_path=args.db)
+    app = agent_app_for(settings, args.agents)
+    web_app = create_app(settings, app, mode="embedded")
+    print(
+        f"Tether dev server on http://{settings.host}:{settings.port} "
+        f"(app {app.name!r}, store {settings.embedded_path})",
+        flush=True,
+    )
+    web.run_app(web_app, host=settings.host, port=settings.port, print=None, shutdown_timeout=5)
+    return 0
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    """The HTTP gateway on PostgreSQL and Redis; ``--processes`` share one port."""
+    from gateway.app import create_app
+
+    settings = settings_from(args)
+    app = load_app(settings.app)
+    if app.recover_handler is None:
+        log.warning("app %r has no @app.recover: runs whose worker dies fail with worker_lost", app.name)
+    processes = args.processes
+    if processes <= 1:
+        web.run_app(create_app(settings, app), host=settings.host, port=settings.port, print=None)
+        return 0
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    children = []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            web.run_app(create_app(settings, app), sock=sock, print=None)
+            os._exit(0)
+        children.append(pid)
+    log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
+    return _wait_children(children)
+
+
+def _wait_children(children: list[int]) -> int:
+    import signal
+
+    def forward(signum: int, _frame: Any) -> None:
+        for pid in children:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    for pid in children:
+        _, code = os.waitpid(pid, 0)
+        status = status or os.waitstatus_to_exitcode(code)
+    return status
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Dramatiq worker processes running invocations (Dramatiq's own CLI underneath)."""
+    settings = settings_from(args)
+    load_app(settings.app)  # fail here, clearly, rather than in every child
+    env = dict(os.environ)
+    env["TETHER_APP"] = settings.app
+    if args.config:
+        env["TETHER_CONFIG"] = os.path.abspath(args.config)
+    env["dramatiq_worker_timeout"] = str(settings.worker.poll_timeout_ms)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    processes = args.processes or settings.worker.processes
+    threads = args.threads or settings.worker.threads
+    grace_ms = int((settings.timers.shutdown_grace + 5) * 1000)
+    argv = [
+        sys.executable, "-m", "dramatiq", "worker.actors",
+        "--processes", str(processes), "--threads", str(threads),
+        "--queues", settings.worker.queue,
+        "--worker-shutdown-timeout", str(grace_ms),
+    ]
+    os.execve(sys.executable, argv, env)
+    return 0  # not reached
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply pending migrations to PostgreSQL."""
+    from shared.store.store import Store
+
+    settings = settings_from(args)
+
+    async def run() -> list[str]:
+        store = Store.postgres(settings.database_url, pool_size=1)
+        try:
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    applied = asyncio.run(run())
+    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    """One reaper pass by hand."""
+    from shared.broker import build_broker, run_invocation_message
+    from shared.pubsub import RedisPubSub
+    from shared.reaper import Reaper
+    from shared.store.store import Store
+
+    settings = settings_from(args)
+    app = load_app(settings.app)
+    broker = build_broker(settings.redis_url, with_worker_middleware=False)
+
+    async def enqueue(invocation_id: str, delay: float) -> None:
+        message = run_invocation_message(settings.worker.queue, invocation_id)
+        await asyncio.to_thread(broker.enqueue, message, delay=int(delay * 1000) or None)
+
+    async def run() -> None:
+        store, pubsub = Store.postgres(settings.database_url, pool_size=1), RedisPubSub(settings.redis_url)
+        try:
+            reaper = Reaper(store=store, pubsub=pubsub, enqueue=enqueue, settings=settings,
+                            has_recover=app.recover_handler is not None)
+            print(await reaper.reap_once())
+        finally:
+            await pubsub.close()
+            await store.close()
+
+    asyncio.run(run())
+    broker.close()
+    return 0
+
+
+def cmd_run_agent(args: argparse.Namespace) -> int:
+    """Run one agent with no server."""
+    from shared.agents.cli import run_agent_command
+
+    return run_agent_command(args.agents, args.agent, args.input)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tether", description="Tether, a durable agent server.")
+    parser.add_argument("--config", help="YAML settings file (also TETHER_CONFIG)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_app(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--app", help="the AgentApp as module:attribute (also TETHER_APP)")
+        return p
+
+    dev = with_app(sub.add_parser("dev", help=cmd_dev.__doc__))
+    dev.add_argument("--host")
+    dev.add_argument("--port", type=int)
+    dev.add_argument("--db", help="SQLite file (default tether.db), or :memory:")
+    dev.add_argument("--agents", help="serve the Markdown agents in this folder")
+    dev.set_defaults(func=cmd_dev)
+
+    gw = with_app(sub.add_parser("gateway", help=cmd_gateway.__doc__))
+    gw.add_argument("--host")
+    gw.add_argument("--port", type=int)
+    gw.add_argument("--processes", type=int, default=1)
+    gw.set_defaults(func=cmd_gateway)
+
+    wk = with_app(sub.add_parser("worker", help=cmd_worker.__doc__))
+    wk.add_argument("--processes", type=int)
+    wk.add_argument("--threads", type=int)
+    wk.set_defaults(func=cmd_worker)
+
+    sub.add_parser("migrate", help=cmd_migrate.__doc__).set_defaults(func=cmd_migrate)
+    with_app(sub.add_parser("reap", help=cmd_reap.__doc__)).set_defaults(func=cmd_reap)
+
+    ra = sub.add_parser("run-agent", help=cmd_run_agent.__doc__)
+    ra.add_argument("input", help="the user message")
+    ra.add_argument("--agents", help="folder of Markdown agents")
+    ra.add_argument("--agent", help="which agent (default: the default agent)")
+    ra.set_defaults(func=cmd_run_agent)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(os.environ.get("TETHER_LOG_LEVEL", "INFO"))
+    try:
+        return int(args.func(args))
+    except AppLoadError as exc:
+        print(f"tether: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

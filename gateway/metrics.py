@@ -1,0 +1,37 @@
+"""Prometheus metrics of one gateway process, in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "tether_http_requests",
+            "HTTP requests answered, by route and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "tether_http_request_seconds",
+            "Time to answer (to the first byte for streams).",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.accepted = Counter(
+            "tether_invocations_accepted",
+            "POST /api/invocations accepted, by mode and whether the id was new.",
+            ["mode", "new"],
+            registry=self.registry,
+        )
+        self.open_streams = Gauge(
+            "tether_open_streams", "SSE streams open now.", registry=self.registry
+        )
+        self.queued = Gauge(
+            "tether_queued_invocations",
+            "Queued invocations (as last read for admission control).",
+            registry=self.registry,
+        )

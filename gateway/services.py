@@ -1,0 +1,130 @@
+"""What the gateway talks to: the store, pub/sub, and a way to enqueue work.
+
+Distributed mode: PostgreSQL, Redis pub/sub, Dramatiq on Redis. Embedded mode (``tether dev``):
+SQLite, in-memory pub/sub, and a worker node inside this very process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from shared.app import AgentApp
+from shared.broker import build_broker, run_invocation_message
+from shared.node import run_node
+from shared.pubsub import MemoryPubSub, PubSub, RedisPubSub
+from shared.runtime import Enqueue, Runtime
+from shared.settings import Settings
+from shared.store.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    store: Store
+    pubsub: PubSub
+    enqueue: Enqueue
+    queued: QueuedGauge
+    embedded: bool
+    ready_checks: list[str] = field(default_factory=list)
+
+
+class QueuedGauge:
+    """The number of queued invocations, read at most once a second (admission control)."""
+
+    def __init__(self, store: Store, max_age: float = 1.0) -> None:
+        self._store = store
+        self._max_age = max_age
+        self._value = 0
+        self._read_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def value(self) -> int:
+        if time.monotonic() - self._read_at > self._max_age:
+            async with self._lock:
+                if time.monotonic() - self._read_at > self._max_age:
+                    self._value = await self._store.count_queued()
+                    self._read_at = time.monotonic()
+        return self._value
+
+
+@contextlib.asynccontextmanager
+async def distributed_services(settings: Settings) -> AsyncIterator[Services]:
+    store = Store.postgres(settings.database_url)
+    pubsub = RedisPubSub(settings.redis_url)
+    broker = build_broker(settings.redis_url, with_worker_middleware=False)
+    queue = settings.worker.queue
+
+    async def enqueue(invocation_id: str, delay: float) -> None:
+        message = run_invocation_message(queue, invocation_id)
+        delay_ms = int(delay * 1000) or None
+        await asyncio.to_thread(broker.enqueue, message, delay=delay_ms)
+
+    try:
+        yield Services(store, pubsub, enqueue, QueuedGauge(store), embedded=False)
+    finally:
+        await pubsub.close()
+        await store.close()
+        broker.close()
+
+
+class LocalQueue:
+    """The embedded mode's broker: run_invocation as a task on this loop."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self._tasks: set[asyncio.Task[bool]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    async def enqueue(self, invocation_id: str, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        if delay > 0:
+            handle = loop.call_later(delay, self._start, invocation_id)
+            self._timers.add(handle)
+        else:
+            self._start(invocation_id)
+
+    def _start(self, invocation_id: str) -> None:
+        if self.runtime is None:
+            return  # not running: the reaper re-enqueues it after a restart
+        task = asyncio.create_task(self.runtime.start(invocation_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[bool]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("starting an invocation failed (%s)", type(task.exception()).__name__)
+
+    async def close(self) -> None:
+        self.runtime = None
+        for handle in self._timers:
+            handle.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def embedded_services(settings: Settings, app: AgentApp) -> AsyncIterator[Services]:
+    store = Store.embedded(settings.embedded_path)
+    await store.migrate()
+    pubsub = MemoryPubSub()
+    local = LocalQueue()
+    try:
+        async with run_node(
+            settings=settings, store=store, pubsub=pubsub, app=app, enqueue=local.enqueue
+        ) as runtime:
+            local.runtime = runtime
+            try:
+                yield Services(store, pubsub, local.enqueue, QueuedGauge(store), embedded=True)
+            finally:
+                await local.close()
+    finally:
+        await pubsub.close()
+        await store.close()

@@ -1,0 +1,94 @@
+"""One running attempt's event log writer: cursors handed out at once, rows written in batches.
+
+``emit`` returns the event's cursor without waiting for the database (the attempt is the only
+writer of its invocation's log while it holds the fence). A flush task writes whatever has
+accumulated in one fenced transaction and only then publishes it, so no reader ever sees an
+event that is not durable. Events still buffered when a worker dies were never seen by anyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from shared.events import Event
+from shared.pubsub import PubSub, publish_events
+from shared.store.schema import Claim
+from shared.store.store import Store, Superseded
+
+log = logging.getLogger(__name__)
+
+MAX_BUFFERED = 1000
+
+
+class EventWriter:
+    """The :class:`shared.context.AttemptSink` of one attempt."""
+
+    def __init__(self, store: Store, pubsub: PubSub, claim: Claim) -> None:
+        self._store = store
+        self._pubsub = pubsub
+        self._claim = claim
+        self._next_cursor = claim.started_cursor
+        self._buffer: list[tuple[str, Any]] = []
+        self._lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._checkpoint = claim.checkpoint
+        self.superseded = False
+
+    async def emit(self, event_type: str, data: Any) -> int:
+        if self.superseded:
+            raise Superseded(self._claim.invocation_id)
+        self._next_cursor += 1
+        self._buffer.append((event_type, data))
+        if len(self._buffer) >= MAX_BUFFERED:
+            await self.flush()
+        elif self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._flush_soon())
+        return self._next_cursor
+
+    async def _flush_soon(self) -> None:
+        try:
+            await self.flush()
+        except Superseded:
+            self.superseded = True
+        except Exception as exc:  # the next flush or the finish retries the same events
+            log.warning(
+                "invocation %s: writing events failed (%s)",
+                self._claim.invocation_id,
+                type(exc).__name__,
+            )
+
+    async def flush(self) -> None:
+        """Write and publish every buffered event."""
+        async with self._lock:
+            if not self._buffer:
+                return
+            batch = self._buffer
+            self._buffer = []
+            try:
+                stored = await self._store.append_events(
+                    self._claim.invocation_id, self._claim.attempt, batch
+                )
+            except Exception:
+                self._buffer = batch + self._buffer
+                raise
+        await publish_events(self._pubsub, self._claim.invocation_id, stored)
+
+    async def take_pending(self) -> list[tuple[str, Any]]:
+        """Stop flushing and hand over what is still buffered (the finish writes it)."""
+        async with self._lock:
+            pending, self._buffer = self._buffer, []
+            return pending
+
+    def checkpoint(self) -> Any:
+        return self._checkpoint
+
+    async def save_checkpoint(self, state: Any) -> None:
+        await self.flush()
+        await self._store.save_checkpoint(self._claim.invocation_id, self._claim.attempt, state)
+        self._checkpoint = state
+
+    def started_event(self) -> Event:
+        data = {"type": "run.started", "attempt": self._claim.attempt}
+        return Event(self._claim.started_cursor, "run.started", data)

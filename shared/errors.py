@@ -1,0 +1,42 @@
+"""Stable error codes and the fixed messages clients see. Exception text never reaches a client."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    INVALID_REQUEST = "invalid_request"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
+    INVOCATION_FAILED = "invocation_failed"
+    WORKER_LOST = "worker_lost"
+    RECOVERY_LIMIT_EXCEEDED = "recovery_limit_exceeded"
+    USER_AUTH_RECOVERY_UNSUPPORTED = "user_auth_recovery_unsupported"
+    CANCELLED = "cancelled"
+    INVALID_OUTPUT = "invalid_output"
+
+
+MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.INVALID_REQUEST: "the request is invalid",
+    ErrorCode.NOT_FOUND: "no such invocation",
+    ErrorCode.CONFLICT: "id was already used for another request",
+    ErrorCode.PAYLOAD_TOO_LARGE: "the request body is too large",
+    ErrorCode.RATE_LIMITED: "too many unfinished invocations for this caller",
+    ErrorCode.OVERLOADED: "the server has too much queued work",
+    ErrorCode.INVOCATION_FAILED: "the invocation failed",
+    ErrorCode.WORKER_LOST: "the worker running the invocation was lost and it has no recover handler",
+    ErrorCode.RECOVERY_LIMIT_EXCEEDED: "the invocation was recovered too many times",
+    ErrorCode.USER_AUTH_RECOVERY_UNSUPPORTED: "an invocation with user credentials cannot be recovered",
+    ErrorCode.CANCELLED: "the invocation was cancelled",
+    ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
+}
+
+
+def error_body(code: ErrorCode, message: str | None = None) -> dict[str, object]:
+    """The one JSON error shape; ``detail`` is kept for AgentKit clients."""
+    text = message or MESSAGES[code]
+    return {"error": {"code": code.value, "message": text}, "detail": text}

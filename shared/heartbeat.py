@@ -1,0 +1,77 @@
+"""Heartbeats from a thread of their own, so a handler that blocks its event loop still beats.
+
+One statement per interval covers every attempt the process runs, judged on the database clock.
+An attempt the statement no longer matches was superseded and is stopped at once; a cancel
+request noticed here is the fallback when the pub/sub wake-up was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from shared.runtime import Runtime, StopReason
+from shared.store.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat(threading.Thread):
+    def __init__(
+        self,
+        *,
+        store: Store,
+        runtime: Runtime,
+        loop: asyncio.AbstractEventLoop,
+        interval: float,
+        stale_after: float,
+    ) -> None:
+        super().__init__(name="tether-heartbeat", daemon=True)
+        self._store = store
+        self._runtime = runtime
+        self._loop = loop
+        self._interval = interval
+        self._stale_after = stale_after
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        loop = asyncio.new_event_loop()
+        store = self._store.sibling()
+        last_ok = time.monotonic()
+        try:
+            while not self._stopping.wait(self._interval):
+                if loop.run_until_complete(self._beat(store)):
+                    last_ok = time.monotonic()
+                elif time.monotonic() - last_ok > self._stale_after:
+                    log.error("no heartbeat for %.0fs: stopping every attempt", self._stale_after)
+                    self._call(self._runtime.stop_all, StopReason.SUPERSEDED)
+        finally:
+            loop.run_until_complete(store.close())
+            loop.close()
+
+    async def _beat(self, store: Store) -> bool:
+        owned = self._runtime.owned()
+        if not owned:
+            return True
+        try:
+            alive = await store.heartbeat(owned)
+        except Exception as exc:
+            log.warning("heartbeat failed (%s)", type(exc).__name__)
+            return False
+        for invocation_id, attempt in owned:
+            if invocation_id not in alive:
+                self._call(self._runtime.stop, invocation_id, StopReason.SUPERSEDED, attempt)
+            elif alive[invocation_id]:
+                self._call(self._runtime.stop, invocation_id, StopReason.CANCEL, attempt)
+        return True
+
+    def _call(self, fn: object, *args: object) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)  # type: ignore[arg-type]
+        except RuntimeError:  # the loop is closed: the process is going away
+            pass

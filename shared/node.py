@@ -1,0 +1,106 @@
+"""A worker node: the runtime plus its heartbeat thread, reaper timer and cancel listener.
+
+The Dramatiq worker runs one per process on a loop thread; ``tether dev`` runs one inside the
+gateway's own loop. Both get the same behaviour from this one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+from collections.abc import AsyncIterator
+
+from shared.app import AgentApp
+from shared.channels import CANCEL_CHANNEL
+from shared.heartbeat import Heartbeat
+from shared.pubsub import PubSub
+from shared.reaper import Reaper
+from shared.runtime import Enqueue, Runtime, StopReason
+from shared.settings import Settings
+from shared.store.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def node_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextlib.asynccontextmanager
+async def run_node(
+    *, settings: Settings, store: Store, pubsub: PubSub, app: AgentApp, enqueue: Enqueue
+) -> AsyncIterator[Runtime]:
+    runtime = Runtime(
+        store=store,
+        pubsub=pubsub,
+        app=app,
+        enqueue=enqueue,
+        name=node_name(),
+        concurrency=settings.worker.concurrency,
+        max_event_bytes=settings.limits.max_event_bytes,
+    )
+    if app.recover_handler is None:
+        log.warning(
+            "app %r has no @app.recover handler: a run whose worker dies fails with worker_lost",
+            app.name,
+        )
+    reaper = reaper_for(settings, runtime)
+    heartbeat = Heartbeat(
+        store=store,
+        runtime=runtime,
+        loop=asyncio.get_running_loop(),
+        interval=settings.timers.heartbeat_interval,
+        stale_after=settings.timers.stale_after,
+    )
+    heartbeat.start()
+    tasks = [
+        asyncio.create_task(_reap_forever(reaper, settings.timers.reaper_interval), name="reaper"),
+        asyncio.create_task(_listen_for_cancels(pubsub, runtime), name="cancel-listener"),
+    ]
+    try:
+        yield runtime
+    finally:
+        await runtime.drain(settings.timers.shutdown_grace)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        heartbeat.stop()
+        await asyncio.to_thread(heartbeat.join, 10)
+
+
+def reaper_for(settings: Settings, runtime: Runtime) -> Reaper:
+    return Reaper(
+        store=runtime.store,
+        pubsub=runtime.pubsub,
+        enqueue=runtime.enqueue,
+        settings=settings,
+        has_recover=runtime.app.recover_handler is not None,
+    )
+
+
+async def _reap_forever(reaper: Reaper, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        try:
+            await reaper.reap_once()
+        except Exception as exc:
+            log.warning("reaper pass failed (%s)", type(exc).__name__)
+
+
+async def _listen_for_cancels(pubsub: PubSub, runtime: Runtime) -> None:
+    while True:
+        try:
+            async with pubsub.subscribe(CANCEL_CHANNEL) as sub:
+                while True:
+                    message = await sub.get()
+                    if isinstance(message, str):
+                        runtime.stop(message, StopReason.CANCEL)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # heartbeats still deliver cancels meanwhile
+            log.warning("cancel listener failed (%s); retrying", type(exc).__name__)
+            await asyncio.sleep(1.0)

@@ -1,0 +1,232 @@
+"""Wake-ups between processes: in memory for the embedded mode, Redis pub/sub when distributed.
+
+Pub/sub is never the truth. A subscriber that may have missed messages (the Redis connection
+dropped) receives :data:`RESYNC` and re-reads what it needs from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import Final, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from shared.channels import events_channel
+from shared.events import Event, encode_batch
+
+log = logging.getLogger(__name__)
+
+
+class _Resync:
+    def __repr__(self) -> str:
+        return "RESYNC"
+
+
+class _Closing:
+    def __repr__(self) -> str:
+        return "CLOSING"
+
+
+RESYNC: Final = _Resync()
+"""Messages may have been lost: re-read the store."""
+CLOSING: Final = _Closing()
+"""The process is shutting down: end the stream."""
+Message = str | _Resync | _Closing
+
+
+class Subscription:
+    """Messages of one channel, in order, as they arrive."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+
+    def put(self, message: Message) -> None:
+        self._queue.put_nowait(message)
+
+    async def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after ``timeout`` seconds without one."""
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+
+class PubSub(Protocol):
+    async def publish(self, channel: str, messages: list[str]) -> None: ...
+
+    def subscribe(self, channel: str) -> contextlib.AbstractAsyncContextManager[Subscription]: ...
+
+    async def ping(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _Fanout:
+    """Channel → live subscriptions, shared by both implementations."""
+
+    def __init__(self) -> None:
+        self.subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
+
+    def deliver(self, channel: str, message: Message) -> None:
+        for sub in self.subscribers.get(channel, ()):
+            sub.put(message)
+
+    def resync_all(self) -> None:
+        for subs in self.subscribers.values():
+            for sub in subs:
+                sub.put(RESYNC)
+
+
+class MemoryPubSub(_Fanout):
+    """In-process pub/sub for ``tether dev`` and unit tests."""
+
+    async def publish(self, channel: str, messages: list[str]) -> None:
+        for message in messages:
+            self.deliver(channel, message)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:
+        sub = Subscription(channel)
+        self.subscribers[channel].add(sub)
+        try:
+            yield sub
+        finally:
+            self._drop(sub)
+
+    def _drop(self, sub: Subscription) -> None:
+        subs = self.subscribers.get(sub.channel)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self.subscribers[sub.channel]
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self.subscribers.clear()
+
+
+class RedisPubSub(MemoryPubSub):
+    """One Redis connection per process carries every subscription of that process.
+
+    ``subscribe`` returns only once Redis confirmed the subscription, so a reader that subscribes
+    and then reads the store cannot miss an event published in between.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self._redis = aioredis.Redis.from_url(url, health_check_interval=10)
+        self._pubsub = self._redis.pubsub()
+        self._confirmations: dict[str, list[asyncio.Future[None]]] = defaultdict(list)
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def publish(self, channel: str, messages: list[str]) -> None:
+        if len(messages) == 1:
+            await self._redis.publish(channel, messages[0])
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for message in messages:
+                pipe.publish(channel, message)
+            await pipe.execute()
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:
+        sub = Subscription(channel)
+        first = channel not in self.subscribers
+        self.subscribers[channel].add(sub)
+        try:
+            if first:
+                await self._send_subscribe(channel)
+            yield sub
+        finally:
+            self._drop(sub)
+            if channel not in self.subscribers:
+                with contextlib.suppress(RedisError, OSError):
+                    await self._pubsub.unsubscribe(channel)
+
+    async def _send_subscribe(self, channel: str) -> None:
+        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._confirmations[channel].append(confirmed)
+        async with self._lock:
+            await self._pubsub.subscribe(channel)
+        self._ensure_reader()
+        await asyncio.wait_for(confirmed, timeout=10)
+
+    def _ensure_reader(self) -> None:
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_forever(), name="tether-pubsub-reader")
+
+    async def _read_forever(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=1.0)
+                backoff = 0.1
+            except RuntimeError:  # no connection yet: nothing subscribed
+                await asyncio.sleep(0.05)
+                continue
+            except (RedisError, OSError) as exc:
+                log.warning("pub/sub connection lost (%s); reconnecting", type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                await self._reconnect()
+                continue
+            if message is not None:
+                self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, object]) -> None:
+        channel = _text(message["channel"])
+        if message["type"] == "message":
+            self.deliver(channel, _text(message["data"]))
+        elif message["type"] == "subscribe":
+            for confirmed in self._confirmations.pop(channel, []):
+                if not confirmed.done():
+                    confirmed.set_result(None)
+
+    async def _reconnect(self) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self._pubsub.aclose()
+        self._pubsub = self._redis.pubsub()
+        channels = list(self.subscribers)
+        try:
+            if channels:
+                async with self._lock:
+                    await self._pubsub.subscribe(*channels)
+        except (RedisError, OSError):
+            return  # the next read fails again and retries
+        self.resync_all()
+
+    async def ping(self) -> None:
+        await self._redis.ping()
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        with contextlib.suppress(RedisError, OSError):
+            await self._pubsub.aclose()
+        await self._redis.aclose()
+        await super().close()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:
+    """Wake the invocation's readers; a failure only delays them (they re-read the store)."""
+    if not batch:
+        return
+    try:
+        await pubsub.publish(events_channel(invocation_id), [encode_batch(batch)])
+    except (RedisError, OSError) as exc:
+        log.warning("invocation %s: publish failed (%s)", invocation_id, type(exc).__name__)

@@ -1,0 +1,121 @@
+"""The reaper: replaces dead attempts, re-enqueues lost work, deletes expired invocations.
+
+Every worker process runs a pass on a timer; passes are safe to run concurrently because every
+transition is a conditional update that only one of them wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from shared.errors import ErrorCode
+from shared.pubsub import PubSub, publish_events
+from shared.runtime import Enqueue, cancelled, failed
+from shared.settings import Settings
+from shared.store.schema import StaleAttempt
+from shared.store.store import Outcome, Store, Superseded
+
+log = logging.getLogger(__name__)
+
+DELETE_BATCH = 500
+DELETE_BATCHES_PER_PASS = 10
+
+
+@dataclass
+class ReapReport:
+    recovered: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    requeued: int = 0
+    deleted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Recover:
+    delay: float
+
+
+def decide(stale: StaleAttempt, *, has_recover: bool, settings: Settings) -> Outcome | Recover:
+    """What happens to an invocation whose attempt stopped beating."""
+    if stale.cancel_requested:
+        return cancelled()
+    if not has_recover:
+        return failed(ErrorCode.WORKER_LOST)
+    max_attempts = settings.limits.max_attempts
+    if max_attempts and stale.attempt >= max_attempts:
+        return failed(ErrorCode.RECOVERY_LIMIT_EXCEEDED)
+    return Recover(recovery_delay(stale.attempt, settings))
+
+
+def recovery_delay(dead_attempt: int, settings: Settings) -> float:
+    """No wait for the first replacement, then exponential backoff up to the cap."""
+    if dead_attempt <= 1:
+        return 0.0
+    timers = settings.timers
+    return float(min(timers.recovery_backoff_max, timers.recovery_backoff * 2 ** (dead_attempt - 2)))
+
+
+class Reaper:
+    def __init__(
+        self, *, store: Store, pubsub: PubSub, enqueue: Enqueue, settings: Settings, has_recover: bool
+    ) -> None:
+        self.store = store
+        self.pubsub = pubsub
+        self.enqueue = enqueue
+        self.settings = settings
+        self.has_recover = has_recover
+
+    async def reap_once(self) -> ReapReport:
+        report = ReapReport()
+        stale_after = self.settings.timers.stale_after
+        for stale in await self.store.stale_attempts(stale_after):
+            await self._replace(stale, report)
+        for invocation_id in await self.store.take_unclaimed(self.settings.timers.requeue_after):
+            await self.enqueue(invocation_id, 0.0)
+            report.requeued += 1
+        for _ in range(DELETE_BATCHES_PER_PASS):
+            deleted = await self.store.delete_expired(self.settings.timers.retention, DELETE_BATCH)
+            report.deleted += deleted
+            if deleted < DELETE_BATCH:
+                break
+        if report.recovered or report.failed or report.cancelled or report.requeued:
+            log.info("reaper: %s", report)
+        return report
+
+    async def _replace(self, stale: StaleAttempt, report: ReapReport) -> None:
+        stale_after = self.settings.timers.stale_after
+        decision = decide(stale, has_recover=self.has_recover, settings=self.settings)
+        if isinstance(decision, Recover):
+            if await self.store.requeue_for_recovery(
+                stale.invocation_id, stale.attempt, stale_after, decision.delay
+            ):
+                log.warning(
+                    "invocation %s: attempt %d lost its worker; replacement in %.1fs",
+                    stale.invocation_id,
+                    stale.attempt,
+                    decision.delay,
+                )
+                await self.enqueue(stale.invocation_id, decision.delay)
+                report.recovered += 1
+            return
+        try:
+            finished = await self.store.finish(
+                stale.invocation_id, stale.attempt, decision, stale_after=stale_after
+            )
+        except Superseded:
+            return  # another reaper, or the attempt itself, got there first
+        log.warning(
+            "invocation %s: attempt %d lost its worker; %s (%s)",
+            stale.invocation_id,
+            stale.attempt,
+            decision.status.value,
+            decision.error_code,
+        )
+        if decision.error_code == ErrorCode.CANCELLED.value:
+            report.cancelled += 1
+        else:
+            report.failed += 1
+        await publish_events(self.pubsub, stale.invocation_id, finished.events)
+        if finished.successor_id is not None:
+            await self.enqueue(finished.successor_id, 0.0)

@@ -1,0 +1,224 @@
+"""Runs attempts: claim → handler → finish, many at once on one event loop.
+
+A process's concurrency is bounded by ``concurrency`` slots, not by threads: a handler awaiting a
+model call holds a slot, never a thread. Every write is fenced by the attempt number, so an
+attempt that was superseded while it ran can change nothing and is cancelled locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from shared.app import AgentApp, Handler
+from shared.attempt import EventWriter
+from shared.context import InvocationContext
+from shared.errors import MESSAGES, ErrorCode
+from shared.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, Event
+from shared.jsonvalue import InvalidJson, dumps
+from shared.pubsub import PubSub, publish_events
+from shared.store.schema import Claim, Status
+from shared.store.store import Outcome, Store, Superseded
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[[str, float], Awaitable[None]]
+"""Send ``run_invocation(id)`` to the workers after ``delay`` seconds."""
+
+
+class StopReason(Enum):
+    CANCEL = "cancel"
+    SUPERSEDED = "superseded"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass
+class RunningAttempt:
+    claim: Claim
+    ctx: InvocationContext
+    writer: EventWriter
+    task: asyncio.Task[None] | None = None
+    stop_reason: StopReason | None = None
+    in_handler: bool = False
+
+
+def completed(output: Any) -> Outcome:
+    return Outcome(Status.COMPLETED, Event(0, RUN_COMPLETED, {"type": RUN_COMPLETED, "output": output}), output=output)
+
+
+def failed(code: ErrorCode) -> Outcome:
+    error = {"code": code.value, "message": MESSAGES[code]}
+    return Outcome(
+        Status.FAILED,
+        Event(0, RUN_FAILED, {"type": RUN_FAILED, "error": error}),
+        error_code=code.value,
+        error_message=MESSAGES[code],
+    )
+
+
+def cancelled() -> Outcome:
+    return Outcome(
+        Status.CANCELLED,
+        Event(0, RUN_CANCELLED, {"type": RUN_CANCELLED}),
+        error_code=ErrorCode.CANCELLED.value,
+        error_message=MESSAGES[ErrorCode.CANCELLED],
+    )
+
+
+class Runtime:
+    """The attempts one process runs."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        pubsub: PubSub,
+        app: AgentApp,
+        enqueue: Enqueue,
+        name: str,
+        concurrency: int,
+        max_event_bytes: int,
+    ) -> None:
+        self.store = store
+        self.pubsub = pubsub
+        self.app = app
+        self.enqueue = enqueue
+        self.name = name
+        self.attempts: dict[str, RunningAttempt] = {}
+        self._slots = asyncio.Semaphore(concurrency)
+        self._max_event_bytes = max_event_bytes
+        self._closing = False
+
+    async def start(self, invocation_id: str) -> bool:
+        """Wait for a free slot, claim the invocation and start its attempt; False if not won."""
+        if self._closing:
+            return False
+        await self._slots.acquire()
+        try:
+            claim = await self.store.claim(invocation_id, self.name)
+        except BaseException:
+            self._slots.release()
+            raise
+        if claim is None:
+            self._slots.release()
+            return False
+        writer = EventWriter(self.store, self.pubsub, claim)
+        ctx = InvocationContext(
+            invocation_id=claim.invocation_id,
+            session_id=claim.session_id,
+            attempt=claim.attempt,
+            sink=writer,
+            max_event_bytes=self._max_event_bytes,
+        )
+        running = RunningAttempt(claim, ctx, writer)
+        self.attempts[invocation_id] = running
+        running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
+        return True
+
+    async def _run(self, running: RunningAttempt) -> None:
+        claim = running.claim
+        try:
+            await publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
+            log.info("invocation %s: attempt %d started", claim.invocation_id, claim.attempt)
+            outcome = await self._execute(running, self.app.handler_for(claim.attempt))
+            if outcome is not None:
+                await self._finish(running, outcome)
+        except Superseded:
+            log.info("invocation %s: attempt %d was superseded", claim.invocation_id, claim.attempt)
+        except asyncio.CancelledError:
+            if running.stop_reason is None:
+                raise
+        except Exception as exc:
+            log.error(
+                "invocation %s: attempt %d could not be finished (%s); recovery will take it",
+                claim.invocation_id,
+                claim.attempt,
+                type(exc).__name__,
+            )
+        finally:
+            self.attempts.pop(claim.invocation_id, None)
+            self._slots.release()
+
+    async def _execute(self, running: RunningAttempt, handler: Handler | None) -> Outcome | None:
+        claim = running.claim
+        if handler is None:
+            return failed(ErrorCode.WORKER_LOST)
+        running.in_handler = True
+        try:
+            output = await handler(claim.input, running.ctx)
+        except asyncio.CancelledError:
+            if running.stop_reason is StopReason.CANCEL:
+                return cancelled()
+            if running.stop_reason is None:
+                raise
+            return None  # superseded, or shutting down: recovery owns it now
+        except Superseded:
+            return None
+        except Exception:
+            log.exception("invocation %s: handler raised", claim.invocation_id)
+            return failed(ErrorCode.INVOCATION_FAILED)
+        finally:
+            running.in_handler = False
+        try:
+            dumps(output)
+        except InvalidJson as exc:
+            log.error("invocation %s: invalid output: %s", claim.invocation_id, exc)
+            return failed(ErrorCode.INVALID_OUTPUT)
+        return completed(output)
+
+    async def _finish(self, running: RunningAttempt, outcome: Outcome) -> None:
+        claim = running.claim
+        pending = await running.writer.take_pending()
+        finished = await self.store.finish(claim.invocation_id, claim.attempt, outcome, pending)
+        log.info("invocation %s: %s", claim.invocation_id, outcome.status.value)
+        await publish_events(self.pubsub, claim.invocation_id, finished.events)
+        if finished.successor_id is not None:
+            await self.enqueue(finished.successor_id, 0.0)
+
+    def owned(self) -> list[tuple[str, int]]:
+        """(invocation id, attempt) of every running attempt; safe to call from another thread."""
+        return [(key, running.claim.attempt) for key, running in list(self.attempts.items())]
+
+    def stop(self, invocation_id: str, reason: StopReason, attempt: int | None = None) -> None:
+        """Cancel a running attempt's handler (user cancel, superseded, or shutdown)."""
+        running = self.attempts.get(invocation_id)
+        if running is None or running.task is None or running.task.done():
+            return
+        if attempt is not None and running.claim.attempt != attempt:
+            return
+        if running.stop_reason is None:
+            running.stop_reason = reason
+            if reason is StopReason.SUPERSEDED:
+                running.writer.superseded = True
+                log.warning("invocation %s: attempt %d superseded; stopping it", invocation_id, running.claim.attempt)
+            running.ctx.cancel_requested.set()
+            if running.in_handler:
+                running.task.cancel()
+
+    def stop_all(self, reason: StopReason) -> None:
+        for invocation_id in list(self.attempts):
+            self.stop(invocation_id, reason)
+
+    async def drain(self, grace: float) -> None:
+        """Stop taking work, let running attempts finish for ``grace`` s, hand the rest back."""
+        self._closing = True
+        tasks = [r.task for r in self.attempts.values() if r.task is not None]
+        if tasks:
+            log.info("waiting up to %.1fs for %d running attempts", grace, len(tasks))
+            await asyncio.wait(tasks, timeout=grace)
+        leftovers = list(self.attempts.values())
+        for running in leftovers:
+            self.stop(running.claim.invocation_id, StopReason.SHUTDOWN)
+        for running in leftovers:
+            if running.task is not None:
+                await asyncio.gather(running.task, return_exceptions=True)
+            try:
+                await self.store.release(running.claim.invocation_id, running.claim.attempt)
+            except Exception as exc:
+                log.warning("could not hand invocation %s back (%s)", running.claim.invocation_id, type(exc).__name__)
+        if leftovers:
+            log.warning("handed %d unfinished attempts back for recovery", len(leftovers))

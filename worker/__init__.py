@@ -1,0 +1,1 @@
+"""Tether's worker: Dramatiq processes that run invocations and reap dead attempts."""

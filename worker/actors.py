@@ -1,0 +1,30 @@
+"""The actors. Import this module to get the broker with its actors declared.
+
+``run_invocation`` carries an invocation id only; a duplicate or redelivered message is a no-op
+because claiming is conditional.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dramatiq
+
+from shared.broker import REAP, RUN_INVOCATION
+from worker.broker import broker, host, settings
+
+log = logging.getLogger(__name__)
+__all__ = ["broker", "run_invocation", "reap"]
+
+
+@dramatiq.actor(actor_name=RUN_INVOCATION, queue_name=settings.worker.queue, max_retries=0)
+def run_invocation(invocation_id: str) -> None:
+    if not host.start_invocation(invocation_id):
+        log.debug("invocation %s: not claimed (already taken, finished, or waiting its turn)", invocation_id)
+
+
+@dramatiq.actor(actor_name=REAP, queue_name=settings.worker.queue, max_retries=0)
+def reap() -> None:
+    """One reaper pass on whichever worker takes the message (every worker also reaps on a timer)."""
+    report = host.reap()
+    log.info("reap pass: %s", report)
