@@ -51,6 +51,7 @@ class EventStream:
             open_streams.add(sub)
             try:
                 await self._replay()
+                await self._check_finished()
                 while not self.done:
                     if not await self._next(sub):
                         await self.response.write(b": server shutting down, reconnect\n\n")
@@ -65,6 +66,7 @@ class EventStream:
         if message is None:
             await self.response.write(b": ping\n\n")
             await self._replay()  # a quiet stream re-checks the truth
+            await self._check_finished()
         elif message is RESYNC:
             await self._replay()
         elif isinstance(message, str):
@@ -74,6 +76,16 @@ class EventStream:
             else:
                 await self._send(batch)
         return True
+
+    async def _check_finished(self) -> None:
+        """A client already past the terminal event (or a deleted run) gets an empty stream."""
+        if self.done:
+            return
+        invocation = await self.store.get(self.invocation_id)
+        if invocation is None or (
+            invocation.status.is_terminal and self.last_sent >= invocation.last_event_id
+        ):
+            self.done = True
 
     async def _replay(self) -> None:
         while not self.done:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
+
+# JSON always escapes a real NUL as \u0000; an even run of backslashes before it is literal text.
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class InvalidJson(ValueError):
@@ -39,7 +43,7 @@ def dumps(value: Any) -> str:
         raise InvalidJson("NaN and Infinity are not valid JSON") from exc
     except TypeError as exc:
         raise InvalidJson(f"value is not JSON-serialisable: {type(value).__name__}") from exc
-    if "\\u0000" in text or "\x00" in text:
+    if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise InvalidJson("NUL characters (\\u0000) are not allowed")
     return text
 

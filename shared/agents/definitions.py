@@ -1,0 +1,122 @@
+"""Agent definitions: the code form (``create_agent``) shared with Markdown agents."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from shared.agents.adapters.hosted import HostedTool, is_supervisor_tool
+from shared.agents.adapters.scripted import ScriptedTurn
+from shared.agents.errors import DefinitionError
+from shared.agents.tools import FunctionTool
+from shared.agents.types import ModelAdapter
+
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+Tool = FunctionTool | HostedTool
+Origin = Literal["code", "markdown"]
+
+
+@dataclass(eq=False)
+class AgentDefinition:
+    """One agent. Sub-agents become ``agent-<key>`` tools; tools are keyed by the name the model sees.
+
+    ``model`` is an adapter object or a model string (see ``shared.agents.models.resolve_model``);
+    None uses the registry's default model. ``base_system_prompt`` False disables the base prompt,
+    a string replaces it, None keeps the built-in one.
+    """
+
+    name: str
+    instructions: str = ""
+    model: ModelAdapter | str | None = None
+    tools: dict[str, Tool] = field(default_factory=dict)
+    agents: dict[str, AgentDefinition] = field(default_factory=dict)
+    default: bool = False
+    description: str | None = None
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    generation_params: dict[str, Any] = field(default_factory=dict)
+    base_system_prompt: str | Literal[False] | None = None
+    ephemeral: bool = False
+    auth: str | None = None
+    script: tuple[ScriptedTurn, ...] = ()
+    origin: Origin = "code"
+    source: Path | None = None
+
+    @property
+    def where(self) -> str:
+        return str(self.source) if self.source is not None else f"code agent '{self.name}'"
+
+
+def _tool_key(value: Any) -> str:
+    if isinstance(value, FunctionTool):
+        return value.name
+    if isinstance(value, HostedTool):
+        return value.key
+    raise DefinitionError(f"tool {value!r} has an unrecognized shape")
+
+
+def normalize_tools(tools: Mapping[str, Any] | Sequence[Any] | None) -> dict[str, Tool]:
+    """Tools keyed by the name the model sees; a mapping chooses the keys itself."""
+    items = tools.items() if isinstance(tools, Mapping) else ((_tool_key(t), t) for t in tools or ())
+    out: dict[str, Tool] = {}
+    for key, value in items:
+        if isinstance(value, dict) and is_supervisor_tool(value):
+            value = HostedTool(dict(value["spec"]))
+        if not isinstance(value, FunctionTool | HostedTool):
+            raise DefinitionError(f"tool '{key}' has an unrecognized shape")
+        out[key] = value
+    return out
+
+
+def check_no_cycles(root: AgentDefinition) -> None:
+    """Reject an agent that reaches itself through its sub-agents (code agents only)."""
+
+    def visit(agent: AgentDefinition, path: tuple[str, ...]) -> None:
+        for child in agent.agents.values():
+            if child.name in path or child is root:
+                cycle = " -> ".join((*path, child.name))
+                raise DefinitionError(f"Agent '{root.name}': sub-agent cycle {cycle}")
+            visit(child, (*path, child.name))
+
+    visit(root, (root.name,))
+
+
+def create_agent(
+    name: str,
+    instructions: str = "",
+    *,
+    model: ModelAdapter | str | None = None,
+    tools: Mapping[str, Any] | Sequence[Any] | None = None,
+    agents: Mapping[str, AgentDefinition] | Sequence[AgentDefinition] | None = None,
+    default: bool = False,
+    description: str | None = None,
+    max_steps: int | None = None,
+    max_tokens: int | None = None,
+    generation_params: Mapping[str, Any] | None = None,
+    base_system_prompt: str | Literal[False] | None = None,
+    script: Sequence[Any] = (),
+) -> AgentDefinition:
+    """A validated code agent. Sub-agent cycles are rejected here."""
+    if not isinstance(name, str) or not AGENT_NAME.match(name):
+        raise DefinitionError(f"agent name {name!r} must match {AGENT_NAME.pattern}")
+    if not isinstance(instructions, str):
+        raise DefinitionError(f"Agent '{name}': instructions must be a string")
+    children = dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents or ()}
+    for key, child in children.items():
+        if not isinstance(child, AgentDefinition):
+            raise DefinitionError(f"Agent '{name}': sub-agent '{key}' is not an AgentDefinition")
+    for label, value in (("max_steps", max_steps), ("max_tokens", max_tokens)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise DefinitionError(f"Agent '{name}': {label} must be a positive integer")
+    agent = AgentDefinition(
+        name=name, instructions=instructions.strip(), model=model,
+        tools=normalize_tools(tools), agents=children, default=default is True,
+        description=description, max_steps=max_steps, max_tokens=max_tokens,
+        generation_params=dict(generation_params or {}), base_system_prompt=base_system_prompt,
+        script=tuple(ScriptedTurn.parse(t) for t in script),
+    )
+    check_no_cycles(agent)
+    return agent

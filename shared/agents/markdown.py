@@ -1,0 +1,158 @@
+"""Markdown agents: ``<id>/agent.md`` with YAML front matter (spec §4.2)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.agents.adapters.scripted import ScriptedTurn
+from shared.agents.definitions import AgentDefinition, Tool
+from shared.agents.errors import DefinitionError
+
+log = logging.getLogger(__name__)
+
+FENCE = re.compile(r"^---\r?\n([\s\S]*?)\r?\n---\r?\n?([\s\S]*)$")
+EMPTY_FENCE = re.compile(r"^---\r?\n---\r?\n?([\s\S]*)$")
+KNOWN_KEYS = frozenset({
+    "endpoint", "model", "tools", "toolkits", "agents", "skills", "default", "maxSteps",
+    "maxTokens", "generationParams", "baseSystemPrompt", "auth", "ephemeral", "description",
+    "script",
+})
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false, so ``yes`` and ``on`` stay strings."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    front_matter: dict[str, Any]
+    body: str
+
+
+def parse_front_matter(text: str, path: Path | str) -> Parsed:
+    """Split front matter from the body; the trimmed body becomes the instructions."""
+    if (empty := EMPTY_FENCE.match(text)) is not None:
+        return Parsed({}, empty.group(1).strip())
+    match = FENCE.match(text)
+    if match is None:
+        return Parsed({}, text.strip())
+    try:
+        data = yaml.load(match.group(1), Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise DefinitionError(f"Invalid YAML frontmatter ({path}): {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise DefinitionError(f"Frontmatter must be a YAML object ({path})")
+    return Parsed(data, match.group(2).strip())
+
+
+def _typed(fm: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """The value if it has the right type; a wrong type is dropped (spec: silently)."""
+    value = fm.get(key)
+    if value is None or isinstance(value, bool) and kind is int:
+        return None
+    return value if isinstance(value, kind) else None
+
+
+def sub_agent_refs(fm: Mapping[str, Any], path: Path) -> list[str]:
+    refs = fm.get("agents")
+    if refs is None:
+        return []
+    if not isinstance(refs, list) or not all(isinstance(r, str) and r.strip() for r in refs):
+        raise DefinitionError(f"{path}: 'agents' must be a list of non-empty agent ids")
+    return list(dict.fromkeys(r.strip() for r in refs))
+
+
+def _tool_refs(fm: Mapping[str, Any], path: Path, ambient: Mapping[str, Tool]) -> dict[str, Tool]:
+    if "toolkits" in fm:
+        raise DefinitionError(f"{path}: 'toolkits' is no longer supported; list tools by name "
+                              "in 'tools:' instead")
+    entries = fm.get("tools")
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise DefinitionError(f"{path}: 'tools' must be a list of tool names")
+    out: dict[str, Tool] = {}
+    for entry in entries:
+        if isinstance(entry, str) and entry.startswith("plugin:"):
+            raise DefinitionError(f"{path}: 'tools' entry '{entry}': plugin references are not "
+                                  "supported; name a tool from the tools module")
+        if entry == "":
+            raise DefinitionError(f"{path}: empty string in 'tools:'")
+        if not isinstance(entry, str):
+            raise DefinitionError(f"{path}: invalid 'tools:' entry {entry!r} (expected a name)")
+        if entry not in ambient:
+            available = ", ".join(sorted(ambient)) or "<none>"
+            raise DefinitionError(f"{path}: 'tools' references '{entry}', which is not in the "
+                                  f"tools module. Available: {available}")
+        out[entry] = ambient[entry]
+    return out
+
+
+def _script(fm: Mapping[str, Any], path: Path) -> tuple[ScriptedTurn, ...]:
+    raw = fm.get("script")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise DefinitionError(f"{path}: 'script' must be a list of turns")
+    try:
+        return tuple(ScriptedTurn.parse(t) for t in raw)
+    except DefinitionError as exc:
+        raise DefinitionError(f"{path}: 'script': {exc}") from None
+
+
+def _base_prompt(fm: Mapping[str, Any]) -> str | bool | None:
+    value = fm.get("baseSystemPrompt")
+    return value if value is False or isinstance(value, str) else None
+
+
+def definition_from_markdown(
+    agent_id: str, path: Path, text: str, ambient: Mapping[str, Tool]
+) -> AgentDefinition:
+    """Pass 1 of loading: one definition, sub-agents left for pass 2."""
+    parsed = parse_front_matter(text, path)
+    fm = parsed.front_matter
+    for key in fm:
+        if key not in KNOWN_KEYS:
+            log.warning("Ignoring unknown frontmatter key '%s' in %s", key, path)
+    auth = fm.get("auth")
+    if auth is not None and auth != "on-behalf-of-user":
+        raise DefinitionError(f"{path}: 'auth' must be 'on-behalf-of-user'")
+    if fm.get("skills") is not None:
+        log.warning("%s: 'skills' is not supported yet; ignoring it", path)
+    base = _base_prompt(fm)
+    return AgentDefinition(
+        name=agent_id,
+        instructions=parsed.body,
+        model=_typed(fm, "model", str) or _typed(fm, "endpoint", str),
+        tools=_tool_refs(fm, path, ambient),
+        default=fm.get("default") is True,
+        description=_typed(fm, "description", str),
+        max_steps=_typed(fm, "maxSteps", int),
+        max_tokens=_typed(fm, "maxTokens", int),
+        generation_params=_typed(fm, "generationParams", dict) or {},
+        base_system_prompt=None if base is True else base,  # type: ignore[arg-type]
+        ephemeral=fm.get("ephemeral") is True,
+        auth=auth,
+        script=_script(fm, path),
+        origin="markdown",
+        source=path,
+    )

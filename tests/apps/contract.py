@@ -1,0 +1,46 @@
+"""The app the contract and fault tests run: its behaviour is chosen by the input.
+
+Input keys (all optional): ``emit`` (number of ``tick`` events), ``sleep`` (seconds to await
+before returning), ``block_sleep`` (seconds of time.sleep, blocking the loop), ``fail`` (raise
+with a secret message), ``output`` (what to return), ``nan`` (return NaN), ``wait_cancel`` (await
+forever), ``bad_event`` (emit a reserved event type).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from shared import AgentApp, InvocationContext
+
+app = AgentApp(name="contract")
+no_recover_app = AgentApp(name="contract-no-recover")
+
+SECRET = "db password is hunter2"
+
+
+async def behave(input: Any, ctx: InvocationContext) -> Any:
+    spec = input if isinstance(input, dict) else {}
+    for i in range(int(spec.get("emit", 0))):
+        await ctx.emit({"type": "tick", "i": i, "attempt": ctx.attempt})
+        if spec.get("emit_sleep"):
+            await asyncio.sleep(float(spec["emit_sleep"]))
+    if spec.get("bad_event"):
+        await ctx.emit({"type": "run.completed"})
+    if spec.get("block_sleep"):
+        time.sleep(float(spec["block_sleep"]))
+    if spec.get("sleep"):
+        await asyncio.sleep(float(spec["sleep"]))
+    if spec.get("wait_cancel"):
+        await asyncio.Event().wait()
+    if spec.get("fail"):
+        raise RuntimeError(SECRET)
+    if spec.get("nan"):
+        return float("nan")
+    return {"output": spec.get("output", input), "attempt": ctx.attempt, "recovered": ctx.is_recovery}
+
+
+app.invoke(behave)
+app.recover(behave)
+no_recover_app.invoke(behave)

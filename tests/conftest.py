@@ -1,0 +1,83 @@
+"""Shared fixtures: real services (skipped clearly when absent, required under CI) and servers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import Cluster, start_dev
+from tests.services import REDIS_URL, PG_ADMIN_URL, create_database, drop_database, require
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session (SQLAlchemy URL), not yet migrated."""
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    require(REDIS_URL, 6379, "Redis")
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def migrated_pg(pg_database: str) -> str:
+    import asyncio
+
+    from shared.store.store import Store
+
+    async def run() -> None:
+        store = Store.postgres(pg_database, pool_size=1)
+        await store.migrate()
+        await store.close()
+
+    asyncio.run(run())
+    return pg_database
+
+
+@pytest.fixture(scope="session")
+def cluster(migrated_pg: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, str]]:
+    """One gateway and two worker processes on PostgreSQL and Redis, shared by the session."""
+    c = Cluster(migrated_pg, redis_url, tmp_path_factory.mktemp("cluster"),
+                env_overrides={"TETHER_TIMERS__SYNC_TIMEOUT": "2"})
+    try:
+        _, base = c.start_gateway()
+        c.start_worker(processes=2)
+        yield c, base
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc, base = start_dev(tmp_path_factory.mktemp("dev"), "tests.apps.contract:app",
+                           {"TETHER_TIMERS__SYNC_TIMEOUT": "2"})
+    try:
+        yield base
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def server(request: pytest.FixtureRequest) -> str:
+    """The base URL of a Tether server: `tether dev`, or gateway + 2 workers."""
+    if request.param == "embedded":
+        return str(request.getfixturevalue("dev_server"))
+    _, base = request.getfixturevalue("cluster")
+    return str(base)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"tether tests: CI={'yes' if os.environ.get('CI') else 'no'} (services required under CI)"

@@ -1,0 +1,170 @@
+"""Real Tether processes for the contract and fault tests: gateway(s), workers, `tether dev`.
+
+Everything waits on conditions (a port answering, a database row), never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Signal the whole process group (Dramatiq's worker children included)."""
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.popen.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Cluster:
+    """Gateways and workers on a real PostgreSQL database and Redis, with their own queue."""
+
+    database_url: str
+    redis_url: str
+    workdir: Path
+    app: str = "tests.apps.contract:app"
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    queue: str = field(default_factory=lambda: f"tether-test-{uuid.uuid4().hex[:8]}")
+    procs: list[Proc] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env.update(
+            TETHER_DATABASE_URL=self.database_url,
+            TETHER_REDIS_URL=self.redis_url,
+            TETHER_APP=self.app,
+            TETHER_WORKER__QUEUE=self.queue,
+            TETHER_AUTH__MODE="forwarded",
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.env_overrides)
+        return env
+
+    def _spawn(self, name: str, args: list[str]) -> Proc:
+        log_path = self.workdir / f"{name}-{len(self.procs)}.log"
+        with log_path.open("wb") as handle:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", *args],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_gateway(self, processes: int = 1) -> tuple[Proc, str]:
+        port = free_port()
+        proc = self._spawn("gateway", ["gateway", "--port", str(port), "--processes", str(processes)])
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: http_ok(f"{base}/healthz") or proc.popen.poll() is not None, 30, "gateway")
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"gateway exited:\n{proc.log()}")
+        return proc, base
+
+    def start_worker(self, processes: int = 1, threads: int = 2) -> Proc:
+        proc = self._spawn(
+            "worker", ["worker", "--processes", str(processes), "--threads", str(threads)]
+        )
+        wait_for(
+            lambda: "Worker process is ready" in proc.log() or proc.popen.poll() is not None,
+            60,
+            "worker boot",
+        )
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"worker exited:\n{proc.log()}")
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+def start_dev(workdir: Path, app: str, env_overrides: dict[str, str] | None = None,
+              db: str = ":memory:") -> tuple[Proc, str]:
+    """`tether dev` as a real subprocess on the embedded store."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **(env_overrides or {}))
+    log_path = workdir / f"dev-{port}.log"
+    with log_path.open("wb") as handle:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "dev", "--app", app, "--port", str(port), "--db", db],
+            cwd=ROOT,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    proc = Proc("dev", popen, log_path)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: http_ok(f"{base}/healthz") or popen.poll() is not None, 30, "tether dev")
+    if popen.poll() is not None:
+        raise RuntimeError(f"tether dev exited:\n{proc.log()}")
+    return proc, base
