@@ -30,6 +30,7 @@ def redis_url() -> str:
 @pytest.fixture(scope="session")
 def migrated_pg(pg_database: str) -> str:
     import asyncio
+    import concurrent.futures
 
     from shared.store.store import Store
 
@@ -38,7 +39,9 @@ def migrated_pg(pg_database: str) -> str:
         await store.migrate()
         await store.close()
 
-    asyncio.run(run())
+    # may be first requested from inside a running loop: migrate on a thread of its own
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, run()).result()
     return pg_database
 
 

@@ -1,0 +1,147 @@
+"""A fake model server on 127.0.0.1 that replays scripted HTTP streams, and a fake ctx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from databricks.sdk.config import Config
+
+from shared.jsonvalue import dumps
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP reply: a status, body chunks, then optionally a stall that never ends."""
+
+    chunks: list[bytes] = field(default_factory=list)
+    status: int = 200
+    stall: bool = False
+    stall_before_headers: bool = False
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeModelServer:
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.requests: list[Recorded] = []
+        self.stalled = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    def reply(self, *chunks: bytes | str, **options: Any) -> None:
+        raw = [c.encode() if isinstance(c, str) else c for c in chunks]
+        self.replies.append(Reply(raw, **options))
+
+    async def _well_known(self, request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        text = await request.text()
+        self.requests.append(Recorded(request.method, request.path, dict(request.headers),
+                                      json.loads(text) if text else None))
+        reply = self.replies.pop(0) if self.replies else Reply(status=500)
+        try:
+            if reply.stall_before_headers:
+                self.stalled.set()
+                await asyncio.Event().wait()
+            if reply.status != 200:
+                return web.Response(status=reply.status, text="secret upstream body dapi0123")
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for chunk in reply.chunks:
+                await response.write(chunk)
+            if reply.stall:
+                self.stalled.set()
+                await asyncio.Event().wait()
+            await response.write_eof()
+            return response
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/.well-known/databricks-config", self._well_known)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A hang in an agents test fails fast instead of at the suite's 120 s timeout."""
+    for item in items:
+        if "tests/agents/" in str(item.fspath):
+            item.add_marker(pytest.mark.timeout(15))
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeModelServer]:
+    fake = FakeModelServer()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def config(server: FakeModelServer) -> Config:
+    """databricks-sdk pointed at the fake server (built off-loop: Config probes the host)."""
+    return await asyncio.to_thread(Config, host=server.url, token="x")
+
+
+def chat_chunk(content: Any = None, tool_calls: Any = None, **delta: Any) -> str:
+    if content is not None:
+        delta["content"] = content
+    if tool_calls is not None:
+        delta["tool_calls"] = tool_calls
+    return f"data: {dumps({'choices': [{'delta': delta}]})}\n\n"
+
+
+def sse(event_type: str, data: Any) -> str:
+    return f"event: {event_type}\ndata: {dumps(data)}\n\n"
+
+
+class FakeSink:
+    """The AttemptSink seam: events and checkpoints in memory; an optional crash after a save."""
+
+    def __init__(self, checkpoint: Any = None, crash_after_saves: int | None = None) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.saved: list[Any] = []
+        self._checkpoint = checkpoint
+        self.crash_after_saves = crash_after_saves
+        self.crashed = asyncio.Event()
+
+    async def emit(self, event_type: str, data: Any) -> int:
+        self.events.append(data)
+        return len(self.events)
+
+    async def save_checkpoint(self, state: Any) -> None:
+        self._checkpoint = json.loads(dumps(state))
+        self.saved.append(self._checkpoint)
+        if self.crash_after_saves is not None and len(self.saved) >= self.crash_after_saves:
+            self.crashed.set()
+            await asyncio.Event().wait()  # the "worker" freezes here until it is killed
+
+    def checkpoint(self) -> Any:
+        return self._checkpoint

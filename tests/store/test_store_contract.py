@@ -1,0 +1,201 @@
+"""One contract for both stores: accept, claim, fence, finish, sessions, reaper queries."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shared.events import RUN_COMPLETED, Event
+from shared.runtime import cancelled, completed
+from shared.store.schema import NewInvocation, Status, invocations
+from shared.store.store import Conflict, OwnerLimitReached, Store, Superseded
+
+
+def new(owner: str = "ann", session: str | None = None, input: Any = 1, h: str = "h") -> NewInvocation:
+    return NewInvocation(str(uuid.uuid4()), owner, session, input, h)
+
+
+async def age(store: Store, invocation_id: str, column: str, seconds: float) -> None:
+    """Move a timestamp into the past, as if time had passed."""
+    async with store.engine.begin() as conn:
+        col = invocations.c[column]
+        await conn.execute(sa.update(invocations).where(invocations.c.id == invocation_id).values({column: col - seconds}))
+
+
+async def test_accept_is_idempotent_and_conflicts_on_a_different_request(store: Store) -> None:
+    n = new()
+    first = await store.accept(n)
+    again = await store.accept(n)
+    assert first.created and not again.created
+    assert again.invocation.id == n.id and again.invocation.status is Status.QUEUED
+    with pytest.raises(Conflict):
+        await store.accept(NewInvocation(n.id, n.owner, None, 2, "other"))
+    with pytest.raises(Conflict):
+        await store.accept(NewInvocation(n.id, "bob", None, 1, "h"))
+
+
+async def test_concurrent_accepts_of_one_id_create_it_once(store: Store) -> None:
+    n = new()
+    results = await asyncio.gather(*(store.accept(n) for _ in range(10)))
+    assert sum(r.created for r in results) == 1
+
+
+async def test_owner_limit_counts_unfinished_invocations(store: Store) -> None:
+    await store.accept(new(), max_open_per_owner=2)
+    await store.accept(new(), max_open_per_owner=2)
+    with pytest.raises(OwnerLimitReached):
+        await store.accept(new(), max_open_per_owner=2)
+    await store.accept(new(owner="bob"), max_open_per_owner=2)
+    assert len(await store.list_owned("ann")) == 2  # the refused one was not kept
+
+
+async def test_claim_has_one_winner_and_starts_the_event_log(store: Store) -> None:
+    n = new()
+    await store.accept(n)
+    claims = await asyncio.gather(*(store.claim(n.id, f"w{i}") for i in range(5)))
+    won = [c for c in claims if c is not None]
+    assert len(won) == 1 and won[0].attempt == 1 and won[0].started_cursor == 1
+    assert await store.events_after(n.id, 0) == [Event(1, "run.started", {"type": "run.started", "attempt": 1})]
+
+
+async def test_events_continue_the_cursor_and_are_fenced(store: Store) -> None:
+    n = new()
+    await store.accept(n)
+    claim = await store.claim(n.id, "w")
+    assert claim is not None
+    stored = await store.append_events(n.id, 1, [("a", {"type": "a"}), ("b", {"type": "b"})])
+    assert [e.cursor for e in stored] == [2, 3]
+    with pytest.raises(Superseded):
+        await store.append_events(n.id, 2, [("c", {})])
+    with pytest.raises(Superseded):
+        await store.save_checkpoint(n.id, 2, {"x": 1})
+    finished = await store.finish(n.id, 1, completed({"ok": True}), [("d", {"type": "d"})])
+    assert [e.cursor for e in finished.events] == [4, 5]
+    assert finished.events[-1].type == RUN_COMPLETED
+    with pytest.raises(Superseded):
+        await store.finish(n.id, 1, completed(1))
+    done = await store.get(n.id)
+    assert done is not None and done.status is Status.COMPLETED and done.output == {"ok": True}
+    assert done.last_event_id == 5
+
+
+async def test_a_session_runs_its_head_only_and_names_the_successor(store: Store) -> None:
+    first, second, third = new(session="s"), new(session="s"), new(session="s")
+    for n in (first, second, third):
+        await store.accept(n)
+    assert await store.claim(second.id, "w") is None
+    assert await store.claim(first.id, "w") is not None
+    assert await store.claim(second.id, "w") is None
+    finished = await store.finish(first.id, 1, completed(1))
+    assert finished.successor_id == second.id
+    assert await store.claim(third.id, "w") is None
+    assert await store.claim(second.id, "w") is not None
+
+
+async def test_sessions_are_scoped_by_owner(store: Store) -> None:
+    mine, theirs = new(session="s"), new(owner="bob", session="s")
+    await store.accept(mine)
+    await store.accept(theirs)
+    assert await store.claim(mine.id, "w") is not None
+    assert await store.claim(theirs.id, "w") is not None
+
+
+async def test_cancel_queued_is_immediate_and_active_is_flagged(store: Store) -> None:
+    queued, active = new(), new()
+    await store.accept(queued)
+    await store.accept(active)
+    await store.claim(active.id, "w")
+    finished = await store.request_cancel(queued.id)
+    assert finished is not None and [e.type for e in finished.events] == ["run.cancelled"]
+    assert await store.request_cancel(active.id) is None
+    assert await store.heartbeat([(active.id, 1)]) == {active.id: True}
+    await store.finish(active.id, 1, cancelled())
+    state = await store.get(active.id)
+    assert state is not None and state.status is Status.CANCELLED
+
+
+async def test_heartbeat_reports_only_live_attempts(store: Store) -> None:
+    a, b = new(), new()
+    for n in (a, b):
+        await store.accept(n)
+        await store.claim(n.id, "w")
+    assert await store.heartbeat([(a.id, 1), (b.id, 7)]) == {a.id: False}
+    assert await store.heartbeat([]) == {}
+
+
+async def test_stale_attempts_are_requeued_once_for_a_replacement(store: Store) -> None:
+    n = new()
+    await store.accept(n)
+    await store.claim(n.id, "w")
+    assert await store.stale_attempts(5) == []
+    await age(store, n.id, "heartbeat_at", 60)
+    [stale] = await store.stale_attempts(5)
+    assert (stale.invocation_id, stale.attempt) == (n.id, 1)
+    results = await asyncio.gather(*(store.requeue_for_recovery(n.id, 1, 5, 0) for _ in range(3)))
+    assert sorted(results) == [False, False, True]
+    replacement = await store.claim(n.id, "w2")
+    assert replacement is not None and replacement.attempt == 2 and replacement.started_cursor == 2
+    with pytest.raises(Superseded):
+        await store.append_events(n.id, 1, [("late", {})])
+
+
+async def test_finish_with_stale_after_skips_a_live_attempt(store: Store) -> None:
+    n = new()
+    await store.accept(n)
+    await store.claim(n.id, "w")
+    with pytest.raises(Superseded):
+        await store.finish(n.id, 1, cancelled(), stale_after=5)
+
+
+async def test_unclaimed_queued_work_is_taken_once_per_threshold(store: Store) -> None:
+    n = new()
+    await store.accept(n)
+    assert await store.take_unclaimed(30) == []
+    await age(store, n.id, "enqueued_at", 60)
+    assert await store.take_unclaimed(30) == [n.id]
+    assert await store.take_unclaimed(30) == []
+
+
+async def test_retention_deletes_old_terminal_invocations_with_their_events(store: Store) -> None:
+    old, recent = new(), new()
+    for n in (old, recent):
+        await store.accept(n)
+        await store.claim(n.id, "w")
+        await store.finish(n.id, 1, completed(1))
+    await age(store, old.id, "finished_at", 3600)
+    assert await store.delete_expired(600, limit=10) == 1
+    assert await store.get(old.id) is None and await store.events_after(old.id, 0) == []
+    assert await store.get(recent.id) is not None
+
+
+async def test_listing_pages_newest_first_with_filters(store: Store) -> None:
+    made = [new(session="a" if i % 2 else None) for i in range(5)]
+    for n in made:
+        await store.accept(n)
+    page = await store.list_owned("ann", limit=3)
+    assert [i.id for i in page] == [n.id for n in made[::-1][:3]]
+    rest = await store.list_owned("ann", before_seq=page[-1].seq, limit=3)
+    assert [i.id for i in rest] == [made[1].id, made[0].id]
+    assert {i.id for i in await store.list_owned("ann", session_id="a")} == {made[1].id, made[3].id}
+    assert await store.list_owned("ann", status=Status.ACTIVE) == []
+    assert await store.count_queued() == 5
+
+
+async def test_release_makes_an_attempt_stale_at_once(store: Store) -> None:
+    n = new()
+    await store.accept(n)
+    await store.claim(n.id, "w")
+    await store.release(n.id, 1)
+    assert [s.invocation_id for s in await store.stale_attempts(5)] == [n.id]
+
+
+async def test_json_values_round_trip(store: Store) -> None:
+    value = {"text": "héllo \\u0000 literal", "n": [1, 2.5, None, True], "nested": {"k": "v"}}
+    n = new(input=value)
+    await store.accept(n)
+    got = await store.get(n.id)
+    assert got is not None and got.input == value
