@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from shared.app import AgentApp, AppLoadError, load_app
 from shared.settings import Settings, load_settings
@@ -186,6 +187,13 @@ def cmd_run_agent(args: argparse.Namespace) -> int:
     return run_agent_command(args.agents, args.agent, args.input)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """The benchmark suite (bench/), run from the repository."""
+    argv = [sys.executable, "-m", "bench", *args.bench_args]
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="Tether, a durable agent server.")
     parser.add_argument("--config", help="YAML settings file (also TETHER_CONFIG)")
@@ -221,15 +229,18 @@ def build_parser() -> argparse.ArgumentParser:
     ra.add_argument("--agents", help="folder of Markdown agents")
     ra.add_argument("--agent", help="which agent (default: the default agent)")
     ra.set_defaults(func=cmd_run_agent)
+    bench = sub.add_parser("bench", help=cmd_bench.__doc__)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="scenarios and --quick")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(os.environ.get("TETHER_LOG_LEVEL", "INFO"))
     try:
+        setup_logging(load_settings(args.config).log_level)
         return int(args.func(args))
-    except AppLoadError as exc:
+    except (AppLoadError, ValidationError, OSError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
 

@@ -40,9 +40,6 @@ class Timers(BaseModel):
         30.0, gt=0, description="A sync POST answers 202 after waiting this long."
     )
     ping_interval: float = Field(15.0, gt=0, le=15.0, description="SSE keep-alive comment period.")
-    cancel_check_interval: float = Field(
-        0.5, gt=0, description="How often a worker re-reads cancel requests if pub/sub is lost."
-    )
 
     @model_validator(mode="after")
     def stale_exceeds_heartbeat(self) -> Timers:
@@ -148,3 +145,26 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def reference() -> list[tuple[str, str, str]]:
+    """(environment variable, default, description) for every setting, for the docs."""
+    rows: list[tuple[str, str, str]] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name.upper()}__")
+                continue
+            default = field.get_default(call_default_factory=True)
+            rows.append((f"{prefix}{name.upper()}", repr(default), field.description or ""))
+
+    walk(Settings, "TETHER_")
+    return rows
+
+
+if __name__ == "__main__":
+    print("| variable | default | meaning |\n| --- | --- | --- |")
+    for variable, default, meaning in reference():
+        print(f"| `{variable}` | `{default}` | {meaning} |")
