@@ -31,7 +31,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @web.middleware
 async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
-    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    route = (
+        request.match_info.route.resource.canonical
+        if request.match_info.route.resource
+        else "unmatched"
+    )
     started = time.perf_counter()
     try:
         response = await handler(request)
@@ -49,7 +53,9 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
             raise
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
-        response = error_response(ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error")
+        response = error_response(
+            ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error"
+        )
     metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
     metrics.requests.labels(request.method, route, str(response.status)).inc()
     return response
@@ -59,7 +65,9 @@ async def metrics_view(request: web.Request) -> web.Response:
     services, metrics = request.app[SERVICES], request.app[METRICS]
     with contextlib.suppress(Exception):
         metrics.queued.set(await services.queued.value())
-    return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(
+        body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
 
 
 async def openapi_view(request: web.Request) -> web.Response:
@@ -72,7 +80,9 @@ async def close_streams(app: web.Application) -> None:
         sub.put(CLOSING)
 
 
-def create_app(settings: Settings, agent_app: AgentApp, mode: Mode = "distributed") -> web.Application:
+def create_app(
+    settings: Settings, agent_app: AgentApp, mode: Mode = "distributed"
+) -> web.Application:
     app = web.Application(
         client_max_size=settings.limits.max_body_bytes, middlewares=[errors_and_metrics]
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -69,7 +70,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     app = load_app(settings.app)
     if app.recover_handler is None:
-        log.warning("app %r has no @app.recover: runs whose worker dies fail with worker_lost", app.name)
+        log.warning(
+            "app %r has no @app.recover: runs whose worker dies fail with worker_lost", app.name
+        )
     processes = args.processes
     if processes <= 1:
         web.run_app(create_app(settings, app), host=settings.host, port=settings.port, print=None)
@@ -95,10 +98,8 @@ def _wait_children(children: list[int]) -> int:
 
     def forward(signum: int, _frame: Any) -> None:
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
@@ -123,10 +124,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     threads = args.threads or settings.worker.threads
     grace_ms = int((settings.timers.shutdown_grace + 5) * 1000)
     argv = [
-        sys.executable, "-m", "dramatiq", "worker.actors",
-        "--processes", str(processes), "--threads", str(threads),
-        "--queues", settings.worker.queue,
-        "--worker-shutdown-timeout", str(grace_ms),
+        sys.executable,
+        "-m",
+        "dramatiq",
+        "worker.actors",
+        "--processes",
+        str(processes),
+        "--threads",
+        str(threads),
+        "--queues",
+        settings.worker.queue,
+        "--worker-shutdown-timeout",
+        str(grace_ms),
     ]
     os.execve(sys.executable, argv, env)
     return 0  # not reached
@@ -166,10 +175,18 @@ def cmd_reap(args: argparse.Namespace) -> int:
         await asyncio.to_thread(broker.enqueue, message, delay=int(delay * 1000) or None)
 
     async def run() -> None:
-        store, pubsub = Store.postgres(settings.database_url, pool_size=1), RedisPubSub(settings.redis_url)
+        store, pubsub = (
+            Store.postgres(settings.database_url, pool_size=1),
+            RedisPubSub(settings.redis_url),
+        )
         try:
-            reaper = Reaper(store=store, pubsub=pubsub, enqueue=enqueue, settings=settings,
-                            has_recover=app.recover_handler is not None)
+            reaper = Reaper(
+                store=store,
+                pubsub=pubsub,
+                enqueue=enqueue,
+                settings=settings,
+                has_recover=app.recover_handler is not None,
+            )
             print(await reaper.reap_once())
         finally:
             await pubsub.close()

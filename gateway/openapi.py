@@ -31,7 +31,10 @@ def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
 
 
-SSE = {"description": "Server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+SSE: dict[str, Any] = {
+    "description": "Server-sent events",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
 ERRORS = {
     str(code): _json(ErrorResponse, text)
     for code, text in [
@@ -44,7 +47,12 @@ ERRORS = {
         (503, "Queue over its admission limit"),
     ]
 }
-ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+ID_PARAM = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "format": "uuid"},
+}
 
 
 def build_openapi() -> dict[str, Any]:
@@ -58,10 +66,21 @@ def build_openapi() -> dict[str, Any]:
         "/api/invocations": {
             "post": {
                 "summary": "Submit an invocation (sync, stream or background)",
-                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(InvocationRequest)}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref(InvocationRequest)}},
+                },
                 "responses": {
-                    "200": {**_json(InvocationView, "Completed (sync), or an SSE stream (stream)"), **{"content": {**_json(InvocationView, "")["content"], **SSE["content"]}}},
-                    "202": _json(AcceptedResponse, "Accepted (background, or sync past sync_timeout)"),
+                    "200": {
+                        "description": "Completed (sync), or an SSE stream (stream)",
+                        "content": {
+                            "application/json": {"schema": _ref(InvocationView)},
+                            "text/event-stream": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "202": _json(
+                        AcceptedResponse, "Accepted (background, or sync past sync_timeout)"
+                    ),
                     "500": _json(ErrorResponse, "The invocation failed (sync)"),
                     **ERRORS,
                 },
@@ -70,31 +89,66 @@ def build_openapi() -> dict[str, Any]:
                 "summary": "The caller's invocations, newest first",
                 "parameters": [
                     {"name": n, "in": "query", "required": False, "schema": {"type": t}}
-                    for n, t in (("status", "string"), ("session_id", "string"), ("limit", "integer"), ("cursor", "string"))
+                    for n, t in (
+                        ("status", "string"),
+                        ("session_id", "string"),
+                        ("limit", "integer"),
+                        ("cursor", "string"),
+                    )
                 ],
                 "responses": {"200": _json(InvocationPage, "A page"), **ERRORS},
             },
         },
         invocation: {
-            "get": {"summary": "Status and result", "parameters": [ID_PARAM], "responses": {"200": _json(InvocationView, "The invocation"), **ERRORS}},
+            "get": {
+                "summary": "Status and result",
+                "parameters": [ID_PARAM],
+                "responses": {"200": _json(InvocationView, "The invocation"), **ERRORS},
+            },
         },
         f"{invocation}/events": {
             "get": {
                 "summary": "Replay events after a cursor, then tail live events",
                 "parameters": [
                     ID_PARAM,
-                    {"name": "after", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
-                    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "integer"}},
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 0},
+                    },
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "integer"},
+                    },
                 ],
                 "responses": {"200": SSE, **ERRORS},
             }
         },
         f"{invocation}/cancel": {
-            "post": {"summary": "Cancel (idempotent)", "parameters": [ID_PARAM], "responses": {"200": _json(InvocationView, "The invocation"), **ERRORS}}
+            "post": {
+                "summary": "Cancel (idempotent)",
+                "parameters": [ID_PARAM],
+                "responses": {"200": _json(InvocationView, "The invocation"), **ERRORS},
+            }
         },
-        "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}},
-        "/readyz": {"get": {"summary": "Database and pub/sub reachable", "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text format"}}}},
+        "/healthz": {
+            "get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Database and pub/sub reachable",
+                "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "responses": {"200": {"description": "text format"}},
+            }
+        },
     }
     return {
         "openapi": "3.1.0",

@@ -20,7 +20,9 @@ STATUS_FOR: dict[ErrorCode, int] = {
 }
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.Response(
         text=dumps(body), status=status, content_type="application/json", headers=headers
     )

@@ -25,7 +25,10 @@ class Route:
 
 @dataclass
 class AgentApp:
-    """An agent service: ``@app.invoke`` runs each invocation, ``@app.recover`` replacement attempts."""
+    """An agent service.
+
+    ``@app.invoke`` runs each invocation; ``@app.recover`` runs replacement attempts.
+    """
 
     name: str = "tether-app"
     invoke_handler: Handler | None = None

@@ -16,9 +16,9 @@ REAP = "reap"
 def build_broker(redis_url: str, *, with_worker_middleware: bool) -> RedisBroker:
     """A Redis broker; the gateway's needs no middleware, the worker's gets Dramatiq's defaults."""
     if with_worker_middleware:
-        broker = RedisBroker(url=redis_url)
+        broker = RedisBroker(url=redis_url)  # type: ignore[no-untyped-call]
     else:
-        broker = RedisBroker(url=redis_url, middleware=[])
+        broker = RedisBroker(url=redis_url, middleware=[])  # type: ignore[no-untyped-call]
     return broker
 
 

@@ -66,7 +66,7 @@ class InvocationContext:
         return await self._sink.emit(event_type, data)
 
     def load_checkpoint(self) -> Any:
-        """The state last saved by ``save_checkpoint`` in any attempt of this invocation, or None."""
+        """The state last saved by ``save_checkpoint`` (by any attempt), or None."""
         return self._sink.checkpoint()
 
     async def save_checkpoint(self, state: Any) -> None:

@@ -28,9 +28,11 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.RATE_LIMITED: "too many unfinished invocations for this caller",
     ErrorCode.OVERLOADED: "the server has too much queued work",
     ErrorCode.INVOCATION_FAILED: "the invocation failed",
-    ErrorCode.WORKER_LOST: "the worker running the invocation was lost and it has no recover handler",
+    ErrorCode.WORKER_LOST: "the worker running the invocation was lost",
     ErrorCode.RECOVERY_LIMIT_EXCEEDED: "the invocation was recovered too many times",
-    ErrorCode.USER_AUTH_RECOVERY_UNSUPPORTED: "an invocation with user credentials cannot be recovered",
+    ErrorCode.USER_AUTH_RECOVERY_UNSUPPORTED: (
+        "an invocation with user credentials cannot be recovered"
+    ),
     ErrorCode.CANCELLED: "the invocation was cancelled",
     ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
 }

@@ -193,7 +193,7 @@ class RedisPubSub(MemoryPubSub):
 
     async def _reconnect(self) -> None:
         with contextlib.suppress(RedisError, OSError):
-            await self._pubsub.aclose()
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         self._pubsub = self._redis.pubsub()
         channels = list(self.subscribers)
         try:
@@ -213,7 +213,7 @@ class RedisPubSub(MemoryPubSub):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         with contextlib.suppress(RedisError, OSError):
-            await self._pubsub.aclose()
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         await self._redis.aclose()
         await super().close()
 

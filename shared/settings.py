@@ -21,7 +21,9 @@ class Timers(BaseModel):
     """Every durability timer, in seconds."""
 
     heartbeat_interval: float = Field(2.0, gt=0, description="How often a worker heartbeats.")
-    stale_after: float = Field(10.0, gt=0, description="An attempt with an older heartbeat is dead.")
+    stale_after: float = Field(
+        10.0, gt=0, description="An attempt with an older heartbeat is dead."
+    )
     reaper_interval: float = Field(2.0, gt=0, description="How often each worker runs a reap pass.")
     requeue_after: float = Field(
         30.0, gt=0, description="Re-enqueue a queued invocation nobody claimed for this long."
@@ -46,7 +48,8 @@ class Timers(BaseModel):
         if self.stale_after < 2 * self.heartbeat_interval:
             raise ValueError(
                 "timers.stale_after must be at least twice timers.heartbeat_interval "
-                f"(got stale_after={self.stale_after}, heartbeat_interval={self.heartbeat_interval})"
+                f"(got stale_after={self.stale_after}, "
+                f"heartbeat_interval={self.heartbeat_interval})"
             )
         return self
 
@@ -60,7 +63,9 @@ class Limits(BaseModel):
     max_queued: int = Field(
         100_000, ge=0, description="Queued invocations the server admits (0: no limit) → 503."
     )
-    max_attempts: int = Field(0, ge=0, description="Attempts before recovery_limit_exceeded (0: no limit).")
+    max_attempts: int = Field(
+        0, ge=0, description="Attempts before recovery_limit_exceeded (0: no limit)."
+    )
     retry_after: int = Field(1, ge=1, description="Retry-After seconds on 429 and 503.")
 
 
@@ -97,7 +102,9 @@ class Settings(BaseSettings):
         env_prefix="TETHER_", env_nested_delimiter="__", extra="forbid"
     )
 
-    app: str = Field("examples.hello:app", description="The AgentApp to serve, as module:attribute.")
+    app: str = Field(
+        "examples.hello:app", description="The AgentApp to serve, as module:attribute."
+    )
     database_url: str = Field(
         "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
         description="PostgreSQL URL for the distributed mode (SQLAlchemy form).",
@@ -109,10 +116,10 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(8000, ge=0, le=65535, description="Port the gateway listens on.")
     log_level: str = Field("INFO", description="Python logging level.")
-    timers: Timers = Field(default_factory=Timers)  # type: ignore[arg-type]
-    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
-    worker: WorkerSettings = Field(default_factory=WorkerSettings)  # type: ignore[arg-type]
-    auth: AuthSettings = Field(default_factory=AuthSettings)  # type: ignore[arg-type]
+    timers: Timers = Field(default_factory=Timers)
+    limits: Limits = Field(default_factory=Limits)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @field_validator("database_url")
     @classmethod

@@ -31,7 +31,9 @@ async def read_sse(response: aiohttp.ClientResponse, limit: int | None = None) -
             continue
         if line == "":
             if fields:
-                events.append(SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"])))
+                events.append(
+                    SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+                )
                 fields = {}
                 if limit is not None and len(events) >= limit:
                     return events
@@ -52,42 +54,57 @@ class Api:
         return {"X-Forwarded-Email": self.owner}
 
     async def post(self, body: Any, **kw: Any) -> tuple[int, Any]:
-        async with self.session.post(f"{self.base}/api/invocations", json=body, headers=self.headers, **kw) as r:
+        async with self.session.post(
+            f"{self.base}/api/invocations", json=body, headers=self.headers, **kw
+        ) as r:
             return r.status, await r.json()
 
     async def post_raw(self, data: bytes) -> tuple[int, Any, str]:
         import io
 
         headers = {**self.headers, "Content-Type": "application/json"}
-        async with self.session.post(f"{self.base}/api/invocations", data=io.BytesIO(data), headers=headers) as r:
+        async with self.session.post(
+            f"{self.base}/api/invocations", data=io.BytesIO(data), headers=headers
+        ) as r:
             return r.status, await r.json(), r.content_type
 
     async def get(self, invocation_id: str) -> tuple[int, Any]:
-        async with self.session.get(f"{self.base}/api/invocations/{invocation_id}", headers=self.headers) as r:
+        async with self.session.get(
+            f"{self.base}/api/invocations/{invocation_id}", headers=self.headers
+        ) as r:
             return r.status, await r.json()
 
     async def cancel(self, invocation_id: str) -> tuple[int, Any]:
-        async with self.session.post(f"{self.base}/api/invocations/{invocation_id}/cancel", headers=self.headers) as r:
+        async with self.session.post(
+            f"{self.base}/api/invocations/{invocation_id}/cancel", headers=self.headers
+        ) as r:
             return r.status, await r.json()
 
-    async def events(self, invocation_id: str, after: int | None = None, last_event_id: int | None = None,
-                     limit: int | None = None) -> list[SseEvent]:
+    async def events(
+        self,
+        invocation_id: str,
+        after: int | None = None,
+        last_event_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[SseEvent]:
         params = {"after": str(after)} if after is not None else {}
         headers = dict(self.headers)
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
-        async with self.session.get(f"{self.base}/api/invocations/{invocation_id}/events",
-                                    params=params, headers=headers) as r:
+        async with self.session.get(
+            f"{self.base}/api/invocations/{invocation_id}/events", params=params, headers=headers
+        ) as r:
             assert r.status == 200, await r.text()
             assert r.headers["Content-Type"].startswith("text/event-stream")
             return await read_sse(r, limit)
 
     async def stream(self, body: dict[str, Any]) -> tuple[aiohttp.ClientResponse, list[SseEvent]]:
-        async with self.session.post(f"{self.base}/api/invocations", json={**body, "stream": True},
-                                     headers=self.headers) as r:
+        async with self.session.post(
+            f"{self.base}/api/invocations", json={**body, "stream": True}, headers=self.headers
+        ) as r:
             return r, await read_sse(r)
 
-    async def wait_status(self, invocation_id: str, statuses: set[str], timeout: float = 30) -> Any:
+    async def wait_status(self, invocation_id: str, statuses: set[str], timeout: float = 30) -> Any:  # noqa: ASYNC109
         import asyncio
 
         loop = asyncio.get_running_loop()

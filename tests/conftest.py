@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Cluster, start_dev
-from tests.services import REDIS_URL, PG_ADMIN_URL, create_database, drop_database, require
+from tests.services import PG_ADMIN_URL, REDIS_URL, create_database, drop_database, require
 
 
 @pytest.fixture(scope="session")
@@ -46,10 +46,16 @@ def migrated_pg(pg_database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster(migrated_pg: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, str]]:
+def cluster(
+    migrated_pg: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Cluster, str]]:
     """One gateway and two worker processes on PostgreSQL and Redis, shared by the session."""
-    c = Cluster(migrated_pg, redis_url, tmp_path_factory.mktemp("cluster"),
-                env_overrides={"TETHER_TIMERS__SYNC_TIMEOUT": "2"})
+    c = Cluster(
+        migrated_pg,
+        redis_url,
+        tmp_path_factory.mktemp("cluster"),
+        env_overrides={"TETHER_TIMERS__SYNC_TIMEOUT": "2"},
+    )
     try:
         _, base = c.start_gateway()
         c.start_worker(processes=2)
@@ -60,8 +66,11 @@ def cluster(migrated_pg: str, redis_url: str, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="session")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, base = start_dev(tmp_path_factory.mktemp("dev"), "tests.apps.contract:app",
-                           {"TETHER_TIMERS__SYNC_TIMEOUT": "2"})
+    proc, base = start_dev(
+        tmp_path_factory.mktemp("dev"),
+        "tests.apps.contract:app",
+        {"TETHER_TIMERS__SYNC_TIMEOUT": "2"},
+    )
     try:
         yield base
     finally:
@@ -83,4 +92,6 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"tether tests: CI={'yes' if os.environ.get('CI') else 'no'} (services required under CI)"
+    return (
+        f"tether tests: CI={'yes' if os.environ.get('CI') else 'no'} (services required under CI)"
+    )

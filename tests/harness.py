@@ -5,6 +5,7 @@ Everything waits on conditions (a port answering, a database row), never on fixe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -60,10 +61,8 @@ class Proc:
 
     def signal(self, sig: signal.Signals) -> None:
         """Signal the whole process group (Dramatiq's worker children included)."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.popen.poll() is None:
@@ -121,7 +120,9 @@ class Cluster:
 
     def start_gateway(self, processes: int = 1) -> tuple[Proc, str]:
         port = free_port()
-        proc = self._spawn("gateway", ["gateway", "--port", str(port), "--processes", str(processes)])
+        proc = self._spawn(
+            "gateway", ["gateway", "--port", str(port), "--processes", str(processes)]
+        )
         base = f"http://127.0.0.1:{port}"
         wait_for(lambda: http_ok(f"{base}/healthz") or proc.popen.poll() is not None, 30, "gateway")
         if proc.popen.poll() is not None:
@@ -146,8 +147,9 @@ class Cluster:
             proc.stop()
 
 
-def start_dev(workdir: Path, app: str, env_overrides: dict[str, str] | None = None,
-              db: str = ":memory:") -> tuple[Proc, str]:
+def start_dev(
+    workdir: Path, app: str, env_overrides: dict[str, str] | None = None, db: str = ":memory:"
+) -> tuple[Proc, str]:
     """`tether dev` as a real subprocess on the embedded store."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
@@ -155,7 +157,18 @@ def start_dev(workdir: Path, app: str, env_overrides: dict[str, str] | None = No
     log_path = workdir / f"dev-{port}.log"
     with log_path.open("wb") as handle:
         popen = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "dev", "--app", app, "--port", str(port), "--db", db],
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "dev",
+                "--app",
+                app,
+                "--port",
+                str(port),
+                "--db",
+                db,
+            ],
             cwd=ROOT,
             env=env,
             stdout=handle,

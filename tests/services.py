@@ -16,7 +16,9 @@ REDIS_URL = os.environ.get("TETHER_TEST_REDIS", "redis://127.0.0.1:6379/0")
 def reachable(url: str, default_port: int) -> bool:
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), 1):
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or default_port), 1
+        ):
             return True
     except OSError:
         return False

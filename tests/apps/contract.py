@@ -29,7 +29,7 @@ async def behave(input: Any, ctx: InvocationContext) -> Any:
     if spec.get("bad_event"):
         await ctx.emit({"type": "run.completed"})
     if spec.get("block_sleep"):
-        time.sleep(float(spec["block_sleep"]))
+        time.sleep(float(spec["block_sleep"]))  # noqa: ASYNC251 (blocks the loop on purpose)
     if spec.get("sleep"):
         await asyncio.sleep(float(spec["sleep"]))
     if spec.get("wait_cancel"):
@@ -38,7 +38,11 @@ async def behave(input: Any, ctx: InvocationContext) -> Any:
         raise RuntimeError(SECRET)
     if spec.get("nan"):
         return float("nan")
-    return {"output": spec.get("output", input), "attempt": ctx.attempt, "recovered": ctx.is_recovery}
+    return {
+        "output": spec.get("output", input),
+        "attempt": ctx.attempt,
+        "recovered": ctx.is_recovery,
+    }
 
 
 app.invoke(behave)

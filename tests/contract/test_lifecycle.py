@@ -10,7 +10,12 @@ from tests.client import Api, assert_clean_log, new_id
 async def test_a_session_runs_one_at_a_time_in_acceptance_order(api: Api) -> None:
     ids = [new_id() for _ in range(8)]
     for invocation_id in ids:  # accepted in this order
-        body = {"id": invocation_id, "input": {"sleep": 0.05}, "session_id": "ordered", "background": True}
+        body = {
+            "id": invocation_id,
+            "input": {"sleep": 0.05},
+            "session_id": "ordered",
+            "background": True,
+        }
         assert (await api.post(body))[0] == 202
     states = [await api.wait_status(i, {"completed"}) for i in ids]
     for before, after in zip(states, states[1:], strict=False):
@@ -19,10 +24,15 @@ async def test_a_session_runs_one_at_a_time_in_acceptance_order(api: Api) -> Non
 
 async def test_concurrent_posts_to_one_session_never_overlap(api: Api) -> None:
     ids = [new_id() for _ in range(10)]
-    await asyncio.gather(*(
-        api.post({"id": i, "input": {"sleep": 0.05}, "session_id": "burst", "background": True}) for i in ids
-    ))
-    states = sorted([await api.wait_status(i, {"completed"}) for i in ids], key=lambda s: s["started_at"])
+    await asyncio.gather(
+        *(
+            api.post({"id": i, "input": {"sleep": 0.05}, "session_id": "burst", "background": True})
+            for i in ids
+        )
+    )
+    states = sorted(
+        [await api.wait_status(i, {"completed"}) for i in ids], key=lambda s: s["started_at"]
+    )
     for before, after in zip(states, states[1:], strict=False):
         assert before["finished_at"] <= after["started_at"]
 
@@ -30,7 +40,14 @@ async def test_concurrent_posts_to_one_session_never_overlap(api: Api) -> None:
 async def test_sessions_belong_to_their_owner(api: Api) -> None:
     other = Api(api.session, api.base)
     blocker = new_id()
-    await api.post({"id": blocker, "input": {"wait_cancel": True}, "session_id": "shared-name", "background": True})
+    await api.post(
+        {
+            "id": blocker,
+            "input": {"wait_cancel": True},
+            "session_id": "shared-name",
+            "background": True,
+        }
+    )
     status, body = await other.post({"id": new_id(), "input": 1, "session_id": "shared-name"})
     assert status == 200 and body["status"] == "completed"
     await api.cancel(blocker)
@@ -38,7 +55,9 @@ async def test_sessions_belong_to_their_owner(api: Api) -> None:
 
 async def test_cancel_a_queued_invocation_is_immediate(api: Api) -> None:
     blocker, follower = new_id(), new_id()
-    await api.post({"id": blocker, "input": {"wait_cancel": True}, "session_id": "c1", "background": True})
+    await api.post(
+        {"id": blocker, "input": {"wait_cancel": True}, "session_id": "c1", "background": True}
+    )
     await api.wait_status(blocker, {"active"})
     await api.post({"id": follower, "input": 1, "session_id": "c1", "background": True})
     status, body = await api.cancel(follower)
@@ -51,7 +70,9 @@ async def test_cancel_a_queued_invocation_is_immediate(api: Api) -> None:
 
 async def test_cancel_an_active_invocation_stops_it_quickly(api: Api) -> None:
     invocation_id = new_id()
-    await api.post({"id": invocation_id, "input": {"emit": 1, "wait_cancel": True}, "background": True})
+    await api.post(
+        {"id": invocation_id, "input": {"emit": 1, "wait_cancel": True}, "background": True}
+    )
     await api.wait_status(invocation_id, {"active"})
     status, _ = await api.cancel(invocation_id)
     assert status == 200
@@ -66,7 +87,9 @@ async def test_cancel_an_active_invocation_stops_it_quickly(api: Api) -> None:
 
 async def test_cancel_hands_the_session_to_the_next_invocation(api: Api) -> None:
     first, second = new_id(), new_id()
-    await api.post({"id": first, "input": {"wait_cancel": True}, "session_id": "handoff", "background": True})
+    await api.post(
+        {"id": first, "input": {"wait_cancel": True}, "session_id": "handoff", "background": True}
+    )
     await api.post({"id": second, "input": 2, "session_id": "handoff", "background": True})
     await api.wait_status(first, {"active"})
     await api.cancel(first)
@@ -86,7 +109,9 @@ async def test_another_owner_sees_404_everywhere(api: Api) -> None:
     stranger = Api(api.session, api.base)
     assert (await stranger.get(invocation_id))[0] == 404
     assert (await stranger.cancel(invocation_id))[0] == 404
-    async with api.session.get(f"{api.base}/api/invocations/{invocation_id}/events", headers=stranger.headers) as r:
+    async with api.session.get(
+        f"{api.base}/api/invocations/{invocation_id}/events", headers=stranger.headers
+    ) as r:
         assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
     status, body = await stranger.post({"id": invocation_id, "input": 1})
     assert status == 409
@@ -101,22 +126,32 @@ async def test_unknown_ids_are_404(api: Api) -> None:
 async def test_listing_shows_only_mine_newest_first_with_filters_and_pages(api: Api) -> None:
     mine = [new_id() for _ in range(5)]
     for n, invocation_id in enumerate(mine):
-        await api.post({"id": invocation_id, "input": n, "session_id": "list-a" if n % 2 else "list-b"})
+        await api.post(
+            {"id": invocation_id, "input": n, "session_id": "list-a" if n % 2 else "list-b"}
+        )
     await Api(api.session, api.base).post({"id": new_id(), "input": 0})
-    async with api.session.get(f"{api.base}/api/invocations", params={"limit": "2"}, headers=api.headers) as r:
+    async with api.session.get(
+        f"{api.base}/api/invocations", params={"limit": "2"}, headers=api.headers
+    ) as r:
         page = await r.json()
     assert [i["id"] for i in page["data"]] == mine[::-1][:2]
     seen = [i["id"] for i in page["data"]]
     while page["next_cursor"]:
         params = {"limit": "2", "cursor": page["next_cursor"]}
-        async with api.session.get(f"{api.base}/api/invocations", params=params, headers=api.headers) as r:
+        async with api.session.get(
+            f"{api.base}/api/invocations", params=params, headers=api.headers
+        ) as r:
             page = await r.json()
         seen += [i["id"] for i in page["data"]]
     assert seen == mine[::-1]
     params = {"session_id": "list-a", "status": "completed"}
-    async with api.session.get(f"{api.base}/api/invocations", params=params, headers=api.headers) as r:
+    async with api.session.get(
+        f"{api.base}/api/invocations", params=params, headers=api.headers
+    ) as r:
         assert [i["id"] for i in (await r.json())["data"]] == [mine[3], mine[1]]
-    async with api.session.get(f"{api.base}/api/invocations", params={"status": "bogus"}, headers=api.headers) as r:
+    async with api.session.get(
+        f"{api.base}/api/invocations", params={"status": "bogus"}, headers=api.headers
+    ) as r:
         assert r.status == 422
 
 
@@ -157,11 +192,13 @@ async def test_reserved_event_types_and_nan_output_fail_the_run(api: Api) -> Non
 
 
 async def test_service_endpoints(api: Api) -> None:
-    for path, kind in (("/healthz", "json"), ("/readyz", "json"), ("/openapi.json", "json")):
+    for path in ("/healthz", "/readyz", "/openapi.json"):
         async with api.session.get(f"{api.base}{path}") as r:
             assert r.status == 200, path
             body = await r.json()
-    assert "/api/invocations" in body["paths"] and "InvocationRequest" in body["components"]["schemas"]
+    assert (
+        "/api/invocations" in body["paths"] and "InvocationRequest" in body["components"]["schemas"]
+    )
     async with api.session.get(f"{api.base}/metrics") as r:
         text = await r.text()
         assert r.status == 200 and "tether_http_requests_total" in text

@@ -42,7 +42,9 @@ async def test_sync_past_sync_timeout_answers_202_with_urls(api: Api) -> None:
 
 async def test_background_answers_202_at_once_and_wins_over_stream(api: Api) -> None:
     invocation_id = new_id()
-    status, body = await api.post({"id": invocation_id, "input": {"sleep": 0.2}, "background": True, "stream": True})
+    status, body = await api.post(
+        {"id": invocation_id, "input": {"sleep": 0.2}, "background": True, "stream": True}
+    )
     assert status == 202
     assert body["status"] in {"queued", "active"}
     assert body["status_url"] == f"/api/invocations/{invocation_id}"
@@ -98,7 +100,9 @@ async def test_same_id_with_other_input_or_session_is_a_conflict(api: Api) -> No
 async def test_canonical_json_decides_sameness(api: Api) -> None:
     invocation_id = new_id()
     ok = await api.post_raw(f'{{"id":"{invocation_id}","input":{{"a":1,"b":[1,2]}}}}'.encode())
-    again = await api.post_raw(f'{{ "input" : {{"b":[1, 2], "a":1}}, "id":"{invocation_id.upper()}"}}'.encode())
+    again = await api.post_raw(
+        f'{{ "input" : {{"b":[1, 2], "a":1}}, "id":"{invocation_id.upper()}"}}'.encode()
+    )
     assert ok[0] == again[0] == 200
 
 

@@ -39,7 +39,11 @@ async def test_reconnecting_to_a_live_run_at_every_point_loses_nothing(api: Api)
 
 async def test_many_readers_of_one_live_run_see_the_same_log(api: Api) -> None:
     invocation_id = new_id()
-    assert (await api.post({"id": invocation_id, "input": {"emit": 20, "emit_sleep": 0.01}, "background": True}))[0] == 202
+    assert (
+        await api.post(
+            {"id": invocation_id, "input": {"emit": 20, "emit_sleep": 0.01}, "background": True}
+        )
+    )[0] == 202
     logs = await asyncio.gather(*(api.events(invocation_id, after=0) for _ in range(10)))
     for log in logs:
         assert_clean_log(log)
@@ -49,7 +53,10 @@ async def test_many_readers_of_one_live_run_see_the_same_log(api: Api) -> None:
 async def test_bad_after_is_rejected(api: Api) -> None:
     invocation_id = new_id()
     await api.post({"id": invocation_id, "background": True})
-    async with api.session.get(f"{api.base}/api/invocations/{invocation_id}/events",
-                               params={"after": "-1"}, headers=api.headers) as r:
+    async with api.session.get(
+        f"{api.base}/api/invocations/{invocation_id}/events",
+        params={"after": "-1"},
+        headers=api.headers,
+    ) as r:
         assert r.status == 422
         assert (await r.json())["error"]["code"] == "invalid_request"

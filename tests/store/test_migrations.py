@@ -27,7 +27,7 @@ async def test_migrations_yield_the_expected_tables_and_columns(
     if dialect == "sqlite":
         store = Store.embedded(str(tmp_path / "m.db"))
     else:
-        from tests.services import create_database, drop_database, require, PG_ADMIN_URL
+        from tests.services import PG_ADMIN_URL, create_database, drop_database, require
 
         require(PG_ADMIN_URL, 5432, "PostgreSQL")
         url = create_database()
@@ -40,7 +40,10 @@ async def test_migrations_yield_the_expected_tables_and_columns(
         assert await applied_versions(store.engine) == first
         async with store.engine.connect() as conn:
             actual = await conn.run_sync(
-                lambda c: {t: {col["name"] for col in sa.inspect(c).get_columns(t)} for t in metadata.tables}
+                lambda c: {
+                    t: {col["name"] for col in sa.inspect(c).get_columns(t)}
+                    for t in metadata.tables
+                }
             )
         for name, table in metadata.tables.items():
             assert actual[name] == {c.name for c in table.columns}, name

@@ -15,7 +15,9 @@ from shared.store.schema import NewInvocation, Status, invocations
 from shared.store.store import Conflict, OwnerLimitReached, Store, Superseded
 
 
-def new(owner: str = "ann", session: str | None = None, input: Any = 1, h: str = "h") -> NewInvocation:
+def new(
+    owner: str = "ann", session: str | None = None, input: Any = 1, h: str = "h"
+) -> NewInvocation:
     return NewInvocation(str(uuid.uuid4()), owner, session, input, h)
 
 
@@ -23,7 +25,11 @@ async def age(store: Store, invocation_id: str, column: str, seconds: float) -> 
     """Move a timestamp into the past, as if time had passed."""
     async with store.engine.begin() as conn:
         col = invocations.c[column]
-        await conn.execute(sa.update(invocations).where(invocations.c.id == invocation_id).values({column: col - seconds}))
+        await conn.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == invocation_id)
+            .values({column: col - seconds})
+        )
 
 
 async def test_accept_is_idempotent_and_conflicts_on_a_different_request(store: Store) -> None:
@@ -59,7 +65,9 @@ async def test_claim_has_one_winner_and_starts_the_event_log(store: Store) -> No
     claims = await asyncio.gather(*(store.claim(n.id, f"w{i}") for i in range(5)))
     won = [c for c in claims if c is not None]
     assert len(won) == 1 and won[0].attempt == 1 and won[0].started_cursor == 1
-    assert await store.events_after(n.id, 0) == [Event(1, "run.started", {"type": "run.started", "attempt": 1})]
+    assert await store.events_after(n.id, 0) == [
+        Event(1, "run.started", {"type": "run.started", "attempt": 1})
+    ]
 
 
 async def test_events_continue_the_cursor_and_are_fenced(store: Store) -> None:

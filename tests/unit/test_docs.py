@@ -19,5 +19,11 @@ def test_configuration_reference_matches_the_settings_model() -> None:
 
 def test_readme_commands_exist() -> None:
     readme = (ROOT / "README.md").read_text()
-    for command in ("tether dev", "tether gateway", "tether worker", "tether migrate", "tether reap"):
+    for command in (
+        "tether dev",
+        "tether gateway",
+        "tether worker",
+        "tether migrate",
+        "tether reap",
+    ):
         assert command in readme, command

@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -25,29 +24,44 @@ def settings_for(tmp_path: Path, **overrides: Any) -> Any:
     return load_settings(None, embedded_path=str(tmp_path / "t.db"), **overrides)
 
 
-async def client_for(aiohttp_client: ClientFactory, tmp_path: Path, app: AgentApp = contract_app, **overrides: Any) -> TestClient:
-    return await aiohttp_client(create_app(settings_for(tmp_path, **overrides), app, mode="embedded"))
+async def client_for(
+    aiohttp_client: ClientFactory, tmp_path: Path, app: AgentApp = contract_app, **overrides: Any
+) -> TestClient:
+    return await aiohttp_client(
+        create_app(settings_for(tmp_path, **overrides), app, mode="embedded")
+    )
 
 
 def body(**kw: Any) -> dict[str, Any]:
     return {"id": str(uuid.uuid4()), **kw}
 
 
-async def test_owner_over_its_limit_gets_429_with_retry_after(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
-    client = await client_for(aiohttp_client, tmp_path, limits={"max_active_per_owner": 2, "retry_after": 3})
+async def test_owner_over_its_limit_gets_429_with_retry_after(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await client_for(
+        aiohttp_client, tmp_path, limits={"max_active_per_owner": 2, "retry_after": 3}
+    )
     for _ in range(2):
-        r = await client.post("/api/invocations", json=body(input={"wait_cancel": True}, background=True))
+        r = await client.post(
+            "/api/invocations", json=body(input={"wait_cancel": True}, background=True)
+        )
         assert r.status == 202
     r = await client.post("/api/invocations", json=body(input=1, background=True))
     assert r.status == 429 and r.headers["Retry-After"] == "3"
     assert (await r.json())["error"]["code"] == "rate_limited"
-    other = await client.post("/api/invocations", json=body(input=1), headers={"X-Forwarded-User": "bob"})
+    other = await client.post(
+        "/api/invocations", json=body(input=1), headers={"X-Forwarded-User": "bob"}
+    )
     assert other.status == 200
 
 
-async def test_queue_over_its_admission_limit_gets_503(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
-    client = await client_for(aiohttp_client, tmp_path, limits={"max_queued": 1},
-                              worker={"concurrency": 1})
+async def test_queue_over_its_admission_limit_gets_503(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await client_for(
+        aiohttp_client, tmp_path, limits={"max_queued": 1}, worker={"concurrency": 1}
+    )
     first = body(input={"wait_cancel": True}, background=True)
     assert (await client.post("/api/invocations", json=first)).status == 202
     queued = body(input=1, background=True)
@@ -60,19 +74,31 @@ async def test_queue_over_its_admission_limit_gets_503(aiohttp_client: ClientFac
     assert again.status == 202
 
 
-async def test_bearer_mode_requires_a_known_token(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
-    client = await client_for(aiohttp_client, tmp_path, auth={"mode": "bearer", "tokens": {"ci": "s3cret"}})
+async def test_bearer_mode_requires_a_known_token(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await client_for(
+        aiohttp_client, tmp_path, auth={"mode": "bearer", "tokens": {"ci": "s3cret"}}
+    )
     assert (await client.post("/api/invocations", json=body(input=1))).status == 401
-    bad = await client.post("/api/invocations", json=body(input=1), headers={"Authorization": "Bearer nope"})
+    bad = await client.post(
+        "/api/invocations", json=body(input=1), headers={"Authorization": "Bearer nope"}
+    )
     assert bad.status == 401
-    ok = await client.post("/api/invocations", json=body(input=1), headers={"Authorization": "Bearer s3cret"})
+    ok = await client.post(
+        "/api/invocations", json=body(input=1), headers={"Authorization": "Bearer s3cret"}
+    )
     assert ok.status == 200
 
 
-async def test_none_mode_ignores_forwarded_headers(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
+async def test_none_mode_ignores_forwarded_headers(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
     client = await client_for(aiohttp_client, tmp_path, auth={"mode": "none"})
     b = body(input=1)
-    assert (await client.post("/api/invocations", json=b, headers={"X-Forwarded-User": "a"})).status == 200
+    assert (
+        await client.post("/api/invocations", json=b, headers={"X-Forwarded-User": "a"})
+    ).status == 200
     r = await client.get(f"/api/invocations/{b['id']}", headers={"X-Forwarded-User": "b"})
     assert r.status == 200
 
@@ -93,7 +119,9 @@ async def test_custom_routes_are_served(aiohttp_client: ClientFactory, tmp_path:
     assert r.status == 200 and await r.json() == {"hello": "world"}
 
 
-async def test_unknown_routes_and_methods_answer_json(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
+async def test_unknown_routes_and_methods_answer_json(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
     client = await client_for(aiohttp_client, tmp_path)
     r = await client.get("/nope")
     assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
@@ -101,15 +129,21 @@ async def test_unknown_routes_and_methods_answer_json(aiohttp_client: ClientFact
     assert r.status == 405 and "error" in await r.json()
 
 
-async def test_forwarded_access_tokens_are_never_stored(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
+async def test_forwarded_access_tokens_are_never_stored(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
     client = await client_for(aiohttp_client, tmp_path)
     token = "dapi-secret-token-value"
-    r = await client.post("/api/invocations", json=body(input=1), headers={"X-Forwarded-Access-Token": token})
+    r = await client.post(
+        "/api/invocations", json=body(input=1), headers={"X-Forwarded-Access-Token": token}
+    )
     assert r.status == 200
     assert token.encode() not in (tmp_path / "t.db").read_bytes()
 
 
-async def test_shutdown_ends_open_streams_with_a_final_comment(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
+async def test_shutdown_ends_open_streams_with_a_final_comment(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
     client = await client_for(aiohttp_client, tmp_path)
     b = body(input={"wait_cancel": True}, background=True)
     await client.post("/api/invocations", json=b)
@@ -117,7 +151,7 @@ async def test_shutdown_ends_open_streams_with_a_final_comment(aiohttp_client: C
     first = await r.content.readuntil(b"\n\n")
     assert first.startswith(b"id: 1")
     streams = client.server.app[STREAMS]
-    while not streams:
+    while not streams:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     await client.server.app.shutdown()
     rest = await r.content.read()

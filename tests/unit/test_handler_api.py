@@ -29,14 +29,22 @@ class Sink:
 
 
 def ctx(sink: Sink, attempt: int = 1) -> InvocationContext:
-    return InvocationContext(invocation_id="i", session_id=None, attempt=attempt, sink=sink, max_event_bytes=100)
+    return InvocationContext(
+        invocation_id="i", session_id=None, attempt=attempt, sink=sink, max_event_bytes=100
+    )
 
 
 async def test_emit_returns_the_cursor_and_checks_the_event() -> None:
     sink = Sink()
     c = ctx(sink)
     assert await c.emit({"type": "status", "message": "hi"}) == 2
-    for bad in ({"type": "run.started"}, {"type": "a b"}, {"type": "x" * 65}, {"message": 1}, "status"):
+    for bad in (
+        {"type": "run.started"},
+        {"type": "a b"},
+        {"type": "x" * 65},
+        {"message": 1},
+        "status",
+    ):
         with pytest.raises(InvalidEvent):
             await c.emit(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidJson):
@@ -67,12 +75,17 @@ def test_handlers_per_attempt() -> None:
 
 def test_load_app_from_a_module_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "myagent.py").write_text(
-        "from shared import AgentApp\napp = AgentApp()\n@app.invoke\nasync def f(i, c):\n    return i\nnot_app = 3\n"
+        "from shared import AgentApp\napp = AgentApp()\n"
+        "@app.invoke\nasync def f(i, c):\n    return i\nnot_app = 3\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert load_app("myagent:app").invoke_handler is not None
-    for spec, message in (("myagent", "module:attribute"), ("nosuch:app", "cannot import"),
-                          ("myagent:nope", "no attribute"), ("myagent:not_app", "not an AgentApp")):
+    for spec, message in (
+        ("myagent", "module:attribute"),
+        ("nosuch:app", "cannot import"),
+        ("myagent:nope", "no attribute"),
+        ("myagent:not_app", "not an AgentApp"),
+    ):
         with pytest.raises(AppLoadError, match=message):
             load_app(spec)

@@ -7,7 +7,9 @@ import pytest
 from shared.jsonvalue import InvalidJson, canonical, dumps, loads, request_hash
 
 
-@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a": -Infinity}', '"a\\u0000"', '{"k\\u0000": 1}', "{", ""])
+@pytest.mark.parametrize(
+    "text", ["NaN", "[Infinity]", '{"a": -Infinity}', '"a\\u0000"', '{"k\\u0000": 1}', "{", ""]
+)
 def test_loads_refuses_what_postgres_or_json_cannot_hold(text: str) -> None:
     with pytest.raises(InvalidJson):
         loads(text)

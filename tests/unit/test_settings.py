@@ -18,15 +18,24 @@ def test_defaults_are_documented_and_sane() -> None:
             assert field.description or name in {"timers", "limits", "worker", "auth"}, name
 
 
-def test_yaml_then_environment_then_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_yaml_then_environment_then_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "tether.yaml"
     config.write_text("port: 9000\ntimers:\n  stale_after: 20\n  heartbeat_interval: 1\n")
     monkeypatch.setenv("TETHER_TIMERS__STALE_AFTER", "30")
     s = load_settings(str(config), host="0.0.0.0")
-    assert (s.port, s.timers.stale_after, s.timers.heartbeat_interval, s.host) == (9000, 30, 1, "0.0.0.0")
+    assert (s.port, s.timers.stale_after, s.timers.heartbeat_interval, s.host) == (
+        9000,
+        30,
+        1,
+        "0.0.0.0",
+    )
 
 
-def test_stale_threshold_must_exceed_the_heartbeat_by_a_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stale_threshold_must_exceed_the_heartbeat_by_a_margin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TETHER_TIMERS__STALE_AFTER", "3")
     monkeypatch.setenv("TETHER_TIMERS__HEARTBEAT_INTERVAL", "2")
     with pytest.raises(ValidationError, match="stale_after"):
@@ -41,4 +50,6 @@ def test_unknown_keys_are_errors(tmp_path: Path) -> None:
 
 
 def test_plain_postgres_urls_get_the_psycopg_driver() -> None:
-    assert Settings(database_url="postgresql://u@h/db").database_url == "postgresql+psycopg://u@h/db"
+    assert (
+        Settings(database_url="postgresql://u@h/db").database_url == "postgresql+psycopg://u@h/db"
+    )

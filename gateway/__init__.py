@@ -1,0 +1,1 @@
+"""Tether's HTTP gateway: aiohttp, stateless; never runs handlers."""
