@@ -124,7 +124,7 @@ class RedisPubSub(MemoryPubSub):
         super().__init__()
         self._redis = aioredis.Redis.from_url(url, health_check_interval=10)
         self._pubsub = self._redis.pubsub()
-        self._confirmations: dict[str, list[asyncio.Future[None]]] = defaultdict(list)
+        self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
@@ -140,25 +140,42 @@ class RedisPubSub(MemoryPubSub):
     @contextlib.asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:
         sub = Subscription(channel)
-        first = channel not in self.subscribers
         self.subscribers[channel].add(sub)
         try:
-            if first:
-                await self._send_subscribe(channel)
+            try:
+                await self._ensure_subscribed(channel)
+            except (RedisError, OSError, TimeoutError) as exc:
+                # degrade, don't fail: the reader reconnects and sends RESYNC, and readers
+                # re-check the store on their own timers meanwhile
+                log.warning("pub/sub subscribe failed (%s); relying on the store", type(exc).__name__)
+                self._ensure_reader()
             yield sub
         finally:
             self._drop(sub)
-            if channel not in self.subscribers:
-                with contextlib.suppress(RedisError, OSError):
-                    await self._pubsub.unsubscribe(channel)
+            await self._unsubscribe_if_unused(channel)
 
-    async def _send_subscribe(self, channel: str) -> None:
-        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._confirmations[channel].append(confirmed)
-        async with self._lock:
-            await self._pubsub.subscribe(channel)
-        self._ensure_reader()
-        await asyncio.wait_for(confirmed, timeout=10)
+    async def _ensure_subscribed(self, channel: str) -> None:
+        confirmed = self._confirmed.get(channel)
+        if confirmed is None:
+            confirmed = asyncio.get_running_loop().create_future()
+            self._confirmed[channel] = confirmed
+            try:
+                async with self._lock:
+                    await self._pubsub.subscribe(channel)
+            finally:
+                self._ensure_reader()
+        # every subscriber, not only the first, waits until Redis confirmed the channel
+        await asyncio.wait_for(asyncio.shield(confirmed), timeout=10)
+
+    async def _unsubscribe_if_unused(self, channel: str) -> None:
+        if channel in self.subscribers:
+            return
+        async with self._lock:  # ordered with subscribes: a newcomer is never unsubscribed
+            if channel in self.subscribers or channel not in self._confirmed:
+                return
+            del self._confirmed[channel]
+            with contextlib.suppress(RedisError, OSError):
+                await self._pubsub.unsubscribe(channel)
 
     def _ensure_reader(self) -> None:
         if self._reader is None or self._reader.done():
@@ -170,8 +187,11 @@ class RedisPubSub(MemoryPubSub):
             try:
                 message = await self._pubsub.get_message(timeout=1.0)
                 backoff = 0.1
-            except RuntimeError:  # no connection yet: nothing subscribed
-                await asyncio.sleep(0.05)
+            except RuntimeError:  # no connection: nothing subscribed yet, or a subscribe failed
+                await asyncio.sleep(backoff if self.subscribers else 0.05)
+                if self.subscribers:
+                    backoff = min(backoff * 2, 2.0)
+                    await self._reconnect()
                 continue
             except (RedisError, OSError) as exc:
                 log.warning("pub/sub connection lost (%s); reconnecting", type(exc).__name__)
@@ -187,15 +207,20 @@ class RedisPubSub(MemoryPubSub):
         if message["type"] == "message":
             self.deliver(channel, _text(message["data"]))
         elif message["type"] == "subscribe":
-            for confirmed in self._confirmations.pop(channel, []):
-                if not confirmed.done():
-                    confirmed.set_result(None)
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(None)
 
     async def _reconnect(self) -> None:
         with contextlib.suppress(RedisError, OSError):
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         self._pubsub = self._redis.pubsub()
         channels = list(self.subscribers)
+        loop = asyncio.get_running_loop()
+        self._confirmed = {c: f for c, f in self._confirmed.items() if c in self.subscribers}
+        for channel in channels:
+            if channel not in self._confirmed or self._confirmed[channel].done():
+                self._confirmed[channel] = loop.create_future()
         try:
             if channels:
                 async with self._lock:
