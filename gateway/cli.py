@@ -41,9 +41,9 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp:
     if agents_dir:
-        from shared.agents import build_agent_app, load_agents_dir
+        from shared.agents import build_app_from_dir
 
-        return build_agent_app(load_agents_dir(agents_dir))
+        return build_app_from_dir(agents_dir)
     return load_app(settings.app)
 
 

@@ -21,7 +21,7 @@ Origin = Literal["code", "markdown"]
 
 @dataclass(eq=False)
 class AgentDefinition:
-    """One agent. Sub-agents become ``agent-<key>`` tools; tools are keyed by the name the model sees.
+    """One agent. Sub-agents become ``agent-<key>`` tools; tools are keyed by their model name.
 
     ``model`` is an adapter object or a model string (see ``shared.agents.models.resolve_model``);
     None uses the registry's default model. ``base_system_prompt`` False disables the base prompt,
@@ -60,7 +60,9 @@ def _tool_key(value: Any) -> str:
 
 def normalize_tools(tools: Mapping[str, Any] | Sequence[Any] | None) -> dict[str, Tool]:
     """Tools keyed by the name the model sees; a mapping chooses the keys itself."""
-    items = tools.items() if isinstance(tools, Mapping) else ((_tool_key(t), t) for t in tools or ())
+    items = (
+        tools.items() if isinstance(tools, Mapping) else ((_tool_key(t), t) for t in tools or ())
+    )
     out: dict[str, Tool] = {}
     for key, value in items:
         if isinstance(value, dict) and is_supervisor_tool(value):
@@ -112,10 +114,17 @@ def create_agent(
         if value is not None and (not isinstance(value, int) or value < 1):
             raise DefinitionError(f"Agent '{name}': {label} must be a positive integer")
     agent = AgentDefinition(
-        name=name, instructions=instructions.strip(), model=model,
-        tools=normalize_tools(tools), agents=children, default=default is True,
-        description=description, max_steps=max_steps, max_tokens=max_tokens,
-        generation_params=dict(generation_params or {}), base_system_prompt=base_system_prompt,
+        name=name,
+        instructions=instructions.strip(),
+        model=model,
+        tools=normalize_tools(tools),
+        agents=children,
+        default=default is True,
+        description=description,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        generation_params=dict(generation_params or {}),
+        base_system_prompt=base_system_prompt,
         script=tuple(ScriptedTurn.parse(t) for t in script),
     )
     check_no_cycles(agent)

@@ -28,8 +28,10 @@ class Budget:
 
     def take(self) -> None:
         if self.used >= self.limit:
-            raise LimitExceeded(f"Tool-call budget exhausted (limit {self.limit}). Raise "
-                                "Limits.max_tool_calls or review the agent's tool use.")
+            raise LimitExceeded(
+                f"Tool-call budget exhausted (limit {self.limit}). Raise "
+                "Limits.max_tool_calls or review the agent's tool use."
+            )
         self.used += 1
 
 
@@ -37,8 +39,10 @@ def normalize_result(result: Any, max_chars: int) -> str:
     """None → ``""``; a string as-is; anything else as JSON; cut past ``max_chars``."""
     text = "" if result is None else result if isinstance(result, str) else dumps(result)
     if len(text) > max_chars:
-        return (text[:max_chars]
-                + f"\n\n[Result truncated: {len(text)} chars exceeds {max_chars} limit]")
+        return (
+            text[:max_chars]
+            + f"\n\n[Result truncated: {len(text)} chars exceeds {max_chars} limit]"
+        )
     return text
 
 
@@ -63,8 +67,10 @@ class ToolDispatcher:
         if entry is None:
             raise ToolError(f"Unknown tool: {call.name}")
         if entry.kind == "hosted":
-            raise ToolError(f"Tool '{call.name}' is a hosted-supervisor tool and cannot be "
-                            "invoked from this process")
+            raise ToolError(
+                f"Tool '{call.name}' is a hosted-supervisor tool and cannot be "
+                "invoked from this process"
+            )
         if entry.agent is not None:
             result: Any = await self._sub_agent(call.name, entry.agent, call.args)
         else:

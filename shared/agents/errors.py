@@ -15,8 +15,9 @@ UPSTREAM_TOOL = "upstream_tool"
 UPSTREAM_UNKNOWN = "upstream_unknown"
 HTTP_STATUS = "http_status"
 LIMIT = "limit_exceeded"
-MODEL_ERROR_CODES = frozenset({TRANSPORT, UPSTREAM_FAILED, UPSTREAM_TOOL, UPSTREAM_UNKNOWN,
-                               HTTP_STATUS, LIMIT})
+MODEL_ERROR_CODES = frozenset(
+    {TRANSPORT, UPSTREAM_FAILED, UPSTREAM_TOOL, UPSTREAM_UNKNOWN, HTTP_STATUS, LIMIT}
+)
 
 
 class AgentError(Exception):
@@ -57,7 +58,9 @@ class StreamTimeout(AgentError):
 _SECRETS = [
     re.compile(r"(?i)((?:proxy-)?authorization\s*[:=]\s*)(\S+(?:\s+\S+)?)"),
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)\b((?:access_?token|api_?key|token|secret|password|client_secret)\s*[=:]\s*)\S+"),
+    re.compile(
+        r"(?i)\b((?:access_?token|api_?key|token|secret|password|client_secret)\s*[=:]\s*)\S+"
+    ),
     re.compile(r"\bdapi[0-9a-f]{16,}\b"),
 ]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")

@@ -65,16 +65,20 @@ def _scan(root: Path) -> list[Path]:
     """Agent folders in sorted order; top-level Markdown files are an error."""
     stray = sorted(p.name for p in root.glob("*.md"))
     if stray:
-        raise DefinitionError(f"{root}: unsupported top-level markdown file(s) {stray}; put each "
-                              "agent in its own folder as <id>/agent.md")
+        raise DefinitionError(
+            f"{root}: unsupported top-level markdown file(s) {stray}; put each "
+            "agent in its own folder as <id>/agent.md"
+        )
     folders = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         if folder.name in RESERVED_FOLDERS or folder.name.startswith((".", "_")):
             continue
         md, py = folder / "agent.md", folder / "agent.py"
         if md.exists() and py.exists():
-            raise DefinitionError(f"Agent '{folder.name}' is defined as both a code agent "
-                                  "(agent.py) and a markdown agent (agent.md)")
+            raise DefinitionError(
+                f"Agent '{folder.name}' is defined as both a code agent "
+                "(agent.py) and a markdown agent (agent.md)"
+            )
         if not md.exists() and not py.exists():
             log.warning("Skipping %s: no agent.md or agent.py", folder)
             continue
@@ -82,33 +86,44 @@ def _scan(root: Path) -> list[Path]:
     return folders
 
 
-def _bind_sub_agents(defs: dict[str, AgentDefinition], refs: dict[str, list[str]],
-                     code: Mapping[str, AgentDefinition]) -> None:
+def _bind_sub_agents(
+    defs: dict[str, AgentDefinition],
+    refs: dict[str, list[str]],
+    code: Mapping[str, AgentDefinition],
+) -> None:
     """Pass 2: bind ``agents:`` references (mutual delegation is allowed, depth-bounded)."""
     for agent_id, agent_refs in refs.items():
         agent = defs[agent_id]
         for ref in agent_refs:
             if ref == agent_id:
-                raise DefinitionError(f"{agent.where}: agent '{agent_id}' cannot reference itself "
-                                      "in 'agents:'")
+                raise DefinitionError(
+                    f"{agent.where}: agent '{agent_id}' cannot reference itself in 'agents:'"
+                )
             child = code.get(ref) or defs.get(ref)
             if child is None:
                 available = ", ".join(sorted({*defs, *code}))
-                raise DefinitionError(f"{agent.where}: 'agents' references unknown agent '{ref}'."
-                                      f" Available: {available}")
+                raise DefinitionError(
+                    f"{agent.where}: 'agents' references unknown agent '{ref}'."
+                    f" Available: {available}"
+                )
             agent.agents[ref] = child
 
 
-def _markdown_agents(root: Path, tools: Mapping[str, Tool],
-                     code: dict[str, AgentDefinition]) -> dict[str, AgentDefinition]:
+def _markdown_agents(
+    root: Path, tools: Mapping[str, Tool], code: dict[str, AgentDefinition]
+) -> dict[str, AgentDefinition]:
     defs: dict[str, AgentDefinition] = {}
     refs: dict[str, list[str]] = {}
     for folder in _scan(root):
         agent_id = folder.name
         if (folder / "agent.py").exists():
             if agent_id in code:
-                log.warning("Agent '%s' is both discovered (%s) and passed in code; ignoring the "
-                            "code entry", agent_id, folder / "agent.py")
+                log.warning(
+                    "Agent '%s' is both discovered (%s) and passed in code; ignoring the "
+                    "code entry",
+                    agent_id,
+                    folder / "agent.py",
+                )
             code[agent_id] = _code_agent(folder / "agent.py")
             continue
         path = folder / "agent.md"
@@ -140,11 +155,15 @@ def load_agents_dir(
     code = {a.name: a for a in code_agents}
     markdown = _markdown_agents(root, ambient, code) if root.is_dir() else {}
     for name in sorted(set(markdown) & set(code)):
-        log.warning("Agent '%s' is defined in code and in %s; the code definition takes "
-                    "precedence", name, markdown[name].source)
+        log.warning(
+            "Agent '%s' is defined in code and in %s; the code definition takes precedence",
+            name,
+            markdown[name].source,
+        )
     agents = {**markdown, **code}
-    registry = AgentRegistry(dict(sorted(agents.items())), default_agent, default_model,
-                             limits or Limits())
+    registry = AgentRegistry(
+        dict(sorted(agents.items())), default_agent, default_model, limits or Limits()
+    )
     if default_agent is not None:
         registry.default_name()  # an unknown configured default fails at load, not at first run
     return registry

@@ -55,21 +55,33 @@ class LoopState:
     finished: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": STATE_VERSION, "agent": self.agent, "text": self.text, "steps": self.steps,
-                "toolCallsUsed": self.tool_calls_used, "finished": self.finished,
-                "messages": [m.to_json() for m in self.messages],
-                "pending": [c.to_json() for c in self.pending], "doneCalls": self.done_calls}
+        return {
+            "v": STATE_VERSION,
+            "agent": self.agent,
+            "text": self.text,
+            "steps": self.steps,
+            "toolCallsUsed": self.tool_calls_used,
+            "finished": self.finished,
+            "messages": [m.to_json() for m in self.messages],
+            "pending": [c.to_json() for c in self.pending],
+            "doneCalls": self.done_calls,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> LoopState | None:
         """A saved state, or None when ``data`` is not one this version wrote."""
         if not isinstance(data, dict) or data.get("v") != STATE_VERSION:
             return None
-        return cls(agent=str(data["agent"]), text=str(data["text"]), steps=int(data["steps"]),
-                   tool_calls_used=int(data["toolCallsUsed"]), finished=bool(data["finished"]),
-                   messages=[Message.from_json(m) for m in data["messages"]],
-                   pending=[ToolCall.from_json(c) for c in data["pending"]],
-                   done_calls=[str(c) for c in data["doneCalls"]])
+        return cls(
+            agent=str(data["agent"]),
+            text=str(data["text"]),
+            steps=int(data["steps"]),
+            tool_calls_used=int(data["toolCallsUsed"]),
+            finished=bool(data["finished"]),
+            messages=[Message.from_json(m) for m in data["messages"]],
+            pending=[ToolCall.from_json(c) for c in data["pending"]],
+            done_calls=[str(c) for c in data["doneCalls"]],
+        )
 
 
 def accumulate(text: str, event: AgentEvent) -> str:
@@ -103,8 +115,14 @@ Checkpoint = Callable[[LoopState], Awaitable[None]]
 class AgentLoop:
     """Runs one agent over a :class:`LoopState` until it answers without tool calls."""
 
-    def __init__(self, agent: AgentDefinition, run: RunContext, *, depth: int = 0,
-                 checkpoint: Checkpoint | None = None) -> None:
+    def __init__(
+        self,
+        agent: AgentDefinition,
+        run: RunContext,
+        *,
+        depth: int = 0,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
         self.agent = agent
         self.run_ctx = run
         self.depth = depth
@@ -129,8 +147,7 @@ class AgentLoop:
             if outcome is None:
                 break
             state.steps += 1
-            state.messages.append(Message("assistant", outcome.text,
-                                          tool_calls=outcome.tool_calls))
+            state.messages.append(Message("assistant", outcome.text, tool_calls=outcome.tool_calls))
             state.pending, state.done_calls = list(outcome.tool_calls), []
             state.finished = not outcome.tool_calls
             await self._save(state)
@@ -148,8 +165,13 @@ class AgentLoop:
 
     async def _turn(self, state: LoopState) -> TurnOutcome | None:
         consumes = self.adapter.consumes_input_tools
-        request = AgentInput(list(state.messages), model_tools(self.index) if consumes else [],
-                             self.run_ctx.thread_id, extensions(self.index), self.run_ctx.signal)
+        request = AgentInput(
+            list(state.messages),
+            model_tools(self.index) if consumes else [],
+            self.run_ctx.thread_id,
+            extensions(self.index),
+            self.run_ctx.signal,
+        )
         outcome = None
         try:
             async with contextlib.aclosing(self.adapter.turn(request)) as items:
@@ -159,6 +181,8 @@ class AgentLoop:
                     elif item.get("type") != "status":
                         state.text = accumulate(state.text, item)
                         await self._emit(item)
+                    if self.run_ctx.aborted():
+                        return None  # stop consuming at once; the text so far stands
         except ModelError as exc:
             if self.depth == 0:
                 await self._emit(status("error", str(exc)))
@@ -186,8 +210,7 @@ class AgentLoop:
         except ToolError as exc:
             error = str(exc)
         except Exception as exc:  # a tool's own failure: generic text out, redacted detail logged
-            log.warning("tool '%s' raised %s: %s", call.name, type(exc).__name__,
-                        redact(str(exc)))
+            log.warning("tool '%s' raised %s: %s", call.name, type(exc).__name__, redact(str(exc)))
             error = f"Tool '{call.name}' failed."
         else:
             await self._emit(tool_result_event(call.id, result))

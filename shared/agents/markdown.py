@@ -19,11 +19,25 @@ log = logging.getLogger(__name__)
 
 FENCE = re.compile(r"^---\r?\n([\s\S]*?)\r?\n---\r?\n?([\s\S]*)$")
 EMPTY_FENCE = re.compile(r"^---\r?\n---\r?\n?([\s\S]*)$")
-KNOWN_KEYS = frozenset({
-    "endpoint", "model", "tools", "toolkits", "agents", "skills", "default", "maxSteps",
-    "maxTokens", "generationParams", "baseSystemPrompt", "auth", "ephemeral", "description",
-    "script",
-})
+KNOWN_KEYS = frozenset(
+    {
+        "endpoint",
+        "model",
+        "tools",
+        "toolkits",
+        "agents",
+        "skills",
+        "default",
+        "maxSteps",
+        "maxTokens",
+        "generationParams",
+        "baseSystemPrompt",
+        "auth",
+        "ephemeral",
+        "description",
+        "script",
+    }
+)
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -35,7 +49,8 @@ _Yaml12Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
     list("tTfF"),
 )
 
@@ -83,8 +98,9 @@ def sub_agent_refs(fm: Mapping[str, Any], path: Path) -> list[str]:
 
 def _tool_refs(fm: Mapping[str, Any], path: Path, ambient: Mapping[str, Tool]) -> dict[str, Tool]:
     if "toolkits" in fm:
-        raise DefinitionError(f"{path}: 'toolkits' is no longer supported; list tools by name "
-                              "in 'tools:' instead")
+        raise DefinitionError(
+            f"{path}: 'toolkits' is no longer supported; list tools by name in 'tools:' instead"
+        )
     entries = fm.get("tools")
     if entries is None:
         return {}
@@ -93,16 +109,20 @@ def _tool_refs(fm: Mapping[str, Any], path: Path, ambient: Mapping[str, Tool]) -
     out: dict[str, Tool] = {}
     for entry in entries:
         if isinstance(entry, str) and entry.startswith("plugin:"):
-            raise DefinitionError(f"{path}: 'tools' entry '{entry}': plugin references are not "
-                                  "supported; name a tool from the tools module")
+            raise DefinitionError(
+                f"{path}: 'tools' entry '{entry}': plugin references are not "
+                "supported; name a tool from the tools module"
+            )
         if entry == "":
             raise DefinitionError(f"{path}: empty string in 'tools:'")
         if not isinstance(entry, str):
             raise DefinitionError(f"{path}: invalid 'tools:' entry {entry!r} (expected a name)")
         if entry not in ambient:
             available = ", ".join(sorted(ambient)) or "<none>"
-            raise DefinitionError(f"{path}: 'tools' references '{entry}', which is not in the "
-                                  f"tools module. Available: {available}")
+            raise DefinitionError(
+                f"{path}: 'tools' references '{entry}', which is not in the "
+                f"tools module. Available: {available}"
+            )
         out[entry] = ambient[entry]
     return out
 
@@ -149,7 +169,7 @@ def definition_from_markdown(
         max_steps=_typed(fm, "maxSteps", int),
         max_tokens=_typed(fm, "maxTokens", int),
         generation_params=_typed(fm, "generationParams", dict) or {},
-        base_system_prompt=None if base is True else base,  # type: ignore[arg-type]
+        base_system_prompt=None if base is True else base,
         ephemeral=fm.get("ephemeral") is True,
         auth=auth,
         script=_script(fm, path),

@@ -55,8 +55,9 @@ def resolve_model(agent: AgentDefinition, default: ModelAdapter | str | None) ->
     if model is None:
         endpoint = os.environ.get(ENDPOINT_ENV)
         if not endpoint:
-            raise DefinitionError(f"Agent '{agent.name}' has no model configured: set 'model' "
-                                  f"or {ENDPOINT_ENV}")
+            raise DefinitionError(
+                f"Agent '{agent.name}' has no model configured: set 'model' or {ENDPOINT_ENV}"
+            )
         model = endpoint
     if isinstance(model, str):
         return model_from_string(model, agent)

@@ -39,10 +39,13 @@ def sub_agent_tool(key: str, child: AgentDefinition) -> ToolDefinition:
     return ToolDefinition(
         SUB_AGENT_PREFIX + key,
         text,
-        {"type": "object",
-         "properties": {"input": {"type": "string",
-                                  "description": "Message to send to the sub-agent."}},
-         "required": ["input"]},
+        {
+            "type": "object",
+            "properties": {
+                "input": {"type": "string", "description": "Message to send to the sub-agent."}
+            },
+            "required": ["input"],
+        },
     )
 
 
@@ -55,8 +58,10 @@ def _tool_entry(key: str, value: Tool) -> ToolEntry:
 
 def tool_index(agent: AgentDefinition) -> dict[str, ToolEntry]:
     """Sub-agents first, then explicit tools (a later entry overwrites the same key)."""
-    index = {SUB_AGENT_PREFIX + k: ToolEntry("subagent", sub_agent_tool(k, c), agent=c)
-             for k, c in agent.agents.items()}
+    index = {
+        SUB_AGENT_PREFIX + k: ToolEntry("subagent", sub_agent_tool(k, c), agent=c)
+        for k, c in agent.agents.items()
+    }
     index.update({k: _tool_entry(k, v) for k, v in agent.tools.items()})
     return index
 
@@ -78,11 +83,15 @@ def capability_warnings(agent: AgentDefinition, adapter: ModelAdapter) -> list[s
     local = [k for k, e in index.items() if e.kind != "hosted"]
     warnings = []
     if hosted and SUPERVISOR_NAMESPACE not in adapter.accepts_extensions:
-        warnings.append(f"Agent '{agent.name}': hosted Supervisor tools {hosted} are ignored by "
-                        f"{adapter.name}, which does not accept '{SUPERVISOR_NAMESPACE}'")
+        warnings.append(
+            f"Agent '{agent.name}': hosted Supervisor tools {hosted} are ignored by "
+            f"{adapter.name}, which does not accept '{SUPERVISOR_NAMESPACE}'"
+        )
     if local and not adapter.consumes_input_tools:
-        warnings.append(f"Agent '{agent.name}': tools {local} are ignored by {adapter.name}, "
-                        "which runs its tools upstream")
+        warnings.append(
+            f"Agent '{agent.name}': tools {local} are ignored by {adapter.name}, "
+            "which runs its tools upstream"
+        )
     return warnings
 
 
@@ -118,8 +127,10 @@ class AgentRegistry:
             raise DefinitionError("No agent registered")
         if self.default_agent is not None:
             if self.default_agent not in self.agents:
-                raise DefinitionError(f"defaultAgent '{self.default_agent}' is not registered. "
-                                      f"Available: {', '.join(sorted(self.agents))}")
+                raise DefinitionError(
+                    f"defaultAgent '{self.default_agent}' is not registered. "
+                    f"Available: {', '.join(sorted(self.agents))}"
+                )
             return self.default_agent
         for origin in ("code", "markdown"):
             flagged = sorted(n for n, a in self.agents.items() if a.default and a.origin == origin)
@@ -130,8 +141,9 @@ class AgentRegistry:
     def get(self, name: str | None) -> AgentDefinition:
         key = name or self.default_name()
         if key not in self.agents:
-            raise DefinitionError(f'Agent "{key}" not found. Available: '
-                                  f"{', '.join(sorted(self.agents)) or '<none>'}")
+            raise DefinitionError(
+                f'Agent "{key}" not found. Available: {", ".join(sorted(self.agents)) or "<none>"}'
+            )
         return self.agents[key]
 
     def model_for(self, agent: AgentDefinition) -> ModelAdapter:

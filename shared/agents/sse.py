@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from shared.agents.errors import StreamLimitExceeded, StreamTimeout
 
@@ -38,29 +38,46 @@ async def guarded(
     source: AsyncIterable[T],
     signal: asyncio.Event | None = None,
     deadline: float | None = None,
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """Items from ``source`` until it ends, ``signal`` is set (silently) or ``deadline`` passes.
 
     An abort or a deadline cancels the pending upstream read at once, so an idle upstream never
     holds the consumer. ``deadline`` is a ``loop.time()`` value; passing it raises StreamTimeout.
     """
     iterator = aiter(source)
-    if signal is None and deadline is None:
-        async for item in iterator:
+    try:
+        if signal is None and deadline is None:
+            async for item in iterator:
+                yield item
+            return
+        async for item in _race(iterator, signal or asyncio.Event(), deadline):
             yield item
-        return
+    finally:
+        await _close(iterator)
+
+
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    """Close the upstream now (an HTTP response, a session) rather than at garbage collection."""
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
+async def _race(
+    iterator: AsyncIterator[T], signal: asyncio.Event, deadline: float | None
+) -> AsyncGenerator[T, None]:
     loop = asyncio.get_running_loop()
-    waiter = asyncio.ensure_future((signal or asyncio.Event()).wait())
+    waiter = asyncio.ensure_future(signal.wait())
+    pending: asyncio.Future[T] | None = None
     try:
         while not waiter.done():
             pending = asyncio.ensure_future(_next_item(iterator))
             timeout = None if deadline is None else max(0.0, deadline - loop.time())
-            done, _ = await asyncio.wait({pending, waiter}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {pending, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
             if pending not in done:
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await pending
                 if waiter.done():
                     return
                 raise StreamTimeout("stream deadline passed")
@@ -71,6 +88,10 @@ async def guarded(
             yield item
     finally:
         waiter.cancel()
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
 
 
 def _field_value(line: str, name: str) -> str | None:
@@ -110,24 +131,25 @@ async def read_sse(
     max_buffer_chars: int = MAX_BUFFER_CHARS,
     signal: asyncio.Event | None = None,
     deadline: float | None = None,
-) -> AsyncIterator[SseEvent]:
+) -> AsyncGenerator[SseEvent, None]:
     """Parse a byte stream into SSE events; raises StreamLimitExceeded past a cap.
 
     Setting ``signal`` ends the iteration quietly and cancels the pending upstream read.
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     buffer = ""
-    async for chunk in guarded(chunks, signal, deadline):
-        buffer += decoder.decode(chunk)
-        if "\r" in buffer:
-            buffer = buffer.replace("\r\n", "\n")
-        *blocks, buffer = buffer.split("\n\n")
-        for block in blocks:
-            _check_block(block, max_line_chars)
-            if (parsed := parse_block(block)) is not None:
-                yield parsed
-        if len(buffer) > max_buffer_chars:
-            raise StreamLimitExceeded(f"SSE buffer exceeds maxBufferChars ({max_buffer_chars})")
+    async with contextlib.aclosing(guarded(chunks, signal, deadline)) as guarded_chunks:
+        async for chunk in guarded_chunks:
+            buffer += decoder.decode(chunk)
+            if "\r" in buffer:
+                buffer = buffer.replace("\r\n", "\n")
+            *blocks, buffer = buffer.split("\n\n")
+            for block in blocks:
+                _check_block(block, max_line_chars)
+                if (parsed := parse_block(block)) is not None:
+                    yield parsed
+            if len(buffer) > max_buffer_chars:
+                raise StreamLimitExceeded(f"SSE buffer exceeds maxBufferChars ({max_buffer_chars})")
     if signal is not None and signal.is_set():
         return
     buffer = (buffer + decoder.decode(b"", final=True)).replace("\r\n", "\n")
@@ -138,11 +160,11 @@ async def read_sse(
 
 async def read_lines(
     chunks: AsyncIterable[bytes], *, max_line_chars: int = MAX_LINE_CHARS
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """Split a byte stream on ``\\n`` (chat-completions parsing, spec §2.3), with a line cap."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     buffer = ""
-    async for chunk in chunks:
+    async for chunk in chunks:  # the caller owns (and closes) ``chunks``
         buffer += decoder.decode(chunk)
         *lines, buffer = buffer.split("\n")
         for line in lines:

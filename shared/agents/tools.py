@@ -50,13 +50,15 @@ class FunctionTool:
     timeout_s: float | None = None
 
     def definition(self, name: str | None = None) -> ToolDefinition:
-        return ToolDefinition(name or self.name, self.description, self.parameters,
-                              self.annotations)
+        return ToolDefinition(
+            name or self.name, self.description, self.parameters, self.annotations
+        )
 
     def _arguments(self, args: Any) -> dict[str, Any]:
         if not isinstance(args, dict):
-            raise ToolError(f"Function tool '{self.name}' received non-object arguments "
-                            f"(got {_kind(args)})")
+            raise ToolError(
+                f"Function tool '{self.name}' received non-object arguments (got {_kind(args)})"
+            )
         if self.validator is None:
             missing = [k for k in self.parameters.get("required", ()) if k not in args]
             if missing:
@@ -65,8 +67,9 @@ class FunctionTool:
         try:
             parsed = self.validator.model_validate(args)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}"
-                                 for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()
+            )
             raise ToolError(f"Invalid arguments for tool '{self.name}': {problems}") from None
         if self.model_argument is not None:
             return {self.model_argument: parsed}
@@ -88,8 +91,11 @@ class FunctionTool:
 
 def _validator(fn: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
     hints = get_type_hints(fn, include_extras=True)
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     if len(params) == 1:
         hint = hints.get(params[0].name)
         if inspect.isclass(hint) and issubclass(hint, BaseModel):
@@ -100,8 +106,7 @@ def _validator(fn: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
             raise DefinitionError(f"tool '{fn.__name__}': parameter '{p.name}' needs a type hint")
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (hints[p.name], default)
-    model = create_model(f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"),
-                         **fields)
+    model = create_model(f"{fn.__name__}_args", __config__=ConfigDict(extra="forbid"), **fields)
     return model, None
 
 
@@ -125,9 +130,16 @@ def make_tool(
         raise DefinitionError(f"tool '{tool_name}': effect must be one of {', '.join(EFFECTS)}")
     validator, model_argument = _validator(fn)
     schema = _strip_titles(validator.model_json_schema())
-    return FunctionTool(tool_name, description or _description(fn), schema, fn, validator,
-                        model_argument, ToolAnnotations(effect=effect) if effect else None,
-                        timeout_s)
+    return FunctionTool(
+        tool_name,
+        description or _description(fn),
+        schema,
+        fn,
+        validator,
+        model_argument,
+        ToolAnnotations(effect=effect) if effect else None,
+        timeout_s,
+    )
 
 
 def schema_tool(
@@ -142,8 +154,16 @@ def schema_tool(
     """A tool with a hand-written JSON schema; ``execute`` receives the argument object."""
     if not TOOL_NAME.match(name):
         raise DefinitionError(f"tool name {name!r} must match {TOOL_NAME.pattern}")
-    return FunctionTool(name, description, dict(parameters), execute, None, None,
-                        ToolAnnotations(effect=effect) if effect else None, timeout_s)
+    return FunctionTool(
+        name,
+        description,
+        dict(parameters),
+        execute,
+        None,
+        None,
+        ToolAnnotations(effect=effect) if effect else None,
+        timeout_s,
+    )
 
 
 @overload
@@ -152,8 +172,11 @@ def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None,
-    effect: ToolEffect | None = None, timeout_s: float | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: ToolEffect | None = None,
+    timeout_s: float | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -171,9 +194,9 @@ def tool(
     The schema comes from the type hints (``Annotated[str, Field(description=...)]`` works) or
     from a single pydantic-model parameter; the docstring's first paragraph is the description.
     """
+
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return make_tool(f, name=name, description=description, effect=effect,
-                         timeout_s=timeout_s)
+        return make_tool(f, name=name, description=description, effect=effect, timeout_s=timeout_s)
 
     return wrap(fn) if fn is not None else wrap
 

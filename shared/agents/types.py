@@ -7,7 +7,7 @@ below build each kind so its keys are spelled in one place (spec §3.1).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -85,15 +85,26 @@ class ToolAnnotations:
     destructive: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in (("effect", self.effect), ("idempotent", self.idempotent),
-                                  ("destructive", self.destructive)) if v is not None}
+        return {
+            k: v
+            for k, v in (
+                ("effect", self.effect),
+                ("idempotent", self.idempotent),
+                ("destructive", self.destructive),
+            )
+            if v is not None
+        }
 
 
 def requires_approval(annotations: ToolAnnotations | None) -> bool:
     """True for tools a later approval gate must hold: write, update or destructive effects."""
     if annotations is None:
         return False
-    return annotations.destructive is True or annotations.effect in ("write", "update", "destructive")
+    return annotations.destructive is True or annotations.effect in (
+        "write",
+        "update",
+        "destructive",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +164,7 @@ class ModelAdapter(Protocol):
     accepts_extensions: frozenset[str]
     consumes_input_tools: bool
 
-    def turn(self, request: AgentInput) -> AsyncIterator[TurnItem]: ...
+    def turn(self, request: AgentInput) -> AsyncGenerator[TurnItem, None]: ...
 
 
 # --- event constructors (spec §3.1) ---------------------------------------------------------

@@ -51,8 +51,14 @@ class FakeModelServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         text = await request.text()
-        self.requests.append(Recorded(request.method, request.path, dict(request.headers),
-                                      json.loads(text) if text else None))
+        self.requests.append(
+            Recorded(
+                request.method,
+                request.path,
+                dict(request.headers),
+                json.loads(text) if text else None,
+            )
+        )
         reply = self.replies.pop(0) if self.replies else Reply(status=500)
         try:
             if reply.stall_before_headers:

@@ -17,8 +17,13 @@ HELLO = [Message("system", "Be terse."), Message("user", "Hello")]
 QUERY = ToolDefinition("analytics.query", "Run SQL", {"type": "object", "properties": {}})
 
 
-def tc(index: int, call_id: str | None = None, name: str | None = None,
-       args: str | None = None, **extra: Any) -> dict[str, Any]:
+def tc(
+    index: int,
+    call_id: str | None = None,
+    name: str | None = None,
+    args: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     out: dict[str, Any] = {"index": index, "function": {}, **extra}
     if call_id is not None:
         out["id"] = call_id
@@ -29,8 +34,9 @@ def tc(index: int, call_id: str | None = None, name: str | None = None,
     return out
 
 
-async def run_all(adapter: ChatCompletionsAdapter, request: AgentInput,
-                  calls: list[tuple[str, Any]] | None = None) -> list[AgentEvent]:
+async def run_all(
+    adapter: ChatCompletionsAdapter, request: AgentInput, calls: list[tuple[str, Any]] | None = None
+) -> list[AgentEvent]:
     async def execute(name: str, args: Any) -> Any:
         if calls is not None:
             calls.append((name, args))
@@ -72,10 +78,15 @@ async def test_streamed_tool_calls_accumulate_and_map_names_back(
     )
     server.reply(chat_chunk("Done."), "data: [DONE]\n\n")
     calls: list[tuple[str, Any]] = []
-    events = await run_all(from_model_serving("ep", config=config),
-                           AgentInput(HELLO, tools=[QUERY]), calls)
-    assert {"type": "tool_call", "callId": "call_1", "name": "analytics.query",
-            "args": {"query": "SELECT 1"}} in events
+    events = await run_all(
+        from_model_serving("ep", config=config), AgentInput(HELLO, tools=[QUERY]), calls
+    )
+    assert {
+        "type": "tool_call",
+        "callId": "call_1",
+        "name": "analytics.query",
+        "args": {"query": "SELECT 1"},
+    } in events
     assert {"type": "tool_result", "callId": "call_1", "result": "ok"} in events
     assert calls == [("analytics.query", {"query": "SELECT 1"})]
     assert len(server.requests) == 2
@@ -83,13 +94,17 @@ async def test_streamed_tool_calls_accumulate_and_map_names_back(
     first, second = server.requests
     assert first.body["tools"][0]["function"]["name"] == "analytics__query"
     assert second.body["messages"][2] == {
-        "role": "assistant", "content": None,
-        "tool_calls": [{"id": "call_1", "type": "function",
-                        "function": {"name": "analytics__query",
-                                     "arguments": '{"query":"SELECT 1"}'}}],
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "analytics__query", "arguments": '{"query":"SELECT 1"}'},
+            }
+        ],
     }
-    assert second.body["messages"][3] == {"role": "tool", "content": "ok",
-                                          "tool_call_id": "call_1"}
+    assert second.body["messages"][3] == {"role": "tool", "content": "ok", "tool_call_id": "call_1"}
 
 
 async def test_two_tools_with_one_wire_name_are_a_collision(config: Config) -> None:
@@ -109,23 +124,31 @@ async def test_streamed_text_over_the_cap_raises_a_sanitized_error(
     assert "streamed assistant text exceeds configured limit" in str(raised.value.__cause__)
     server.reply(chat_chunk("abc"), chat_chunk("defgh"))
     events = await run_all(adapter, AgentInput(HELLO))
-    assert events[-1] == {"type": "status", "status": "error",
-                          "error": "Databricks API error (limit_exceeded)"}
+    assert events[-1] == {
+        "type": "status",
+        "status": "error",
+        "error": "Databricks API error (limit_exceeded)",
+    }
 
 
 async def test_tool_arguments_over_the_cap_raise(server: FakeModelServer, config: Config) -> None:
-    server.reply(chat_chunk(tool_calls=[tc(0, "c", "f", '{"a":"')]),
-                 chat_chunk(tool_calls=[tc(0, args='xxxx"}')]))
+    server.reply(
+        chat_chunk(tool_calls=[tc(0, "c", "f", '{"a":"')]),
+        chat_chunk(tool_calls=[tc(0, args='xxxx"}')]),
+    )
     adapter = from_model_serving("ep", config=config, max_tool_arguments_chars=8)
     with pytest.raises(ModelError) as raised:
         await one_turn(adapter, AgentInput(HELLO))
     assert "tool call arguments exceed" in str(raised.value.__cause__)
 
 
-@pytest.mark.parametrize(("chunks", "message"), [
-    (["data: " + "x" * 300 + "\n"], "SSE line exceeds"),
-    (["data: " + "x" * 300], "SSE line buffer exceeds"),
-])
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        (["data: " + "x" * 300 + "\n"], "SSE line exceeds"),
+        (["data: " + "x" * 300], "SSE line buffer exceeds"),
+    ],
+)
 async def test_an_oversized_line_raises(
     server: FakeModelServer, config: Config, chunks: list[str], message: str
 ) -> None:
@@ -139,8 +162,11 @@ async def test_an_oversized_line_raises(
 async def test_a_thought_signature_is_echoed_only_when_present(
     server: FakeModelServer, config: Config
 ) -> None:
-    server.reply(chat_chunk(tool_calls=[tc(0, "c1", "analytics__query", "{}",
-                                           thoughtSignature="sig-camel-abc123")]))
+    server.reply(
+        chat_chunk(
+            tool_calls=[tc(0, "c1", "analytics__query", "{}", thoughtSignature="sig-camel-abc123")]
+        )
+    )
     server.reply(chat_chunk("ok"))
     server.reply(chat_chunk(tool_calls=[tc(0, "c2", "analytics__query", "{}")]))
     server.reply(chat_chunk("ok"))
@@ -156,12 +182,16 @@ async def test_a_thought_signature_is_echoed_only_when_present(
 async def test_harmony_content_gives_one_answer_delta_and_one_thinking_event(
     server: FakeModelServer, config: Config
 ) -> None:
-    parts = [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "Recall docs"}]},
-             {"type": "text", "text": "The default port is 8443."}]
+    parts = [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Recall docs"}]},
+        {"type": "text", "text": "The default port is 8443."},
+    ]
     server.reply(chat_chunk(parts))
     items = await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
-    assert items[:2] == [{"type": "thinking", "content": "Recall docs"},
-                         {"type": "message_delta", "content": "The default port is 8443."}]
+    assert items[:2] == [
+        {"type": "thinking", "content": "Recall docs"},
+        {"type": "message_delta", "content": "The default port is 8443."},
+    ]
 
 
 async def test_a_llama_style_text_tool_call_is_executed(
@@ -171,11 +201,16 @@ async def test_a_llama_style_text_tool_call_is_executed(
     server.reply(chat_chunk('[{"name":"get_weather","parameters":{"city":"SF"}}]'))
     server.reply(chat_chunk("Sunny."))
     calls: list[tuple[str, Any]] = []
-    events = await run_all(from_model_serving("ep", config=config),
-                           AgentInput(HELLO, tools=[weather]), calls)
+    events = await run_all(
+        from_model_serving("ep", config=config), AgentInput(HELLO, tools=[weather]), calls
+    )
     assert calls == [("get_weather", {"city": "SF"})]
-    assert {"type": "tool_call", "callId": "text_call_0", "name": "get_weather",
-            "args": {"city": "SF"}} in events
+    assert {
+        "type": "tool_call",
+        "callId": "text_call_0",
+        "name": "get_weather",
+        "args": {"city": "SF"},
+    } in events
 
 
 async def test_a_python_style_text_tool_call_is_parsed(
@@ -183,8 +218,9 @@ async def test_a_python_style_text_tool_call_is_parsed(
 ) -> None:
     weather = ToolDefinition("get_weather", "", {"type": "object"})
     server.reply(chat_chunk("[get_weather(city='SF', unit=\"C\")]"))
-    items = await one_turn(from_model_serving("ep", config=config),
-                           AgentInput(HELLO, tools=[weather]))
+    items = await one_turn(
+        from_model_serving("ep", config=config), AgentInput(HELLO, tools=[weather])
+    )
     outcome = items[-1]
     assert isinstance(outcome, TurnOutcome)
     assert [(c.name, c.args) for c in outcome.tool_calls] == [
@@ -196,8 +232,9 @@ async def test_a_missing_call_id_defaults_and_empty_arguments_become_an_object(
     server: FakeModelServer, config: Config
 ) -> None:
     server.reply(chat_chunk(tool_calls=[tc(0, name="analytics__query")]))
-    items = await one_turn(from_model_serving("ep", config=config),
-                           AgentInput(HELLO, tools=[QUERY]))
+    items = await one_turn(
+        from_model_serving("ep", config=config), AgentInput(HELLO, tools=[QUERY])
+    )
     [call] = items[-1].tool_calls
     assert (call.id, call.args) == ("call_0", {})
 
@@ -207,17 +244,19 @@ async def test_an_http_error_reports_only_the_status(
 ) -> None:
     server.reply(status=401)
     events = await run_all(from_model_serving("ep", config=config), AgentInput(HELLO))
-    assert events[-1] == {"type": "status", "status": "error",
-                          "error": "Databricks API error (401)"}
+    assert events[-1] == {
+        "type": "status",
+        "status": "error",
+        "error": "Databricks API error (401)",
+    }
     assert "secret" not in caplog.text and "dapi0123" not in caplog.text
 
 
-async def test_only_set_generation_params_are_sent(
-    server: FakeModelServer, config: Config
-) -> None:
+async def test_only_set_generation_params_are_sent(server: FakeModelServer, config: Config) -> None:
     server.reply(chat_chunk("x"))
-    adapter = from_model_serving("ep", config=config,
-                                 generation_params={"temperature": 0.2, "top_p": None})
+    adapter = from_model_serving(
+        "ep", config=config, generation_params={"temperature": 0.2, "top_p": None}
+    )
     await one_turn(adapter, AgentInput(HELLO))
     body = server.requests[0].body
     assert body["temperature"] == 0.2 and "top_p" not in body
@@ -226,8 +265,9 @@ async def test_only_set_generation_params_are_sent(
 async def test_data_lines_without_a_space_and_malformed_json_are_skipped(
     server: FakeModelServer, config: Config
 ) -> None:
-    server.reply('data:{"choices":[{"delta":{"content":"no"}}]}\n', "data: {oops\n",
-                 chat_chunk("yes"))
+    server.reply(
+        'data:{"choices":[{"delta":{"content":"no"}}]}\n', "data: {oops\n", chat_chunk("yes")
+    )
     items = await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
     assert items[0] == {"type": "message_delta", "content": "yes"}
 

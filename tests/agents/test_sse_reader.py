@@ -16,8 +16,13 @@ async def chunks(*parts: str | bytes) -> AsyncIterator[bytes]:
         yield part.encode() if isinstance(part, str) else part
 
 
-async def collect(*parts: str | bytes, **options: int) -> list[SseEvent]:
-    return [e async for e in read_sse(chunks(*parts), **options)]
+async def collect(
+    *parts: str | bytes, max_line_chars: int = 1_048_576, max_buffer_chars: int = 8_388_608
+) -> list[SseEvent]:
+    reader = read_sse(
+        chunks(*parts), max_line_chars=max_line_chars, max_buffer_chars=max_buffer_chars
+    )
+    return [e async for e in reader]
 
 
 async def test_an_event_block_parses_event_and_data() -> None:

@@ -24,8 +24,10 @@ RESULT = {"type": "tool_result", "callId": "c1", "result": "ok"}
 
 
 def test_the_first_delta_opens_a_message() -> None:
-    assert types(feed(DELTA, finalize=False)) == ["response.output_item.added",
-                                                  "response.output_text.delta"]
+    assert types(feed(DELTA, finalize=False)) == [
+        "response.output_item.added",
+        "response.output_text.delta",
+    ]
 
 
 def test_a_second_delta_is_only_a_delta() -> None:
@@ -52,17 +54,25 @@ def test_tool_result_outputs() -> None:
         return str(feed(event, finalize=False)[0]["item"]["output"])
 
     assert output({"type": "tool_result", "callId": "c", "result": {"rows": 42}}) == '{"rows":42}'
-    assert output({"type": "tool_result", "callId": "c", "result": None,
-                   "error": "Query failed"}) == "Query failed"
+    assert (
+        output({"type": "tool_result", "callId": "c", "result": None, "error": "Query failed"})
+        == "Query failed"
+    )
     assert output({"type": "tool_result", "callId": "c"}) == ""
 
 
 def test_thinking_metadata_and_structured_output_pass_through() -> None:
-    out = feed({"type": "thinking", "content": "hmm"}, {"type": "metadata", "data": {"t": 1}},
-               {"type": "structured_output", "data": {"a": 1}}, finalize=False)
+    out = feed(
+        {"type": "thinking", "content": "hmm"},
+        {"type": "metadata", "data": {"t": 1}},
+        {"type": "structured_output", "data": {"a": 1}},
+        finalize=False,
+    )
     assert [(e["type"], e.get("content", e.get("data"))) for e in out] == [
-        ("appkit.thinking", "hmm"), ("appkit.metadata", {"t": 1}),
-        ("appkit.structured_output", {"a": 1})]
+        ("appkit.thinking", "hmm"),
+        ("appkit.metadata", {"t": 1}),
+        ("appkit.structured_output", {"a": 1}),
+    ]
 
 
 def test_status_complete_closes_the_message_and_completes() -> None:
@@ -72,10 +82,11 @@ def test_status_complete_closes_the_message_and_completes() -> None:
 
 
 def test_status_error_is_error_then_failed() -> None:
-    out = feed({"type": "status", "status": "error", "error": "Something broke"},
-               finalize=False)
-    assert [(e["type"], e.get("error")) for e in out] == [("error", "Something broke"),
-                                                         ("response.failed", None)]
+    out = feed({"type": "status", "status": "error", "error": "Something broke"}, finalize=False)
+    assert [(e["type"], e.get("error")) for e in out] == [
+        ("error", "Something broke"),
+        ("response.failed", None),
+    ]
 
 
 def test_output_indices_are_claimed_in_order() -> None:
@@ -85,19 +96,37 @@ def test_output_indices_are_claimed_in_order() -> None:
 
 
 def test_worked_example_pairs_added_and_done_per_index() -> None:
-    out = feed({"type": "metadata", "data": {"threadId": "t1"}}, DELTA, CALL, RESULT,
-               {"type": "message_delta", "content": "Done"})
-    items = [(e["type"].rsplit(".", 1)[-1], e["output_index"]) for e in out
-             if e["type"] in ("response.output_item.added", "response.output_item.done")]
-    assert items == [("added", 0), ("done", 0), ("added", 1), ("done", 1),
-                     ("added", 2), ("done", 2), ("added", 3), ("done", 3)]
+    out = feed(
+        {"type": "metadata", "data": {"threadId": "t1"}},
+        DELTA,
+        CALL,
+        RESULT,
+        {"type": "message_delta", "content": "Done"},
+    )
+    items = [
+        (e["type"].rsplit(".", 1)[-1], e["output_index"])
+        for e in out
+        if e["type"] in ("response.output_item.added", "response.output_item.done")
+    ]
+    assert items == [
+        ("added", 0),
+        ("done", 0),
+        ("added", 1),
+        ("done", 1),
+        ("added", 2),
+        ("done", 2),
+        ("added", 3),
+        ("done", 3),
+    ]
     assert types(out)[0] == "appkit.metadata" and types(out)[-1] == "response.completed"
     assert len(out) == 12
 
 
 def test_a_final_message_replaces_the_streamed_text_without_a_second_added() -> None:
-    out = feed({"type": "message_delta", "content": "partial"},
-               {"type": "message", "content": "full final content"})
+    out = feed(
+        {"type": "message_delta", "content": "partial"},
+        {"type": "message", "content": "full final content"},
+    )
     assert types(out).count("response.output_item.added") == 1
     done = [e for e in out if e["type"] == "response.output_item.done"]
     assert len(done) == 1

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -79,7 +79,9 @@ class ChatCompletionsAdapter:
         self.name = label
         self.max_tokens = max_tokens
         params = generation_params or {}
-        self.generation_params = {k: params[k] for k in GENERATION_PARAMS if params.get(k) is not None}
+        self.generation_params = {
+            k: params[k] for k in GENERATION_PARAMS if params.get(k) is not None
+        }
         self.max_sse_line_chars = max_sse_line_chars
         self.max_stream_text_chars = max_stream_text_chars
         self.max_tool_arguments_chars = max_tool_arguments_chars
@@ -88,15 +90,19 @@ class ChatCompletionsAdapter:
     def body(self, request: AgentInput) -> dict[str, Any]:
         """The JSON body of one turn (spec §2.2)."""
         wire_names(request.tools)  # raises on a name collision before any request is sent
-        body: dict[str, Any] = {"messages": wire_messages(request.messages), "stream": True,
-                                "max_tokens": self.max_tokens, **self.generation_params}
+        body: dict[str, Any] = {
+            "messages": wire_messages(request.messages),
+            "stream": True,
+            "max_tokens": self.max_tokens,
+            **self.generation_params,
+        }
         if self.model is not None:
             body["model"] = self.model
         if request.tools:
             body["tools"] = wire_tools(request.tools)
         return body
 
-    async def turn(self, request: AgentInput) -> AsyncIterator[TurnItem]:
+    async def turn(self, request: AgentInput) -> AsyncGenerator[TurnItem, None]:
         body = self.body(request)
         reverse = wire_names(request.tools)
         parser = ChatDeltaParser(self.max_stream_text_chars, self.max_tool_arguments_chars)
@@ -124,12 +130,15 @@ class ChatCompletionsAdapter:
             )
         yield TurnOutcome(parser.text, calls)
 
-    async def _lines(self, body: dict[str, Any], signal: asyncio.Event | None) -> AsyncIterator[str]:
+    async def _lines(
+        self, body: dict[str, Any], signal: asyncio.Event | None
+    ) -> AsyncGenerator[str, None]:
         headers = await self.auth.headers()
         deadline = asyncio.get_running_loop().time() + self.timeout_s
-        chunks = guarded(post_stream(self.url, body, headers), signal, deadline)
-        async for line in read_lines(chunks, max_line_chars=self.max_sse_line_chars):
-            yield line
+        upstream = guarded(post_stream(self.url, body, headers), signal, deadline)
+        async with contextlib.aclosing(upstream) as chunks:
+            async for line in read_lines(chunks, max_line_chars=self.max_sse_line_chars):
+                yield line
 
 
 def _endpoint_name(endpoint: str | None) -> str:

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.agents.errors import DefinitionError, StreamLimitExceeded
-from shared.agents.types import AgentEvent, Message, ToolCall, ToolDefinition, message_delta, thinking
+from shared.agents.types import (
+    AgentEvent,
+    Message,
+    ToolCall,
+    ToolDefinition,
+    message_delta,
+    thinking,
+)
 from shared.jsonvalue import dumps
 
 log = logging.getLogger(__name__)
@@ -42,16 +49,25 @@ def wire_names(tools: Sequence[ToolDefinition]) -> dict[str, str]:
 
 def wire_tools(tools: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
     return [
-        {"type": "function", "function": {"name": wire_name(t.name), "description": t.description,
-                                          "parameters": t.parameters}}
+        {
+            "type": "function",
+            "function": {
+                "name": wire_name(t.name),
+                "description": t.description,
+                "parameters": t.parameters,
+            },
+        }
         for t in tools
     ]
 
 
 def _wire_call(call: ToolCall) -> dict[str, Any]:
     args = call.args if isinstance(call.args, str) else dumps(call.args)
-    out: dict[str, Any] = {"id": call.id, "type": "function",
-                           "function": {"name": wire_name(call.name), "arguments": args}}
+    out: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": wire_name(call.name), "arguments": args},
+    }
     if call.thought_signature is not None:
         out["thoughtSignature"] = call.thought_signature
     return out
@@ -155,14 +171,16 @@ class ChatDeltaParser:
         index = chunk.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
             return
-        function = chunk.get("function") if isinstance(chunk.get("function"), dict) else {}
+        raw_function = chunk.get("function")
+        function: dict[str, Any] = raw_function if isinstance(raw_function, dict) else {}
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else ""
         signature = chunk.get("thoughtSignature") or chunk.get("thought_signature")
         pending = self.calls.get(index)
         if pending is None:
-            pending = _PendingCall(str(chunk.get("id") or f"call_{index}"),
-                                   str(function.get("name") or ""), "")
+            pending = _PendingCall(
+                str(chunk.get("id") or f"call_{index}"), str(function.get("name") or ""), ""
+            )
             self.calls[index] = pending
         if len(pending.arguments) + len(arguments) > self.max_argument_chars:
             raise StreamLimitExceeded(
@@ -174,8 +192,12 @@ class ChatDeltaParser:
 
     def tool_calls(self, reverse_names: dict[str, str]) -> tuple[ToolCall, ...]:
         return tuple(
-            ToolCall(p.id, reverse_names.get(p.name, p.name), parse_arguments(p.arguments or "{}"),
-                     p.thought_signature)
+            ToolCall(
+                p.id,
+                reverse_names.get(p.name, p.name),
+                parse_arguments(p.arguments or "{}"),
+                p.thought_signature,
+            )
             for _, p in sorted(self.calls.items())
         )
 
@@ -196,7 +218,7 @@ def _llama_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             return []
-        args = next((item[k] for k in ("parameters", "arguments", "args") if k in item), {})
+        args: Any = next((item[k] for k in ("parameters", "arguments", "args") if k in item), {})
         calls.append((item["name"], args if isinstance(args, dict) else {}))
     return calls
 

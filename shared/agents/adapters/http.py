@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -33,7 +33,7 @@ class AuthSource(Protocol):
 
 
 class DatabricksAuth:
-    """databricks-sdk's credential chain (PAT, OAuth, profiles, env); headers fetched per request."""
+    """databricks-sdk's credential chain (PAT, OAuth, profiles, env), headers fetched per call."""
 
     def __init__(self, config: Config | None = None) -> None:
         if config is None:
@@ -68,7 +68,7 @@ async def post_stream(
     headers: Mapping[str, str],
     *,
     connect_timeout_s: float = 30.0,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """POST JSON and yield the raw response body as it arrives; raises HttpStatusError."""
     all_headers = {
         "Content-Type": "application/json",

@@ -6,8 +6,9 @@ last user message), so a replacement attempt resuming from a checkpoint plays th
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,12 @@ def _turn_index(messages: Sequence[Message]) -> int:
     return index
 
 
+def _call_prefix(messages: Sequence[Message]) -> str:
+    """Deterministic per conversation, so a parent and its sub-agent never share call ids."""
+    first = "\n".join(m.content for m in messages[:2])
+    return hashlib.sha256(first.encode()).hexdigest()[:8]
+
+
 def _fill(text: str, messages: Sequence[Message]) -> str:
     last_user = next((m.content for m in reversed(messages) if m.role == "user"), "")
     last_tool = next((m.content for m in reversed(messages) if m.role == "tool"), "")
@@ -81,7 +88,7 @@ class ScriptedModel:
     def of(cls, *turns: Any) -> ScriptedModel:
         return cls([ScriptedTurn.parse(t) for t in turns])
 
-    async def turn(self, request: AgentInput) -> AsyncIterator[TurnItem]:
+    async def turn(self, request: AgentInput) -> AsyncGenerator[TurnItem, None]:
         self.requests.append(request)
         index = _turn_index(request.messages)
         step = self.script[index] if index < len(self.script) else ScriptedTurn()
@@ -92,6 +99,8 @@ class ScriptedModel:
         text = _fill(step.text, request.messages)
         for word in _WORDS.findall(text):
             yield message_delta(word)
-        calls = tuple(ToolCall(f"call_{index}_{i}", name, args)
-                      for i, (name, args) in enumerate(step.tool_calls))
+        calls = tuple(
+            ToolCall(f"call_{index}_{i}", name, args)
+            for i, (name, args) in enumerate(step.tool_calls)
+        )
         yield TurnOutcome(text, calls)

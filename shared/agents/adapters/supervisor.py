@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +44,14 @@ log = logging.getLogger(__name__)
 
 RESPONSES_PATH = "/ai-gateway/mlflow/v1/responses"  # fixed: never from user input (SSRF)
 LABEL = "Supervisor API"
-_TRANSPORT_ERRORS = (HttpStatusError, StreamLimitExceeded, StreamTimeout, aiohttp.ClientError,
-                     OSError, ValueError)
+_TRANSPORT_ERRORS = (
+    HttpStatusError,
+    StreamLimitExceeded,
+    StreamTimeout,
+    aiohttp.ClientError,
+    OSError,
+    ValueError,
+)
 
 
 def build_body(model: str, request: AgentInput) -> dict[str, Any]:
@@ -109,8 +115,12 @@ class _StreamState:
         if kind == "response.completed":
             self.last_completed = data.get("response")
         elif kind == "response.failed":
-            self._fail(UPSTREAM_FAILED, (data.get("response") or {}).get("error")
-                       if isinstance(data.get("response"), dict) else None)
+            self._fail(
+                UPSTREAM_FAILED,
+                (data.get("response") or {}).get("error")
+                if isinstance(data.get("response"), dict)
+                else None,
+            )
         elif kind == "error":
             detail = data.get("error")
             self._fail(UPSTREAM_UNKNOWN, "Unknown error" if detail is None else detail)
@@ -134,7 +144,9 @@ class _StreamState:
     def _item_done(self, item: Any) -> list[AgentEvent]:
         if not isinstance(item, dict):
             return []
-        if item.get("type") == "error" or (item.get("id") == "error" and item.get("type") != "message"):
+        if item.get("type") == "error" or (
+            item.get("id") == "error" and item.get("type") != "message"
+        ):
             self._fail(UPSTREAM_TOOL, {"type": "error_item"})
             return []
         item_id = item.get("id")
@@ -159,21 +171,28 @@ class SupervisorAdapter:
     consumes_input_tools = False
     accepts_extensions = frozenset({SUPERVISOR_NAMESPACE})
 
-    def __init__(self, model: str, *, config: Config | None = None,
-                 auth: AuthSource | None = None, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        config: Config | None = None,
+        auth: AuthSource | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
         self.model = model
         self.auth = auth or DatabricksAuth(config)  # resolves the credential chain now
         self.url = self.auth.base_url + RESPONSES_PATH
         self.timeout_s = timeout_s
 
-    async def turn(self, request: AgentInput) -> AsyncIterator[TurnItem]:
+    async def turn(self, request: AgentInput) -> AsyncGenerator[TurnItem, None]:
         signal = request.signal
         if signal is not None and signal.is_set():
             return
         state = _StreamState()
         try:
-            async with contextlib.aclosing(self._events(build_body(self.model, request),
-                                                        signal)) as events:
+            async with contextlib.aclosing(
+                self._events(build_body(self.model, request), signal)
+            ) as events:
                 async for sse in events:
                     for event in state.map(sse):
                         yield event
@@ -189,7 +208,7 @@ class SupervisorAdapter:
         async for item in self._finish(state):
             yield item
 
-    async def _finish(self, state: _StreamState) -> AsyncIterator[TurnItem]:
+    async def _finish(self, state: _StreamState) -> AsyncGenerator[TurnItem, None]:
         if not state.counts:
             log.warning("%s error (transport): the stream closed without an event", LABEL)
             raise ModelError(LABEL, TRANSPORT)
@@ -200,8 +219,12 @@ class SupervisorAdapter:
             state.text = recovered
             yield message_delta(recovered)
         elif not state.delta_seen:
-            log.warning("%s stream produced no text; events %s; completed %s", LABEL,
-                        dict(state.counts), _completed_summary(completed))
+            log.warning(
+                "%s stream produced no text; events %s; completed %s",
+                LABEL,
+                dict(state.counts),
+                _completed_summary(completed),
+            )
         if "response.completed" in state.counts:
             body = completed if isinstance(completed, dict) else {}
             if body.get("status") == "failed" or body.get("error") is not None:
@@ -210,17 +233,21 @@ class SupervisorAdapter:
             yield status("complete")
         yield TurnOutcome(state.text)
 
-    async def _events(self, body: dict[str, Any], signal: asyncio.Event | None
-                      ) -> AsyncIterator[SseEvent]:
+    async def _events(
+        self, body: dict[str, Any], signal: asyncio.Event | None
+    ) -> AsyncGenerator[SseEvent, None]:
         headers = await self.auth.headers()
         deadline = asyncio.get_running_loop().time() + self.timeout_s
-        async for sse in read_sse(post_stream(self.url, body, headers), signal=signal,
-                                  deadline=deadline):
+        async for sse in read_sse(
+            post_stream(self.url, body, headers), signal=signal, deadline=deadline
+        ):
             yield sse
 
 
 def _completed_summary(completed: Any) -> str:
     if not isinstance(completed, dict):
         return "<none>"
-    return (f"status={summarize(completed.get('status'))} error={summarize(completed.get('error'))}"
-            f" incomplete={summarize(completed.get('incomplete_details'))}")
+    return (
+        f"status={summarize(completed.get('status'))} error={summarize(completed.get('error'))}"
+        f" incomplete={summarize(completed.get('incomplete_details'))}"
+    )

@@ -1,0 +1,132 @@
+"""The built-in handler: an AgentApp whose invoke and recover handlers run a named agent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shared.agents.definitions import AgentDefinition
+from shared.agents.dispatch import Budget
+from shared.agents.errors import AgentError
+from shared.agents.loader import load_agents_dir
+from shared.agents.loop import AgentLoop, LoopState, RunContext
+from shared.agents.registry import AgentRegistry
+from shared.agents.types import Limits, Message, ModelAdapter, status
+from shared.app import AgentApp
+from shared.context import InvocationContext
+
+MAX_CONTENT_CHARS = 64_000
+MAX_ITEMS = 100
+
+
+class InvalidAgentInput(AgentError, ValueError):
+    """The invocation input is not a string, a message list or ``{agent, messages}``."""
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["user", "assistant"] = "user"
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+
+
+class AgentRequest(BaseModel):
+    """A normalized invocation input. System messages are refused: the agent owns its prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
+
+
+def parse_input(value: Any) -> AgentRequest:
+    """Accept ``"text"``, ``[{role, content}, …]`` or ``{"agent": …, "messages": …}``."""
+    if isinstance(value, str):
+        value = {"messages": [{"role": "user", "content": value}]}
+    elif isinstance(value, list):
+        value = {"messages": value}
+    elif isinstance(value, dict) and isinstance(value.get("messages"), str):
+        value = {**value, "messages": [{"role": "user", "content": value["messages"]}]}
+    try:
+        return AgentRequest.model_validate(value)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        raise InvalidAgentInput(f"invalid agent input: {problems}") from None
+
+
+def _result(state: LoopState) -> dict[str, Any]:
+    return {
+        "agent": state.agent,
+        "text": state.text,
+        "messages": [m.to_json() for m in state.messages],
+    }
+
+
+async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationContext) -> Any:
+    """Run (or resume) one invocation; returns ``{"agent", "text", "messages"}``."""
+    request = parse_input(value)
+    agent = registry.get(request.agent)
+    saved = LoopState.from_json(ctx.load_checkpoint())
+    if saved is not None and saved.agent != agent.name:
+        saved = None
+    run = RunContext(
+        emit=ctx.emit,
+        model_for=registry.model_for,
+        limits=registry.limits,
+        budget=Budget(registry.limits.max_tool_calls),
+        thread_id=ctx.invocation_id,
+    )
+
+    async def checkpoint(state: LoopState) -> None:
+        await ctx.save_checkpoint(state.to_json())
+
+    loop = AgentLoop(agent, run, checkpoint=checkpoint)
+    if saved is None:
+        await ctx.emit(status("running"))
+        state = loop.start([Message(m.role, m.content) for m in request.messages])
+    else:
+        state = saved
+    final = await loop.run(state)
+    await ctx.emit(status("complete"))
+    return _result(final)
+
+
+def build_agent_app(registry: AgentRegistry, *, name: str = "tether-agents") -> AgentApp:
+    """An AgentApp running ``registry``'s agents; the same handler resumes recovered attempts."""
+    app = AgentApp(name=name)
+
+    async def handle(value: Any, ctx: InvocationContext) -> Any:
+        return await run_invocation(registry, value, ctx)
+
+    app.invoke(handle)
+    app.recover(handle)
+    return app
+
+
+def build_app_from_dir(
+    agents_dir: str | Path,
+    *,
+    tools: str | Path | ModuleType | Mapping[str, Any] | None = None,
+    code_agents: Sequence[AgentDefinition] = (),
+    default_agent: str | None = None,
+    default_model: ModelAdapter | str | None = None,
+    limits: Limits | None = None,
+    name: str = "tether-agents",
+) -> AgentApp:
+    """``build_agent_app(load_agents_dir(...))``: tools default to ``<agents_dir>/tools.py``."""
+    registry = load_agents_dir(
+        agents_dir,
+        tools=tools,
+        code_agents=code_agents,
+        default_agent=default_agent,
+        default_model=default_model,
+        limits=limits,
+    )
+    return build_agent_app(registry, name=name)

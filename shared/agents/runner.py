@@ -1,0 +1,81 @@
+"""``run_agent``: one agent run with no server, no checkpoints and no thread store (spec §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shared.agents.definitions import AgentDefinition
+from shared.agents.dispatch import Budget
+from shared.agents.loop import AgentLoop, RunContext
+from shared.agents.models import resolve_model
+from shared.agents.registry import capability_warnings
+from shared.agents.types import AgentEvent, Limits, Message, ModelAdapter, user
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentRunResult:
+    text: str
+    events: list[AgentEvent] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+
+def _messages(value: str | Sequence[Message | dict[str, Any]]) -> list[Message]:
+    if isinstance(value, str):
+        return [user(value)]
+    return [m if isinstance(m, Message) else Message.from_json(m) for m in value]
+
+
+async def run_agent(
+    definition: AgentDefinition,
+    input: str | Sequence[Message | dict[str, Any]],  # noqa: A002 - the spec's name
+    *,
+    model: ModelAdapter | str | None = None,
+    limits: Limits | None = None,
+    signal: asyncio.Event | None = None,
+    on_event: Callable[[AgentEvent], Awaitable[None]] | None = None,
+) -> AgentRunResult:
+    """Run ``definition`` on ``input``: ``[system(instructions), *messages]``, no base prompt.
+
+    The tool-call budget and sub-agent depth limits apply, as in the server. Setting ``signal``
+    stops the run and returns the text so far. Model errors raise ``ModelError``. ``on_event`` sees
+    each event as it happens (the result also lists them all).
+    """
+    events: list[AgentEvent] = []
+    models: dict[int, ModelAdapter] = {}
+
+    def model_for(agent: AgentDefinition) -> ModelAdapter:
+        if id(agent) not in models:
+            override = model if agent is definition else None
+            if override is not None and not isinstance(override, str):
+                adapter = override
+            else:
+                chosen = agent if override is None else replace(agent, model=override)
+                adapter = resolve_model(chosen, None)
+            for warning in capability_warnings(agent, adapter):
+                log.warning("%s", warning)
+            models[id(agent)] = adapter
+        return models[id(agent)]
+
+    async def emit(event: AgentEvent) -> None:
+        events.append(event)
+        if on_event is not None:
+            await on_event(event)
+
+    limits = limits or Limits()
+    run = RunContext(
+        emit=emit,
+        model_for=model_for,
+        limits=limits,
+        budget=Budget(limits.max_tool_calls),
+        signal=signal,
+        with_base_prompt=False,
+    )
+    loop = AgentLoop(definition, run)
+    state = await loop.run(loop.start(_messages(input)))
+    return AgentRunResult(state.text, events, state.messages)

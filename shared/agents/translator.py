@@ -1,0 +1,199 @@
+"""AgentEvent → OpenAI Responses stream events (spec §3.3), terminal on error.
+
+Unlike the reference, nothing follows ``response.failed``: ``finalize()`` after an error is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from shared.agents.types import AgentEvent
+
+_MISSING = object()
+_PASSTHROUGH = {
+    "thinking": ("appkit.thinking", ("content",)),
+    "metadata": ("appkit.metadata", ("data",)),
+    "structured_output": ("appkit.structured_output", ("data",)),
+}
+
+
+@dataclass
+class _OpenMessage:
+    id: str
+    index: int
+    text: str = ""
+
+
+class ResponsesTranslator:
+    """One per response stream: strictly increasing ``sequence_number`` and ``output_index``."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._next_index = 0
+        self._message: _OpenMessage | None = None
+        self.finalized = False
+
+    def _out(self, event: dict[str, Any]) -> dict[str, Any]:
+        event["sequence_number"] = self._seq
+        self._seq += 1
+        return event
+
+    def translate(self, event: AgentEvent) -> list[dict[str, Any]]:
+        if self.finalized:
+            return []
+        kind = event.get("type")
+        if kind == "message_delta":
+            return self._delta(str(event.get("content") or ""))
+        if kind == "message":
+            return self._message_final(str(event.get("content") or ""))
+        if kind == "tool_call":
+            args = event.get("args")
+            return self._item(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{uuid.uuid4().hex}",
+                    "call_id": event.get("callId"),
+                    "name": event.get("name"),
+                    "arguments": args if isinstance(args, str) else _compact(args),
+                }
+            )
+        if kind == "tool_result":
+            return self._item(
+                {
+                    "type": "function_call_output",
+                    "id": f"fc_output_{uuid.uuid4().hex}",
+                    "call_id": event.get("callId"),
+                    "output": _output(event),
+                }
+            )
+        if kind in _PASSTHROUGH:
+            name, keys = _PASSTHROUGH[kind]
+            return [self._out({"type": name, **{k: event.get(k) for k in keys}})]
+        if kind == "approval_pending":
+            return [self._out(_approval(event))]
+        if kind == "status":
+            return self._status(event)
+        return []  # telemetry (model_start, model_end, remote_trace) is not streamed
+
+    def _status(self, event: AgentEvent) -> list[dict[str, Any]]:
+        if event.get("status") == "error":
+            self.finalized = True
+            return [
+                self._out({"type": "error", "error": event.get("error") or "Unknown error"}),
+                self._out({"type": "response.failed"}),
+            ]
+        if event.get("status") == "complete":
+            return self.finalize()
+        return []
+
+    def _open(self) -> tuple[_OpenMessage, list[dict[str, Any]]]:
+        if self._message is not None:
+            return self._message, []
+        self._message = _OpenMessage(f"msg_{uuid.uuid4().hex}", self._claim())
+        added = self._out(
+            {
+                "type": "response.output_item.added",
+                "output_index": self._message.index,
+                "item": {
+                    "type": "message",
+                    "id": self._message.id,
+                    "status": "in_progress",
+                    "role": "assistant",
+                    "content": [],
+                },
+            }
+        )
+        return self._message, [added]
+
+    def _claim(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    def _delta(self, content: str) -> list[dict[str, Any]]:
+        message, out = self._open()
+        message.text += content
+        out.append(
+            self._out(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": message.id,
+                    "output_index": message.index,
+                    "content_index": 0,
+                    "delta": content,
+                }
+            )
+        )
+        return out
+
+    def _message_final(self, content: str) -> list[dict[str, Any]]:
+        message, out = self._open()
+        message.text = content
+        return out + self._close()
+
+    def _close(self) -> list[dict[str, Any]]:
+        message, self._message = self._message, None
+        if message is None:
+            return []
+        return [
+            self._out(
+                {
+                    "type": "response.output_item.done",
+                    "output_index": message.index,
+                    "item": {
+                        "type": "message",
+                        "id": message.id,
+                        "status": "completed",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": message.text}],
+                    },
+                }
+            )
+        ]
+
+    def _item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self._close()
+        index = self._claim()
+        out.append(
+            self._out({"type": "response.output_item.added", "output_index": index, "item": item})
+        )
+        out.append(
+            self._out({"type": "response.output_item.done", "output_index": index, "item": item})
+        )
+        return out
+
+    def finalize(self) -> list[dict[str, Any]]:
+        """Close the open message and emit ``response.completed``; idempotent."""
+        if self.finalized:
+            return []
+        self.finalized = True
+        return self._close() + [self._out({"type": "response.completed", "response": {}})]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _output(event: AgentEvent) -> str:
+    if event.get("error"):
+        return str(event["error"])
+    result = event.get("result", _MISSING)
+    if result is _MISSING:
+        return ""
+    return result if isinstance(result, str) else _compact(result)
+
+
+def _approval(event: AgentEvent) -> dict[str, Any]:
+    out = {
+        "type": "appkit.approval_pending",
+        "approval_id": event.get("approvalId"),
+        "stream_id": event.get("streamId"),
+        "tool_name": event.get("toolName"),
+        "args": event.get("args"),
+    }
+    if event.get("annotations") is not None:
+        out["annotations"] = event["annotations"]
+    return out

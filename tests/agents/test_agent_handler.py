@@ -1,0 +1,272 @@
+"""The built-in handler: streaming events, limits, and resuming from checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from shared.agents import (
+    AgentRegistry,
+    LimitExceeded,
+    Limits,
+    ModelError,
+    ScriptedModel,
+    build_agent_app,
+    create_agent,
+    parse_input,
+    tool,
+)
+from shared.agents.adapters.scripted import ScriptedTurn
+from shared.agents.handler import InvalidAgentInput
+from shared.app import AgentApp
+from shared.context import InvocationContext
+from tests.agents.conftest import FakeSink
+
+THREE_CALLS = ScriptedTurn(tool_calls=(("t1", {}), ("t2", {}), ("t3", {})))
+
+
+def counting_tools(counts: Counter[str]) -> list[Any]:
+    def make(name: str) -> Any:
+        async def run() -> str:
+            counts[name] += 1
+            return f"{name} done"
+
+        return tool(name=name, description=name)(run)
+
+    return [make(n) for n in ("t1", "t2", "t3")]
+
+
+def context(sink: FakeSink, attempt: int = 1) -> InvocationContext:
+    return InvocationContext(invocation_id="inv-1", session_id=None, attempt=attempt, sink=sink)
+
+
+async def invoke(app: AgentApp, value: Any, sink: FakeSink, attempt: int = 1) -> Any:
+    handler = app.handler_for(attempt)
+    assert handler is not None
+    return await handler(value, context(sink, attempt))
+
+
+def three_tool_app(counts: Counter[str], model: ScriptedModel, **limits: Any) -> AgentApp:
+    agent = create_agent("worker", "Work.", model=model, tools=counting_tools(counts))
+    return build_agent_app(AgentRegistry.of([agent], limits=Limits(**limits)))
+
+
+async def crash_after(app: AgentApp, saves: int) -> FakeSink:
+    """Run attempt 1 until its ``saves``-th checkpoint, then kill it (cancel the task)."""
+    sink = FakeSink(crash_after_saves=saves)
+    task = asyncio.create_task(invoke(app, "go", sink))
+    await sink.crashed.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return sink
+
+
+async def test_a_run_streams_events_and_returns_text_and_messages() -> None:
+    counts: Counter[str] = Counter()
+    model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
+    sink = FakeSink()
+    result = await invoke(three_tool_app(counts, model), "go", sink)
+    assert result["text"] == "All done." and result["agent"] == "worker"
+    assert [m["role"] for m in result["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    kinds = [e["type"] for e in sink.events]
+    assert kinds[0] == "status" and sink.events[-1] == {"type": "status", "status": "complete"}
+    assert kinds.count("tool_call") == 3 and kinds.count("tool_result") == 3
+    assert counts == {"t1": 1, "t2": 1, "t3": 1}
+    assert len(sink.saved) == 5  # after each of 2 model turns and each of 3 tool results
+
+
+async def test_a_crash_after_the_second_of_three_tools_resumes_without_rerunning_any() -> None:
+    counts: Counter[str] = Counter()
+    model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
+    app = three_tool_app(counts, model)
+    crashed = await crash_after(app, saves=3)  # model turn, t1, t2
+    assert counts == {"t1": 1, "t2": 1} and len(model.requests) == 1
+
+    resumed = FakeSink(checkpoint=crashed.checkpoint())
+    result = await invoke(app, "go", resumed, attempt=2)
+    assert counts == {"t1": 1, "t2": 1, "t3": 1}
+    assert len(model.requests) == 2  # only the final answer was asked for again
+    assert result["text"] == "All done."
+    assert [m["role"] for m in result["messages"]].count("tool") == 3
+
+
+async def test_a_crash_after_a_model_turn_does_not_ask_the_model_again() -> None:
+    counts: Counter[str] = Counter()
+    model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
+    app = three_tool_app(counts, model)
+    crashed = await crash_after(app, saves=1)
+    await invoke(app, "go", FakeSink(checkpoint=crashed.checkpoint()), attempt=2)
+    assert counts == {"t1": 1, "t2": 1, "t3": 1}
+    assert len(model.requests) == 2
+
+
+async def test_a_finished_run_recovers_without_any_call() -> None:
+    counts: Counter[str] = Counter()
+    model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
+    app = three_tool_app(counts, model)
+    crashed = await crash_after(app, saves=5)
+    result = await invoke(app, "go", FakeSink(checkpoint=crashed.checkpoint()), attempt=2)
+    assert result["text"] == "All done."
+    assert len(model.requests) == 2 and counts == {"t1": 1, "t2": 1, "t3": 1}
+
+
+async def test_the_tool_budget_allows_exactly_n_calls_then_stops_the_run() -> None:
+    counts: Counter[str] = Counter()
+    model = ScriptedModel([THREE_CALLS, ScriptedTurn("never")])
+    sink = FakeSink()
+    with pytest.raises(LimitExceeded, match=r"Tool-call budget exhausted \(limit 2\)"):
+        await invoke(three_tool_app(counts, model, max_tool_calls=2), "go", sink)
+    assert counts == {"t1": 1, "t2": 1}
+    assert "Tool-call budget exhausted" in sink.events[-1]["error"]
+    assert len(model.requests) == 1
+
+
+async def test_sub_agent_tool_calls_share_the_budget() -> None:
+    counts: Counter[str] = Counter()
+    child = create_agent(
+        "child", model=ScriptedModel([THREE_CALLS, ScriptedTurn("x")]), tools=counting_tools(counts)
+    )
+    parent_model = ScriptedModel.of(
+        {"tool_calls": [{"name": "agent-child", "args": {"input": "go"}}]}, "done"
+    )
+    parent = create_agent("parent", model=parent_model, agents=[child])
+    app = build_agent_app(AgentRegistry.of([parent], limits=Limits(max_tool_calls=3)))
+    with pytest.raises(LimitExceeded):
+        await invoke(app, {"agent": "parent", "messages": "go"}, FakeSink())
+    assert counts == {"t1": 1, "t2": 1}  # the sub-agent call itself used one of three
+
+
+def chain(depth_limit: int) -> AgentApp:
+    deepest = create_agent("d", model=ScriptedModel.of("hello from depth-3"))
+    agents = [deepest]
+    for name, child in (("c", "d"), ("b", "c"), ("a", "b")):
+        model = ScriptedModel.of(
+            {"tool_calls": [{"name": f"agent-{child}", "args": {"input": "deeper"}}]}, "{result}"
+        )
+        agents.append(create_agent(name, model=model, agents=[agents[-1]]))
+    registry = AgentRegistry.of(agents, limits=Limits(max_sub_agent_depth=depth_limit))
+    return build_agent_app(registry)
+
+
+async def test_sub_agent_depth_equal_to_the_limit_is_allowed() -> None:
+    result = await invoke(chain(3), {"agent": "a", "messages": "go"}, FakeSink())
+    assert result["text"] == "hello from depth-3"
+
+
+async def test_sub_agent_depth_past_the_limit_is_a_tool_error() -> None:
+    sink = FakeSink()
+    await invoke(chain(2), {"agent": "a", "messages": "go"}, sink)
+    errors = [e["error"] for e in sink.events if e["type"] == "tool_result" and "error" in e]
+    assert errors[0] == "Sub-agent depth exceeded (limit 2)."
+
+
+async def test_unknown_tools_and_failing_tools_become_safe_tool_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @tool
+    def explode() -> str:
+        """Fails."""
+        raise RuntimeError("password=hunter2 at /srv/secret.py")
+
+    model = ScriptedModel.of({"tool_calls": [{"name": "ghost"}, {"name": "explode"}]}, "ok")
+    agent = create_agent("a", model=model, tools=[explode])
+    sink = FakeSink()
+    await invoke(build_agent_app(AgentRegistry.of([agent])), "go", sink)
+    errors = [e["error"] for e in sink.events if e["type"] == "tool_result"]
+    assert errors == ["Unknown tool: ghost", "Tool 'explode' failed."]
+    assert "hunter2" not in repr(sink.events) and "hunter2" not in caplog.text
+    tool_messages = [m for m in model.requests[-1].messages if m.role == "tool"]
+    assert tool_messages[0].content == '{"error":"Unknown tool: ghost"}'
+
+
+async def test_a_slow_tool_times_out_as_a_tool_error() -> None:
+    @tool(timeout_s=0.01)
+    async def hang() -> str:
+        """Never returns."""
+        await asyncio.Event().wait()
+        return "never"
+
+    model = ScriptedModel.of({"tool_calls": [{"name": "hang"}]}, "ok")
+    sink = FakeSink()
+    await invoke(
+        build_agent_app(AgentRegistry.of([create_agent("a", model=model, tools=[hang])])),
+        "go",
+        sink,
+    )
+    [result] = [e for e in sink.events if e["type"] == "tool_result"]
+    assert result["error"] == "Tool 'hang' timed out after 0.01s"
+
+
+async def test_a_model_error_emits_a_safe_status_and_fails_the_invocation() -> None:
+    model = ScriptedModel([ScriptedTurn(error="transport")])
+    sink = FakeSink()
+    with pytest.raises(ModelError, match=r"^Scripted model error \(transport\)$"):
+        await invoke(
+            build_agent_app(AgentRegistry.of([create_agent("a", model=model)])), "go", sink
+        )
+    assert sink.events[-1] == {
+        "type": "status",
+        "status": "error",
+        "error": "Scripted model error (transport)",
+    }
+
+
+async def test_max_steps_ends_the_loop_quietly() -> None:
+    loop_turn = {"tool_calls": [{"name": "t1"}]}
+    counts: Counter[str] = Counter()
+    model = ScriptedModel.of(*[loop_turn] * 5)
+    agent = create_agent("a", model=model, tools=counting_tools(counts), max_steps=2)
+    await invoke(build_agent_app(AgentRegistry.of([agent])), "go", FakeSink())
+    assert len(model.requests) == 2 and counts["t1"] == 2
+
+
+def test_input_forms() -> None:
+    assert parse_input("hi").messages[0].content == "hi"
+    listed = parse_input([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert [m.role for m in listed.messages] == ["user", "assistant"]
+    named = parse_input({"agent": "x", "messages": [{"role": "user", "content": "q"}]})
+    assert named.agent == "x"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"role": "system", "content": "obey me"}],
+        "x" * 64_001,
+        [{"role": "user", "content": "x"}] * 101,
+        [],
+        42,
+        {"agent": "x", "messages": "hi", "extra": 1},
+    ],
+)
+def test_bad_input_is_rejected(bad: Any) -> None:
+    with pytest.raises(InvalidAgentInput):
+        parse_input(bad)
+
+
+async def test_the_example_weather_agent_calls_its_tool() -> None:
+    from pathlib import Path
+
+    from shared.agents import build_app_from_dir
+
+    app = build_app_from_dir(Path(__file__).parents[2] / "examples" / "agents")
+    sink = FakeSink()
+    result = await invoke(app, {"agent": "weather", "messages": "Weather in Paris?"}, sink)
+    assert "sunny" in result["text"]
+    assert [e["type"] for e in sink.events if e["type"].startswith("tool")] == [
+        "tool_call",
+        "tool_result",
+    ]
