@@ -75,13 +75,11 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     await admit(request, req.id)
     new = NewInvocation(req.id, owner, req.session_id, req.input, request_hash(req.input, req.session_id))
     try:
-        accepted = await services.store.accept(new, max_open_per_owner=settings.limits.max_active_per_owner)
+        accepted = await services.acceptor.accept(new)  # enqueued too, when created
     except Conflict:
         raise ApiError(ErrorCode.CONFLICT) from None
     except OwnerLimitReached:
         raise ApiError(ErrorCode.RATE_LIMITED, headers=retry_after(request)) from None
-    if accepted.created:
-        await enqueue_quietly(request, req.id)
     mode = "background" if req.background else "stream" if req.stream else "sync"
     request.app[METRICS].accepted.labels(mode=mode, new=str(accepted.created).lower()).inc()
     invocation = accepted.invocation

@@ -2,6 +2,9 @@
 
 Distributed mode: PostgreSQL, Redis pub/sub, Dramatiq on Redis. Embedded mode (``tether dev``):
 SQLite, in-memory pub/sub, and a worker node inside this very process.
+
+New invocations are accepted in groups (:class:`Acceptor`): the requests that arrive together
+share one transaction, and their messages go out together after it commits.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from shared.app import AgentApp
-from shared.broker import build_broker, run_invocation_message
+from shared.broker import AsyncEnqueuer
+from shared.groupcommit import GroupCommit
 from shared.node import run_node
 from shared.pubsub import MemoryPubSub, PubSub, RedisPubSub
 from shared.runtime import Enqueue, Runtime
 from shared.settings import Settings
-from shared.store.store import Store
+from shared.store.schema import NewInvocation
+from shared.store.store import Accepted, Store
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +36,47 @@ class Services:
     enqueue: Enqueue
     queued: QueuedGauge
     embedded: bool
+    acceptor: Acceptor
     ready_checks: list[str] = field(default_factory=list)
+
+
+class Acceptor:
+    """``store.accept`` then enqueue, for concurrent requests together (group commit)."""
+
+    def __init__(self, store: Store, enqueue: Enqueue, max_open_per_owner: int) -> None:
+        self._store = store
+        self._enqueue = enqueue
+        self._max_open_per_owner = max_open_per_owner
+        self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(self._flush)
+
+    async def accept(self, new: NewInvocation) -> Accepted:
+        """Raises :class:`Conflict` or :class:`OwnerLimitReached` as ``store.accept`` does."""
+        return await self._batch.submit(new)
+
+    async def _flush(self, batch: list[NewInvocation]) -> list[Accepted | Exception]:
+        results: list[Accepted | Exception | None] = [None] * len(batch)
+        remaining = list(range(len(batch)))
+        while remaining:  # one transaction per round; a repeated id waits for the next round
+            seen: set[str] = set()
+            now, later = [], []
+            for i in remaining:
+                (later if batch[i].id in seen else now).append(i)
+                seen.add(batch[i].id)
+            got = await self._store.accept_many(
+                [batch[i] for i in now], max_open_per_owner=self._max_open_per_owner
+            )
+            for i, result in zip(now, got, strict=True):
+                results[i] = result
+            remaining = later
+        created = [r.invocation.id for r in results if isinstance(r, Accepted) and r.created]
+        await asyncio.gather(*(self._enqueue_quietly(invocation_id) for invocation_id in created))
+        return [r for r in results if r is not None]
+
+    async def _enqueue_quietly(self, invocation_id: str) -> None:
+        try:
+            await self._enqueue(invocation_id, 0.0)
+        except Exception as exc:  # accepted all the same: the reaper re-enqueues it
+            log.warning("invocation %s: enqueue failed (%s); the reaper will retry", invocation_id, type(exc).__name__)
 
 
 class QueuedGauge:
@@ -57,20 +102,14 @@ class QueuedGauge:
 async def distributed_services(settings: Settings) -> AsyncIterator[Services]:
     store = Store.postgres(settings.database_url)
     pubsub = RedisPubSub(settings.redis_url)
-    broker = build_broker(settings.redis_url, with_worker_middleware=False)
-    queue = settings.worker.queue
-
-    async def enqueue(invocation_id: str, delay: float) -> None:
-        message = run_invocation_message(queue, invocation_id)
-        delay_ms = int(delay * 1000) or None
-        await asyncio.to_thread(broker.enqueue, message, delay=delay_ms)
-
+    enqueuer = AsyncEnqueuer(settings.redis_url, settings.worker.queue)
     try:
-        yield Services(store, pubsub, enqueue, QueuedGauge(store), embedded=False)
+        acceptor = Acceptor(store, enqueuer.enqueue, settings.limits.max_active_per_owner)
+        yield Services(store, pubsub, enqueuer.enqueue, QueuedGauge(store), False, acceptor)
     finally:
         await pubsub.close()
         await store.close()
-        broker.close()
+        await enqueuer.close()
 
 
 class LocalQueue:
@@ -122,7 +161,8 @@ async def embedded_services(settings: Settings, app: AgentApp) -> AsyncIterator[
         ) as runtime:
             local.runtime = runtime
             try:
-                yield Services(store, pubsub, local.enqueue, QueuedGauge(store), embedded=True)
+                acceptor = Acceptor(store, local.enqueue, settings.limits.max_active_per_owner)
+                yield Services(store, pubsub, local.enqueue, QueuedGauge(store), True, acceptor)
             finally:
                 await local.close()
     finally:

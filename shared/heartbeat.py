@@ -56,10 +56,11 @@ class Heartbeat(threading.Thread):
 
     async def _beat(self, store: Store) -> bool:
         owned = self._runtime.owned()
-        if not owned:
+        claiming = self._runtime.claiming()
+        if not owned and not claiming:
             return True
         try:
-            alive = await store.heartbeat(owned)
+            alive = await store.heartbeat(owned, claiming, self._runtime.name)
         except Exception as exc:
             log.warning("heartbeat failed (%s)", type(exc).__name__)
             return False

@@ -42,6 +42,7 @@ async def run_node(
         name=node_name(),
         concurrency=settings.worker.concurrency,
         max_event_bytes=settings.limits.max_event_bytes,
+        finish_retry=settings.timers.stale_after,
     )
     if app.recover_handler is None:
         log.warning(

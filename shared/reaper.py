@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 DELETE_BATCH = 500
 DELETE_BATCHES_PER_PASS = 10
+MAX_DOUBLINGS = 64
 
 
 @dataclass
@@ -53,7 +54,8 @@ def recovery_delay(dead_attempt: int, settings: Settings) -> float:
     if dead_attempt <= 1:
         return 0.0
     timers = settings.timers
-    return float(min(timers.recovery_backoff_max, timers.recovery_backoff * 2 ** (dead_attempt - 2)))
+    doublings = min(dead_attempt - 2, MAX_DOUBLINGS)  # no overflow on a poison pill's 2000th
+    return float(min(timers.recovery_backoff_max, timers.recovery_backoff * 2.0**doublings))
 
 
 class Reaper:
@@ -72,8 +74,7 @@ class Reaper:
         for stale in await self.store.stale_attempts(stale_after):
             await self._replace(stale, report)
         for invocation_id in await self.store.take_unclaimed(self.settings.timers.requeue_after):
-            await self.enqueue(invocation_id, 0.0)
-            report.requeued += 1
+            report.requeued += await self._enqueue(invocation_id, 0.0)
         for _ in range(DELETE_BATCHES_PER_PASS):
             deleted = await self.store.delete_expired(self.settings.timers.retention, DELETE_BATCH)
             report.deleted += deleted
@@ -96,7 +97,7 @@ class Reaper:
                     stale.attempt,
                     decision.delay,
                 )
-                await self.enqueue(stale.invocation_id, decision.delay)
+                await self._enqueue(stale.invocation_id, decision.delay)
                 report.recovered += 1
             return
         try:
@@ -118,4 +119,19 @@ class Reaper:
             report.failed += 1
         await publish_events(self.pubsub, stale.invocation_id, finished.events)
         if finished.successor_id is not None:
-            await self.enqueue(finished.successor_id, 0.0)
+            await self._enqueue(finished.successor_id, 0.0)
+
+    async def _enqueue(self, invocation_id: str, delay: float) -> bool:
+        """Send the message, or leave it to a later pass: the row is queued either way and
+        ``take_unclaimed`` re-enqueues it after ``requeue_after``, so one failed send (Redis
+        down) does not abort the rest of the pass."""
+        try:
+            await self.enqueue(invocation_id, delay)
+        except Exception as exc:
+            log.warning(
+                "invocation %s: enqueue failed (%s); a later pass re-enqueues it",
+                invocation_id,
+                type(exc).__name__,
+            )
+            return False
+        return True

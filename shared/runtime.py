@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -19,12 +19,19 @@ from shared.attempt import EventWriter
 from shared.context import InvocationContext
 from shared.errors import MESSAGES, ErrorCode
 from shared.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, Event
+from shared.groupcommit import GroupCommit
 from shared.jsonvalue import InvalidJson, dumps
 from shared.pubsub import PubSub, publish_events
 from shared.store.schema import Claim, Status
-from shared.store.store import Outcome, Store, Superseded
+from shared.store.store import Finished, Outcome, Store, Superseded
 
 log = logging.getLogger(__name__)
+
+FINISH_RETRY_FIRST = 0.1
+FINISH_RETRY_MAX = 1.0
+
+FinishRequest = tuple[str, int, Outcome, Sequence[tuple[str, Any]]]
+"""(invocation id, attempt, outcome, events still buffered), as ``Store.finish_many`` takes."""
 
 Enqueue = Callable[[str, float], Awaitable[None]]
 """Send ``run_invocation(id)`` to the workers after ``delay`` seconds."""
@@ -82,6 +89,7 @@ class Runtime:
         name: str,
         concurrency: int,
         max_event_bytes: int,
+        finish_retry: float = 0.0,
     ) -> None:
         self.store = store
         self.pubsub = pubsub
@@ -89,8 +97,12 @@ class Runtime:
         self.enqueue = enqueue
         self.name = name
         self.attempts: dict[str, RunningAttempt] = {}
+        self._claiming: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
+        self._claims: GroupCommit[str, Claim | None] = GroupCommit(self._claim_batch)
+        self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(store.finish_many)
         self._max_event_bytes = max_event_bytes
+        self._finish_retry = finish_retry
         self._closing = False
 
     async def start(self, invocation_id: str) -> bool:
@@ -98,12 +110,15 @@ class Runtime:
         if self._closing:
             return False
         await self._slots.acquire()
+        self._claiming.add(invocation_id)
         try:
-            claim = await self.store.claim(invocation_id, self.name)
+            claim = await self._claims.submit(invocation_id)  # with concurrent claims, in one transaction
         except BaseException:
+            self._claiming.discard(invocation_id)
             self._slots.release()
             raise
         if claim is None:
+            self._claiming.discard(invocation_id)
             self._slots.release()
             return False
         writer = EventWriter(self.store, self.pubsub, claim)
@@ -116,8 +131,13 @@ class Runtime:
         )
         running = RunningAttempt(claim, ctx, writer)
         self.attempts[invocation_id] = running
+        self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
         return True
+
+    async def _claim_batch(self, invocation_ids: list[str]) -> list[Claim | None]:
+        won = await self.store.claim_many(invocation_ids, self.name)
+        return [won.pop(invocation_id, None) for invocation_id in invocation_ids]  # a repeat loses
 
     async def _run(self, running: RunningAttempt) -> None:
         claim = running.claim
@@ -125,10 +145,13 @@ class Runtime:
             await publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
             log.info("invocation %s: attempt %d started", claim.invocation_id, claim.attempt)
             outcome = await self._execute(running, self.app.handler_for(claim.attempt))
-            if outcome is not None:
+            if outcome is None:
+                self._log_stopped(running)
+            else:
                 await self._finish(running, outcome)
         except Superseded:
-            log.info("invocation %s: attempt %d was superseded", claim.invocation_id, claim.attempt)
+            running.writer.superseded = True
+            self._log_stopped(running)
         except asyncio.CancelledError:
             if running.stop_reason is None:
                 raise
@@ -143,10 +166,23 @@ class Runtime:
             self.attempts.pop(claim.invocation_id, None)
             self._slots.release()
 
+    @staticmethod
+    def _log_stopped(running: RunningAttempt) -> None:
+        """An attempt that ends without writing an outcome: superseded, or handed back."""
+        reason = StopReason.SUPERSEDED if running.writer.superseded else running.stop_reason
+        log.info(
+            "invocation %s: attempt %d stopped without finishing (%s)",
+            running.claim.invocation_id,
+            running.claim.attempt,
+            (reason or StopReason.SUPERSEDED).value,
+        )
+
     async def _execute(self, running: RunningAttempt, handler: Handler | None) -> Outcome | None:
         claim = running.claim
         if handler is None:
             return failed(ErrorCode.WORKER_LOST)
+        if running.stop_reason is not None:  # stopped before its handler even began
+            return cancelled() if running.stop_reason is StopReason.CANCEL else None
         running.in_handler = True
         try:
             output = await handler(claim.input, running.ctx)
@@ -173,15 +209,50 @@ class Runtime:
     async def _finish(self, running: RunningAttempt, outcome: Outcome) -> None:
         claim = running.claim
         pending = await running.writer.take_pending()
-        finished = await self.store.finish(claim.invocation_id, claim.attempt, outcome, pending)
+        finished = await self._write_outcome(running, outcome, pending)
         log.info("invocation %s: %s", claim.invocation_id, outcome.status.value)
         await publish_events(self.pubsub, claim.invocation_id, finished.events)
         if finished.successor_id is not None:
-            await self.enqueue(finished.successor_id, 0.0)
+            try:
+                await self.enqueue(finished.successor_id, 0.0)
+            except Exception as exc:  # it stays queued: the reaper re-enqueues it
+                log.warning("invocation %s: enqueue failed (%s); the reaper will retry",
+                            finished.successor_id, type(exc).__name__)
+
+    async def _write_outcome(
+        self, running: RunningAttempt, outcome: Outcome, pending: list[tuple[str, Any]]
+    ) -> Finished:
+        """The fenced finish, retried through a database outage for up to ``finish_retry`` s, so a
+        run that ended during a brief outage is not run again by recovery. Repeating is safe: had
+        a try that seemed to fail committed, the next one is :class:`Superseded`."""
+        claim = running.claim
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._finish_retry
+        delay = FINISH_RETRY_FIRST
+        while True:
+            try:
+                # with the attempts finishing meanwhile, in one transaction
+                return await self._finishes.submit((claim.invocation_id, claim.attempt, outcome, pending))
+            except Superseded:
+                raise
+            except Exception as exc:
+                if running.writer.superseded or loop.time() + delay > give_up:
+                    raise
+                log.warning(
+                    "invocation %s: writing the outcome failed (%s); retrying",
+                    claim.invocation_id,
+                    type(exc).__name__,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, FINISH_RETRY_MAX)
 
     def owned(self) -> list[tuple[str, int]]:
         """(invocation id, attempt) of every running attempt; safe to call from another thread."""
         return [(key, running.claim.attempt) for key, running in list(self.attempts.items())]
+
+    def claiming(self) -> list[str]:
+        """Ids whose claim is in flight (it may have committed already); thread-safe."""
+        return list(self._claiming)
 
     def stop(self, invocation_id: str, reason: StopReason, attempt: int | None = None) -> None:
         """Cancel a running attempt's handler (user cancel, superseded, or shutdown)."""
@@ -194,7 +265,13 @@ class Runtime:
             running.stop_reason = reason
             if reason is StopReason.SUPERSEDED:
                 running.writer.superseded = True
-                log.warning("invocation %s: attempt %d superseded; stopping it", invocation_id, running.claim.attempt)
+                # Outside the handler this is mostly a heartbeat racing the attempt's own finish.
+                log.log(
+                    logging.WARNING if running.in_handler else logging.DEBUG,
+                    "invocation %s: attempt %d superseded; stopping it",
+                    invocation_id,
+                    running.claim.attempt,
+                )
             running.ctx.cancel_requested.set()
             if running.in_handler:
                 running.task.cancel()

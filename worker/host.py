@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
+from types import FrameType
 from typing import Any, TypeVar
 
 import dramatiq
+import sqlalchemy as sa
 
 from shared.app import load_app
 from shared.broker import run_invocation_message
@@ -28,6 +32,68 @@ from shared.store.store import Store
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+REPEAT_SIGNAL_WINDOW = 1.0
+"""A stop signal this soon after the first one is the same stop delivered twice."""
+
+
+class _FirstStopOnly:
+    """Dramatiq's worker process takes a second SIGTERM as "exit now, skip the drain". A SIGTERM
+    sent to the whole process group (systemd's default, ``kill -- -PGID``) reaches every worker
+    process twice: directly, and forwarded by Dramatiq's main process a moment later. This
+    handler passes the first on and drops repeats within ``REPEAT_SIGNAL_WINDOW``, so a group
+    stop still drains; a repeat sent later still means "exit now"."""
+
+    def __init__(self, handlers: dict[int, Callable[[int, FrameType | None], Any]]) -> None:
+        self._handlers = handlers
+        self._first: float | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self._first is not None and now - self._first < REPEAT_SIGNAL_WINDOW:
+            return
+        self._first = self._first if self._first is not None else now
+        self._handlers[signum](signum, frame)
+
+    @classmethod
+    def install(cls) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread (not a worker process)
+        handlers = {}
+        for stop_signal in (signal.SIGTERM, signal.SIGHUP):
+            current = signal.getsignal(stop_signal)
+            if callable(current):
+                handlers[int(stop_signal)] = current
+        if handlers:
+            dedup = cls(handlers)
+            for signum in handlers:
+                signal.signal(signum, dedup)
+
+
+def worker_database_url(settings: Settings) -> str:
+    """The database URL of a worker process: PostgreSQL ends any transaction the worker leaves
+    idle for a third of ``stale_after``.
+
+    A handler that blocks the event loop (``time.sleep``, heavy CPU) while another attempt's write
+    is mid-transaction, or a process frozen there, holds that invocation's row lock for as long as
+    it is stuck. The heartbeat thread's one statement for every attempt of the process queues
+    behind the lock, so the process's other attempts go stale and are replaced while it lives;
+    every reaper pass queues behind it too. Ended by the server, the transaction rolls back and its
+    writer retries on a new connection (events are re-buffered, finishes retried), and the
+    heartbeat goes through well within ``stale_after``.
+    """
+    url = sa.make_url(settings.database_url)
+    if url.get_backend_name() != "postgresql":
+        return settings.database_url
+    timeout_ms = max(1, int(settings.timers.stale_after * 1000 / 3))
+    existing = url.query.get("options", "")
+    ours = f"-c idle_in_transaction_session_timeout={timeout_ms}"
+    options = " ".join(filter(None, [str(existing), ours]))
+    return url.update_query_dict({"options": options}).render_as_string(hide_password=False)
+
+
+HANDOFF_WINDOW = 64
+"""Invocations a worker process takes off the queue ahead of their claims."""
+
 
 class NodeHost(dramatiq.Middleware):
     """Opens the node in ``before_worker_boot`` and drains it in ``after_worker_shutdown``."""
@@ -40,8 +106,10 @@ class NodeHost(dramatiq.Middleware):
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._broker: dramatiq.Broker | None = None
+        self._handoffs = threading.BoundedSemaphore(HANDOFF_WINDOW)
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        _FirstStopOnly.install()
         self._broker = broker
         self._thread = threading.Thread(target=self._serve, name="tether-node", daemon=True)
         self._thread.start()
@@ -66,7 +134,7 @@ class NodeHost(dramatiq.Middleware):
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         app = load_app(self.settings.app)
-        store = Store.postgres(self.settings.database_url)
+        store = Store.postgres(worker_database_url(self.settings))
         pubsub = RedisPubSub(self.settings.redis_url)
         try:
             async with run_node(
@@ -93,10 +161,33 @@ class NodeHost(dramatiq.Middleware):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def start_invocation(self, invocation_id: str) -> bool:
-        runtime = self.runtime
-        if runtime is None:
+        """Hand the invocation to the node's loop and return without waiting for its claim.
+
+        Dramatiq's threads so keep taking messages while the loop claims them, many in one
+        transaction. This blocks while ``HANDOFF_WINDOW`` earlier hand-offs still wait for a
+        slot or their claim (that is the back-pressure). A message is acknowledged before its
+        claim: if the process dies in between, the row is still queued and the reaper
+        re-enqueues it after ``timers.requeue_after``.
+        """
+        loop, runtime = self.loop, self.runtime
+        if loop is None or runtime is None:
             return False
-        return self.call(runtime.start(invocation_id))
+        self._handoffs.acquire()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(runtime, invocation_id), loop)
+        except RuntimeError:  # the loop is closed: the process is going away
+            self._handoffs.release()
+            return False
+        return True
+
+    async def _start(self, runtime: Runtime, invocation_id: str) -> None:
+        try:
+            if not await runtime.start(invocation_id):
+                log.debug("invocation %s: not claimed (taken, finished, or waiting its turn)", invocation_id)
+        except Exception as exc:  # still queued: the reaper re-enqueues it
+            log.warning("invocation %s: claim failed (%s); the reaper will retry", invocation_id, type(exc).__name__)
+        finally:
+            self._handoffs.release()
 
     def reap(self) -> ReapReport | None:
         with contextlib.suppress(RuntimeError):

@@ -6,6 +6,7 @@ that attempt number. A superseded attempt gets :class:`Superseded` and must stop
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from shared.store.engine import create_engine
 from shared.store.migrate import migrate
 from shared.store.schema import (
     INVOCATION_COLUMNS,
+    Json,
     OPEN,
     TERMINAL,
     Claim,
@@ -34,6 +36,8 @@ from shared.store.schema import (
 
 inv = invocations.c
 TERMINAL_VALUES = tuple(s.value for s in TERMINAL)
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a NOWAIT lock that someone holds
+LOCK_RETRY_PAUSES = (0.002, 0.01, 0.05)
 
 
 class Superseded(Exception):
@@ -158,6 +162,83 @@ class Store:
             raise Conflict(new.id)
         return Accepted(existing, created=False)
 
+    async def accept_many(
+        self, batch: Sequence[NewInvocation], *, max_open_per_owner: int = 0
+    ) -> list[Accepted | Conflict | OwnerLimitReached]:
+        """``accept`` for many requests with distinct ids in one transaction (group commit).
+
+        One result per request, in order: what ``accept`` would return, or the exception it
+        would raise, for the caller to raise for that request alone.
+        """
+        insert = (
+            self._insert()
+            .values(created_at=self._now, enqueued_at=self._now)
+            .on_conflict_do_nothing(index_elements=["id"])
+            .returning(*INVOCATION_COLUMNS)
+        )
+        async with self.engine.begin() as conn:  # executemany: one multi-row INSERT, cached
+            inserted = await conn.execute(insert, [self._new_row(new) for new in batch])
+            created = {row["id"]: Invocation.from_row(row) for row in inserted.mappings()}
+            refused = await self._over_owner_limit(
+                conn, [new for new in batch if new.id in created], max_open_per_owner
+            )
+            if refused:  # as if rolled back: nobody ever saw these rows
+                await conn.execute(sa.delete(invocations).where(inv.id.in_(list(refused))))
+            others = [new.id for new in batch if new.id not in created]
+            existing: dict[str, Invocation] = {}
+            if others:
+                rows = await conn.execute(sa.select(*INVOCATION_COLUMNS).where(inv.id.in_(others)))
+                existing = {row["id"]: Invocation.from_row(row) for row in rows.mappings()}
+        results: list[Accepted | Conflict | OwnerLimitReached] = []
+        for new in batch:
+            found = existing.get(new.id)
+            if new.id in refused:
+                results.append(OwnerLimitReached(new.owner))
+            elif new.id in created:
+                results.append(Accepted(created[new.id], created=True))
+            elif found is None:  # deleted by retention between the two statements
+                try:
+                    results.append(await self.accept(new, max_open_per_owner=max_open_per_owner))
+                except (Conflict, OwnerLimitReached) as exc:
+                    results.append(exc)
+            elif found.owner != new.owner or found.request_hash != new.request_hash:
+                results.append(Conflict(new.id))
+            else:
+                results.append(Accepted(found, created=False))
+        return results
+
+    def _new_row(self, new: NewInvocation) -> dict[str, Any]:
+        return {
+            "id": new.id,
+            "owner": new.owner,
+            "session_id": new.session_id,
+            "input": new.input,
+            "request_hash": new.request_hash,
+            "status": Status.QUEUED.value,
+            "attempt": 0,
+            "cancel_requested": False,
+            "last_event_id": 0,
+        }
+
+    async def _over_owner_limit(
+        self, conn: AsyncConnection, created: Sequence[NewInvocation], cap: int
+    ) -> set[str]:
+        """Ids of just-inserted rows that put their owner over ``cap`` open invocations (the
+        latest of the batch first). Every accept enforces the cap, so each count stays near it."""
+        if not cap or not created:
+            return set()
+        counts = await conn.execute(
+            sa.select(inv.owner, sa.func.count())
+            .where(inv.owner.in_(sorted({new.owner for new in created})), inv.status.in_(OPEN))
+            .group_by(inv.owner)
+        )
+        refused: set[str] = set()
+        for owner, open_count in counts.all():
+            excess = int(open_count) - cap
+            if excess > 0:
+                refused.update([new.id for new in created if new.owner == owner][-excess:])
+        return refused
+
     async def _open_count(self, conn: AsyncConnection, owner: str, cap: int) -> int:
         open_rows = (
             sa.select(sa.literal(1))
@@ -238,6 +319,21 @@ class Store:
 
     async def claim(self, invocation_id: str, worker: str) -> Claim | None:
         """Start the next attempt if the invocation is queued and heads its session."""
+        return (await self.claim_many([invocation_id], worker)).get(invocation_id)
+
+    async def claim_many(self, invocation_ids: Sequence[str], worker: str) -> dict[str, Claim]:
+        """``claim`` for many invocations in one transaction; the claims won, by id."""
+        try:
+            return await self._claim_many(invocation_ids, worker)
+        except sa.exc.IntegrityError:  # a racing claim took a session's one active slot
+            if len(invocation_ids) == 1:
+                return {}
+        won: dict[str, Claim] = {}
+        for invocation_id in invocation_ids:  # one by one, so only the loser loses
+            won.update(await self.claim_many([invocation_id], worker))
+        return won
+
+    async def _claim_many(self, invocation_ids: Sequence[str], worker: str) -> dict[str, Claim]:
         older = invocations.alias("older")
         blocked_by_older = sa.exists().where(
             older.c.owner == inv.owner,
@@ -248,7 +344,7 @@ class Store:
         claim = (
             sa.update(invocations)
             .where(
-                inv.id == invocation_id,
+                inv.id.in_(list(invocation_ids)),
                 inv.status == Status.QUEUED.value,
                 sa.or_(inv.session_id.is_(None), ~blocked_by_older),
             )
@@ -260,18 +356,27 @@ class Store:
                 worker=worker,
                 last_event_id=inv.last_event_id + 1,
             )
-            .returning(inv.attempt, inv.input, inv.session_id, inv.checkpoint, inv.last_event_id)
+            .returning(inv.id, inv.attempt, inv.input, inv.session_id, inv.checkpoint, inv.last_event_id)
         )
-        try:
-            async with self.engine.begin() as conn:
-                row = (await conn.execute(claim)).first()
-                if row is None:
-                    return None
-                data = {"type": RUN_STARTED, "attempt": row.attempt}
-                await self._insert_events(conn, invocation_id, [Event(row.last_event_id, RUN_STARTED, data)])
-        except sa.exc.IntegrityError:  # a racing claim took the session's one active slot
-            return None
-        return Claim(invocation_id, row.attempt, row.input, row.session_id, row.checkpoint, row.last_event_id)
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(claim)).all()
+            if rows:
+                await conn.execute(
+                    events.insert().values(created_at=self._now),
+                    [
+                        {
+                            "invocation_id": r.id,
+                            "cursor": r.last_event_id,
+                            "type": RUN_STARTED,
+                            "data": {"type": RUN_STARTED, "attempt": r.attempt},
+                        }
+                        for r in rows
+                    ],
+                )
+        return {
+            r.id: Claim(r.id, r.attempt, r.input, r.session_id, r.checkpoint, r.last_event_id)
+            for r in rows
+        }
 
     async def append_events(
         self, invocation_id: str, attempt: int, batch: Sequence[tuple[str, Any]]
@@ -320,6 +425,105 @@ class Store:
             raise Superseded(invocation_id)
         return finished
 
+    async def finish_many(
+        self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
+    ) -> list[Finished | Superseded]:
+        """``finish`` for many attempts, ``(invocation id, attempt, outcome, pending)`` each, in
+        one transaction (group commit); one result per attempt, in order.
+
+        The transaction first locks all its rows with one ``NOWAIT`` statement, so it never
+        waits for a lock while holding others (a heartbeat updating the same rows in another
+        order cannot deadlock with it); a row someone holds makes it retry, then go one by one.
+        """
+        for pause in LOCK_RETRY_PAUSES:
+            try:
+                return await self._finish_many(batch)
+            except sa.exc.OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                    raise
+            await asyncio.sleep(pause)
+        results: list[Finished | Superseded] = []
+        for invocation_id, attempt, outcome, pending in batch:
+            try:
+                results.append(await self.finish(invocation_id, attempt, outcome, pending))
+            except Superseded as exc:
+                results.append(exc)
+        return results
+
+    async def _finish_many(
+        self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
+    ) -> list[Finished | Superseded]:
+        results: list[Finished | Superseded] = []
+        async with self.engine.begin() as conn:
+            if self.dialect != "postgresql" or len(batch) == 1:
+                for invocation_id, attempt, outcome, pending in batch:
+                    condition = sa.and_(*self._fence(invocation_id, attempt))
+                    finished = await self._finish(conn, condition, outcome, pending)
+                    results.append(Superseded(invocation_id) if finished is None else finished)
+                return results
+            ids = [invocation_id for invocation_id, *_ in batch]
+            await conn.execute(sa.select(inv.id).where(inv.id.in_(ids)).with_for_update(nowait=True))
+            ended = {row.id: row for row in await conn.execute(self._finish_all(batch))}
+            stored_rows: list[dict[str, Any]] = []
+            for invocation_id, _, outcome, pending in batch:
+                row = ended.pop(invocation_id, None)  # popped: a repeated id is superseded
+                if row is None:
+                    results.append(Superseded(invocation_id))
+                    continue
+                events_of = [*pending, (outcome.event.type, outcome.event.data)]
+                first = row.last_event_id - len(events_of) + 1
+                stored = [Event(first + i, t, d) for i, (t, d) in enumerate(events_of)]
+                stored_rows += [
+                    {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
+                    for e in stored
+                ]
+                successor = await self._successor(conn, row.owner, row.session_id)
+                results.append(Finished(stored, successor))
+            if stored_rows:
+                await conn.execute(events.insert().values(created_at=self._now), stored_rows)
+        return results
+
+    def _finish_all(self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]) -> Any:
+        """One fenced UPDATE ending every attempt of the batch (PostgreSQL)."""
+        ends = sa.values(
+            sa.column("id", sa.Text),
+            sa.column("attempt", sa.Integer),
+            sa.column("status", sa.Text),
+            sa.column("output", Json),
+            sa.column("error_code", sa.Text),
+            sa.column("error_message", sa.Text),
+            sa.column("events", sa.Integer),
+            name="ends",
+        ).data([
+            (i, a, o.status.value, o.output, o.error_code, o.error_message, len(p) + 1)
+            for i, a, o, p in batch
+        ])
+        return (
+            sa.update(invocations)
+            .where(inv.id == ends.c.id, inv.attempt == ends.c.attempt, inv.status == Status.ACTIVE.value)
+            .values(
+                status=ends.c.status,
+                output=sa.cast(ends.c.output, Json),  # all-NULL VALUES columns come out as text
+                error_code=ends.c.error_code,
+                error_message=ends.c.error_message,
+                finished_at=self._now,
+                last_event_id=inv.last_event_id + ends.c.events,
+            )
+            .returning(inv.id, inv.owner, inv.session_id, inv.last_event_id)
+        )
+
+    async def _successor(self, conn: AsyncConnection, owner: str, session_id: str | None) -> str | None:
+        """The session's next queued invocation, which may run now that this one ended."""
+        if session_id is None:
+            return None
+        successor = await conn.scalar(
+            sa.select(inv.id)
+            .where(inv.owner == owner, inv.session_id == session_id, inv.status == Status.QUEUED.value)
+            .order_by(inv.seq)
+            .limit(1)
+        )
+        return None if successor is None else str(successor)
+
     async def _finish(
         self,
         conn: AsyncConnection,
@@ -349,19 +553,7 @@ class Store:
         batch = [*pending, (outcome.event.type, outcome.event.data)]
         stored = [Event(first + i, t, d) for i, (t, d) in enumerate(batch)]
         await self._insert_events(conn, row.id, stored)
-        successor = None
-        if row.session_id is not None:
-            successor = await conn.scalar(
-                sa.select(inv.id)
-                .where(
-                    inv.owner == row.owner,
-                    inv.session_id == row.session_id,
-                    inv.status == Status.QUEUED.value,
-                )
-                .order_by(inv.seq)
-                .limit(1)
-            )
-        return Finished(stored, successor)
+        return Finished(stored, await self._successor(conn, row.owner, row.session_id))
 
     def _fence(self, invocation_id: str, attempt: int) -> tuple[sa.ColumnElement[bool], ...]:
         return (inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value)
@@ -372,17 +564,26 @@ class Store:
             [{"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data} for e in batch],
         )
 
-    async def heartbeat(self, attempts: Sequence[tuple[str, int]]) -> dict[str, bool]:
-        """Beat for every attempt this process runs; returns id → cancel requested, for the live ones."""
-        if not attempts:
+    async def heartbeat(
+        self, attempts: Sequence[tuple[str, int]], claiming: Sequence[str] = (), worker: str = ""
+    ) -> dict[str, bool]:
+        """Beat for every attempt this process runs; returns id → cancel requested, for the live ones.
+
+        ``claiming``: ids whose claim by ``worker`` is in flight. A claim can commit while the
+        claimer's event loop is blocked, before the attempt is registered; beating it by worker
+        name keeps it from looking dead meanwhile.
+        """
+        mine: list[sa.ColumnElement[bool]] = []
+        if attempts:
+            mine.append(sa.tuple_(inv.id, inv.attempt).in_(list(attempts)))
+        if claiming and worker:
+            mine.append(sa.and_(inv.id.in_(list(claiming)), inv.worker == worker))
+        if not mine:
             return {}
         async with self.engine.begin() as conn:
             rows = await conn.execute(
                 sa.update(invocations)
-                .where(
-                    inv.status == Status.ACTIVE.value,
-                    sa.tuple_(inv.id, inv.attempt).in_(list(attempts)),
-                )
+                .where(inv.status == Status.ACTIVE.value, sa.or_(*mine))
                 .values(heartbeat_at=self._now)
                 .returning(inv.id, inv.cancel_requested)
             )

@@ -1,0 +1,46 @@
+"""The apps the benchmarks run: a no-op, a 2 s sleeper and an event emitter."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from shared import AgentApp, InvocationContext
+
+noop = AgentApp(name="bench-noop")
+sleeper = AgentApp(name="bench-sleeper")
+emitter = AgentApp(name="bench-emitter")
+
+
+@noop.invoke
+async def do_nothing(input: Any, ctx: InvocationContext) -> Any:
+    return None
+
+
+@sleeper.invoke
+async def simulated_model_call(input: Any, ctx: InvocationContext) -> Any:
+    """Await ``input["seconds"]`` (default 2), as a handler awaiting a model would."""
+    seconds = float(input.get("seconds", 2.0)) if isinstance(input, dict) else 2.0
+    await asyncio.sleep(seconds)
+    return {"slept": seconds}
+
+
+@emitter.invoke
+async def emit_events(input: Any, ctx: InvocationContext) -> Any:
+    """Emit ``events`` (default 10,000) events, ``interval`` seconds apart (default 0), the
+    first after ``offset`` seconds (so many streams can tick out of step).
+
+    Each event carries ``t``, the wall-clock time it was emitted, so a client on the same machine
+    can measure emit → receive latency.
+    """
+    spec = input if isinstance(input, dict) else {}
+    count = int(spec.get("events", 10_000))
+    interval = float(spec.get("interval", 0.0))
+    if spec.get("offset"):
+        await asyncio.sleep(float(spec["offset"]))
+    for i in range(count):
+        if interval:
+            await asyncio.sleep(interval)
+        await ctx.emit({"type": "tick", "i": i, "t": time.time()})
+    return {"emitted": count}

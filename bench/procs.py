@@ -1,0 +1,329 @@
+"""Everything a scenario starts: a private PostgreSQL database, a private Dramatiq queue, and
+real gateway / worker / ``tether dev`` / baseline subprocesses, each in its own process group.
+
+Every wait is on a condition with a deadline (a port answering, a log line), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN_URL = os.environ.get("TETHER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("TETHER_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+# -- the private database ------------------------------------------------------------------
+
+
+@dataclass
+class Database:
+    """A throwaway PostgreSQL database, migrated, dropped on close."""
+
+    name: str
+
+    @property
+    def url(self) -> str:
+        """libpq form, for psycopg."""
+        return f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{self.name}"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+    def stats(self) -> tuple[int, int]:
+        """(xact_commit, xact_rollback) of this database, as pg_stat_database reports them."""
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s",
+                (self.name,),
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+
+@contextlib.contextmanager
+def private_database(migrate: bool = True) -> Iterator[Database]:
+    import psycopg
+
+    db = Database(f"tether_bench_{uuid.uuid4().hex[:10]}")
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db.name}"')
+    try:
+        if migrate:  # on a thread of its own: the caller may be inside an event loop
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, _migrate(db.sqlalchemy_url)).result()
+        yield db
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
+
+
+async def _migrate(url: str) -> None:
+    from shared.store.store import Store
+
+    store = Store.postgres(url, pool_size=1)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+
+
+def new_queue() -> str:
+    return f"tether-bench-{uuid.uuid4().hex[:8]}"
+
+
+def drop_queue(queue: str) -> None:
+    """Delete every Dramatiq key of a private queue (queue, delay queue, message hashes, acks)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = [*client.scan_iter(match=f"dramatiq:{queue}*", count=1000)]
+        keys += [*client.scan_iter(match=f"dramatiq:__acks__.*.{queue}*", count=1000)]
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tree(self) -> list[int]:
+        """This process and all its descendants (Dramatiq and gateway children)."""
+        return [self.pid, *descendants(self.pid)]
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.tree())
+
+    def peak_rss_mb(self) -> float:
+        """The largest peak resident set size (VmHWM) among the process tree."""
+        return max((peak_rss_kb(pid) for pid in self.tree()), default=0) / 1024
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.popen.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.popen.wait(10)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)  # the group this process leads, which we started
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    children = _children_map()
+    out: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(children.get(child, []))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (its own, not its children's)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class Launcher:
+    """Starts processes against one database and queue; ``stop_all`` ends every one of them."""
+
+    db: Database
+    queue: str = field(default_factory=new_queue)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tether-bench-")))
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    procs: list[Proc] = field(default_factory=list)
+
+    def env(self, app: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env.update(
+            TETHER_DATABASE_URL=self.db.sqlalchemy_url,
+            TETHER_REDIS_URL=REDIS_URL,
+            TETHER_APP=app,
+            TETHER_WORKER__QUEUE=self.queue,
+            TETHER_TIMERS__SHUTDOWN_GRACE="2",
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.env_overrides)
+        env.update(extra or {})
+        return env
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
+        log_path = self.workdir / f"{name}-{len(self.procs)}.log"
+        with log_path.open("wb") as handle:
+            popen = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def _wait_http(self, proc: Proc, base: str) -> str:
+        wait_for(lambda: http_ok(f"{base}/healthz") or not proc.alive(), 60, f"{proc.name} to answer")
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
+        return base
+
+    def _wait_workers(self, proc: Proc, processes: int) -> Proc:
+        wait_for(
+            lambda: proc.log().count("Worker process is ready") >= processes or not proc.alive(),
+            90,
+            f"{proc.name} to boot",
+        )
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
+        return proc
+
+    def gateway(self, app: str, processes: int = 1, extra: dict[str, str] | None = None) -> tuple[Proc, str]:
+        port = free_port()
+        argv = [sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port),
+                "--processes", str(processes)]
+        proc = self.spawn("gateway", argv, self.env(app, extra))
+        return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
+
+    def worker(self, app: str, processes: int = 1, threads: int = 4,
+               extra: dict[str, str] | None = None) -> Proc:
+        argv = [sys.executable, "-m", "gateway.cli", "worker", "--processes", str(processes),
+                "--threads", str(threads)]
+        proc = self.spawn("worker", argv, self.env(app, extra))
+        return self._wait_workers(proc, processes)
+
+    def dev(self, app: str, extra: dict[str, str] | None = None) -> tuple[Proc, str]:
+        port = free_port()
+        argv = [sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--db", ":memory:"]
+        proc = self.spawn("dev", argv, self.env(app, extra))
+        return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
+
+    def bare_gateway(self, processes: int = 1) -> tuple[Proc, str]:
+        """The baseline accept handler (bench/baselines.py)."""
+        port = free_port()
+        argv = [sys.executable, "-m", "bench.baselines", "--port", str(port),
+                "--processes", str(processes), "--database", self.db.url,
+                "--redis", REDIS_URL, "--queue", self.queue]
+        proc = self.spawn("bare-gateway", argv, self.env("bench.apps:noop"))
+        return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
+
+    def bare_worker(self, processes: int = 1, threads: int = 4, poll_timeout_ms: int = 100) -> Proc:
+        """Dramatiq alone, with the same middleware, processes, threads and poll timeout."""
+        env = self.env("bench.apps:noop")
+        env.update(dramatiq_worker_timeout=str(poll_timeout_ms), TETHER_BENCH_QUEUE=self.queue)
+        argv = [sys.executable, "-m", "dramatiq", "bench.bare_worker", "--processes", str(processes),
+                "--threads", str(threads), "--queues", self.queue]
+        proc = self.spawn("bare-worker", argv, env)
+        return self._wait_workers(proc, processes)
+
+    def stop(self, proc: Proc) -> None:
+        proc.stop()
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+        drop_queue(self.queue)
+
+
+@contextlib.contextmanager
+def launcher(db: Database, **kwargs: object) -> Iterator[Launcher]:
+    launch = Launcher(db, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield launch
+    finally:
+        launch.stop_all()

@@ -1,0 +1,231 @@
+"""How long a run waits after its worker is SIGKILLed: kill → replacement ``run.started`` → done.
+
+Each round submits one invocation whose first attempt holds still, SIGKILLs the worker process
+that runs it (found through ``tether_invocations.worker``) while a second worker lives, and reads
+the replacement's ``run.started`` and ``run.completed`` times from ``tether_events.created_at``.
+Every time is on the database clock, the kill's included (read right after the signal), so no
+two clocks are compared. The killed worker is replaced before the next round.
+
+Run: ``python -m bench.recovery`` (``--kills N``, ``--timers default fast``). It starts its own
+gateway and workers on a private database and Dramatiq queue, prints a table with the bound
+``stale_after + reaper_interval + 1 s`` beside each figure, and writes ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import time
+import urllib.request
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from shared import AgentApp, InvocationContext
+from shared.settings import Timers
+
+RESULTS = Path(__file__).resolve().parent / "results"
+APP = "bench.recovery:app"
+ROUND_LIMIT = 120.0  # seconds any one round may take before the run is abandoned
+
+app = AgentApp(name="recovery-bench")
+
+
+@app.invoke
+async def hold(input: Any, ctx: InvocationContext) -> Any:
+    """The first attempt: one event, then hold until the worker is killed (or an hour passes)."""
+    await ctx.emit({"type": "holding"})
+    await asyncio.sleep(3600)
+    return {"attempt": ctx.attempt}
+
+
+@app.recover
+async def finish_at_once(input: Any, ctx: InvocationContext) -> Any:
+    return {"attempt": ctx.attempt}
+
+
+TIMERS: dict[str, dict[str, str]] = {
+    "default": {},
+    "fast": {
+        "TETHER_TIMERS__HEARTBEAT_INTERVAL": "0.5",
+        "TETHER_TIMERS__STALE_AFTER": "3",
+        "TETHER_TIMERS__REAPER_INTERVAL": "0.5",
+    },
+}
+
+
+@dataclass
+class Kill:
+    """One SIGKILL, in seconds on the database clock."""
+
+    heartbeat_age: float  # how old the last heartbeat was when the worker died
+    to_started: float  # kill → the replacement attempt's run.started
+    to_completed: float  # kill → run.completed
+
+
+def timers_for(env: dict[str, str]) -> Timers:
+    values = {k.removeprefix("TETHER_TIMERS__").lower(): float(v) for k, v in env.items()}
+    return Timers.model_validate(values)
+
+
+def query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def wait(predicate: Any, what: str, limit: float = ROUND_LIMIT) -> Any:
+    deadline = time.monotonic() + limit
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {limit:.0f}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def submit(base: str) -> str:
+    invocation_id = str(uuid.uuid4())
+    body = json.dumps({"id": invocation_id, "input": {}, "background": True}).encode()
+    request = urllib.request.Request(
+        f"{base}/api/invocations",
+        data=body,
+        headers={"Content-Type": "application/json", "X-Forwarded-Email": "bench@example.com"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 202, response.status
+    return invocation_id
+
+
+def holding_pid(dsn: str, invocation_id: str) -> int | None:
+    rows = query(
+        dsn,
+        "SELECT worker FROM tether_invocations WHERE id = %s AND status = 'active' "
+        "AND attempt = 1 AND last_event_id >= 2",
+        invocation_id,
+    )
+    return int(str(rows[0][0]).rsplit(":", 1)[1]) if rows else None
+
+
+def one_kill(launch: Any, base: str, dsn: str) -> Kill:
+    """Submit, wait for the run to hold, SIGKILL its worker, measure, replace the worker."""
+    invocation_id = submit(base)
+    pid = wait(lambda: holding_pid(dsn, invocation_id), "the run to start")
+    group = os.getpgid(pid)
+    [victim] = [p for p in launch.procs if p.name == "worker" and p.pid == group]
+    os.kill(pid, signal.SIGKILL)
+    [(killed_at, beat_at)] = query(
+        dsn,
+        "SELECT extract(epoch from clock_timestamp())::float8, heartbeat_at "
+        "FROM tether_invocations WHERE id = %s",
+        invocation_id,
+    )
+    done = "SELECT status FROM tether_invocations WHERE id = %s"
+    wait(lambda: query(dsn, done, invocation_id)[0][0] == "completed", "the replacement")
+    times = dict(
+        query(
+            dsn,
+            "SELECT type, created_at FROM tether_events WHERE invocation_id = %s "
+            "AND (type = 'run.completed' OR (type = 'run.started' AND data->>'attempt' = '2'))",
+            invocation_id,
+        )
+    )
+    launch.stop(victim)
+    launch.worker(APP)
+    return Kill(
+        heartbeat_age=killed_at - beat_at,
+        to_started=times["run.started"] - killed_at,
+        to_completed=times["run.completed"] - killed_at,
+    )
+
+
+def run_config(name: str, kills: int) -> dict[str, Any]:
+    from bench.procs import launcher, private_database
+
+    env = TIMERS[name]
+    timers = timers_for(env)
+    bound = timers.stale_after + timers.reaper_interval + 1.0
+    samples: list[Kill] = []
+    with private_database() as db, launcher(db, env_overrides=env) as launch:
+        _, base = launch.gateway(APP)
+        launch.worker(APP)
+        launch.worker(APP)
+        for i in range(kills):
+            samples.append(one_kill(launch, base, db.url))
+            last = samples[-1]
+            print(
+                f"  {name} kill {i + 1:2d}/{kills}: run.started +{last.to_started:.2f}s, "
+                f"completed +{last.to_completed:.2f}s",
+                flush=True,
+            )
+    started = [k.to_started for k in samples]
+    completed = [k.to_completed for k in samples]
+    return {
+        "timers": name,
+        "settings": timers.model_dump(
+            include={"heartbeat_interval", "stale_after", "reaper_interval"}
+        ),
+        "kills": kills,
+        "bound_s": bound,
+        "to_started_s": {"p50": statistics.median(started), "max": max(started)},
+        "to_completed_s": {"p50": statistics.median(completed), "max": max(completed)},
+        "within_bound": sum(s <= bound for s in started),
+        "samples": [asdict(k) for k in samples],
+    }
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = (
+        f"{'timers':<8} {'kills':>5}  {'kill→run.started p50':>21} {'max':>7}  "
+        f"{'kill→completed p50':>19} {'max':>7}  {'bound':>6}  within"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        s, c = r["to_started_s"], r["to_completed_s"]
+        print(
+            f"{r['timers']:<8} {r['kills']:>5}  {s['p50']:>20.2f}s {s['max']:>6.2f}s  "
+            f"{c['p50']:>18.2f}s {c['max']:>6.2f}s  {r['bound_s']:>5.1f}s  "
+            f"{r['within_bound']}/{r['kills']}"
+        )
+    print("bound = stale_after + reaper_interval + 1 s, kill → the replacement's run.started")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__)
+    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs per timer set (default 20)")
+    parser.add_argument("--timers", nargs="+", choices=list(TIMERS), default=list(TIMERS))
+    parser.add_argument(
+        "--out", help="JSON file to write (default bench/results/recovery-<time>.json)"
+    )
+    args = parser.parse_args(argv)
+    if not 1 <= args.kills <= 100:
+        parser.error("--kills must be between 1 and 100")
+    rows = [run_config(name, args.kills) for name in args.timers]
+    print()
+    print_table(rows)
+    out = (
+        Path(args.out) if args.out else RESULTS / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    out.write_text(json.dumps({"benchmark": "recovery", **meta, "results": rows}, indent=2) + "\n")
+    print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,21 @@
+"""One module per scenario; each ``run(sizes)`` returns rows, every figure beside its baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from bench.report import Row
+from bench.scenarios import accept, cost, drain, end_to_end, io_bound, streaming, sync_latency
+from bench.scenarios.common import Sizes
+
+Scenario = Callable[[Sizes], Awaitable[list[Row]]]
+
+SCENARIOS: dict[str, Scenario] = {
+    "accept": accept.run,
+    "drain": drain.run,
+    "e2e": end_to_end.run,
+    "sync": sync_latency.run,
+    "io": io_bound.run,
+    "stream": streaming.run,
+    "cost": cost.run,
+}

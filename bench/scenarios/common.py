@@ -1,0 +1,146 @@
+"""What every scenario shares: sizes (full and ``--quick``), database and queue probes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import dramatiq
+import psycopg
+import redis
+
+from bench.baselines import DISPATCH_LUA
+from bench.procs import REDIS_URL, Database
+
+
+@dataclass(frozen=True)
+class Sizes:
+    process_counts: tuple[int, ...] = (1, 2)
+    worker_threads: int = 4
+    accept_posts: int = 2000
+    accept_warmup: int = 200
+    concurrency: int = 32
+    drain_messages: int = 20_000
+    e2e_seconds: float = 10.0
+    e2e_warmup: float = 2.0
+    sync_count: int = 500
+    sync_warmup: int = 20
+    sync_poll_timeouts_ms: tuple[int, ...] = (100, 1000)
+    io_invocations: int = 2000
+    io_seconds: float = 2.0
+    io_concurrency_setting: int = 2000
+    stream_events: int = 10_000
+    streams: int = 500
+    stream_ticks: int = 10
+    stream_interval: float = 1.0
+    cost_invocations: int = 2000
+    deadline: float = 300.0  # no single wait in a scenario lasts longer
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    process_counts=(1,),
+    accept_posts=100,
+    accept_warmup=10,
+    drain_messages=300,
+    e2e_seconds=1.5,
+    e2e_warmup=0.5,
+    sync_count=20,
+    sync_warmup=3,
+    sync_poll_timeouts_ms=(100,),
+    io_invocations=50,
+    io_seconds=0.5,
+    io_concurrency_setting=50,
+    stream_events=300,
+    streams=10,
+    stream_ticks=3,
+    stream_interval=0.2,
+    cost_invocations=50,
+    deadline=60.0,
+)
+
+
+def poll(predicate: object, deadline: float, what: str, interval: float = 0.02) -> None:
+    """Call ``predicate`` until it is true; fail after ``deadline`` seconds."""
+    assert callable(predicate)
+    end = time.monotonic() + deadline
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError(f"timed out after {deadline:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Pg:
+    """A sync autocommit connection to the private database, for setup and measurement."""
+
+    def __init__(self, db: Database) -> None:
+        self.conn = psycopg.connect(db.url, autocommit=True)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def scalar(self, sql: str, *params: object) -> object:
+        row = self.conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
+        return row[0] if row else None
+
+    def count(self, status: str) -> int:
+        return int(self.scalar("SELECT count(*) FROM tether_invocations WHERE status = %s", status) or 0)
+
+    def wait_completed(self, total: int, deadline: float) -> None:
+        poll(lambda: self.count("completed") >= total, deadline, f"{total} completed invocations", 0.05)
+        failed = self.count("failed")
+        if failed:
+            raise RuntimeError(f"{failed} invocations failed")
+
+    def span(self, start_column: str, end_column: str) -> float:
+        """Seconds from the earliest ``start_column`` to the latest ``end_column`` (database clock)."""
+        row = self.conn.execute(
+            f"SELECT max({end_column}) - min({start_column}) FROM tether_invocations"
+        ).fetchone()
+        assert row is not None and row[0] is not None
+        return float(row[0])
+
+    def prefill(self, count: int) -> list[str]:
+        """``count`` queued invocations, as if accepted, in one statement."""
+        rows = self.conn.execute(
+            "INSERT INTO tether_invocations (id, owner, input, request_hash, status, attempt,"
+            " cancel_requested, last_event_id, created_at, enqueued_at)"
+            " SELECT gen_random_uuid()::text, 'bench-' || (g %% 256), '{}'::jsonb, 'prefill',"
+            " 'queued', 0, false, 0, extract(epoch from clock_timestamp()),"
+            " extract(epoch from clock_timestamp())"
+            " FROM generate_series(1, %s) AS g RETURNING id",
+            (count,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+
+class Queue:
+    """A Dramatiq queue seen from outside: bulk enqueue and what is left to process."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.client = redis.Redis.from_url(REDIS_URL)
+        self.script = self.client.register_script(DISPATCH_LUA.read_bytes())
+        self.broker_id = str(uuid.uuid4())
+
+    def close(self) -> None:
+        self.client.close()
+
+    def enqueue_many(self, actor: str, ids: list[str], chunk: int = 1000) -> None:
+        for start in range(0, len(ids), chunk):
+            pipe = self.client.pipeline(transaction=False)
+            for invocation_id in ids[start:start + chunk]:
+                redis_id = str(uuid.uuid4())
+                message = dramatiq.Message(
+                    queue_name=self.name, actor_name=actor, args=(invocation_id,), kwargs={},
+                    options={"redis_message_id": redis_id},
+                )
+                argv = ["enqueue", int(time.time() * 1000), self.name, self.broker_id, 60000,
+                        604800000, 0, 3000, redis_id, message.encode()]
+                self.script(keys=["dramatiq"], args=argv, client=pipe)
+            pipe.execute()
+
+    def unfinished(self) -> int:
+        """Messages enqueued and not yet acknowledged (queued, prefetched or running)."""
+        return int(self.client.hlen(f"dramatiq:{self.name}.msgs"))

@@ -1,0 +1,65 @@
+"""Group commit: concurrent requests for the same kind of write go to the database (or Redis)
+together, as one batch, instead of one round trip each.
+
+The first request starts a flush at once (no timer, so a lone request waits for nothing extra);
+requests that arrive while a flush is in flight wait and go together in the next one, so batches
+grow by themselves exactly when the system is busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+Flush = Callable[[list[Item]], Awaitable[Sequence[Result | BaseException]]]
+
+
+class GroupCommit(Generic[Item, Result]):
+    """``await submit(item)`` returns that item's result (or raises its exception).
+
+    ``flush(items)`` returns one result or exception per item, in order; if it raises, every item
+    of the batch gets that exception. At most ``max_batch`` items go in one flush.
+    """
+
+    def __init__(self, flush: Flush[Item, Result], *, max_batch: int = 256) -> None:
+        self._flush = flush
+        self._max_batch = max_batch
+        self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._runner: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Item) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run(), name="group-commit")
+        return await future
+
+    async def _run(self) -> None:
+        while self._pending:
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
+            try:
+                results: Sequence[Result | BaseException] = await self._flush([i for i, _ in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"flush returned {len(results)} results for {len(batch)} items")
+            except Exception as exc:
+                results = [exc] * len(batch)
+            except BaseException as exc:  # cancelled: fail this batch and everything waiting
+                for _, future in batch + self._pending:
+                    if not future.done():
+                        future.set_exception(exc)
+                self._pending.clear()
+                raise
+            for (_, future), result in zip(batch, results, strict=True):
+                if future.done():  # the caller gave up (its request was cancelled)
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)

@@ -1,0 +1,99 @@
+"""Fixtures of the fault tier: a fresh database per test and clusters on fast timers.
+
+Each test gets its own database (a reaper only ever sees its own test's invocations) and its own
+Dramatiq queue; teardown kills whatever is left, frozen processes included, and prints the
+processes' logs when the test failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.store.store import Store
+from tests.faults.harness_ext import FAST_TIMERS, hard_stop
+from tests.harness import Cluster
+from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[FAILED] = report.failed
+    return report
+
+
+FAILED = pytest.StashKey[bool]()
+
+
+def migrate(url: str) -> None:
+    async def run() -> None:
+        store = Store.postgres(url, pool_size=1)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def fresh_db() -> Iterator[str]:
+    """A new, migrated database on the shared PostgreSQL server, dropped afterwards."""
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    try:
+        migrate(url)
+        yield url
+    finally:
+        drop_database(url)
+
+
+MakeCluster = Callable[..., Cluster]
+
+
+def drop_queue(cluster: Cluster) -> None:
+    """Delete the Dramatiq keys of a test's private queue (best effort: Redis may be gone)."""
+    import redis
+
+    with contextlib.suppress(redis.RedisError):
+        client = redis.Redis.from_url(cluster.redis_url, socket_timeout=2)
+        try:
+            keys = [*client.scan_iter(match=f"dramatiq:{cluster.queue}*", count=1000)]
+            keys += [*client.scan_iter(match=f"dramatiq:__acks__.*.{cluster.queue}*", count=1000)]
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def make_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeCluster]:
+    clusters: list[Cluster] = []
+
+    def make(
+        database_url: str, redis_url: str, app: str = "tests.faults.app:app", **env: str
+    ) -> Cluster:
+        workdir = tmp_path / f"cluster-{len(clusters)}"
+        workdir.mkdir()
+        cluster = Cluster(
+            database_url, redis_url, workdir, app=app, env_overrides={**FAST_TIMERS, **env}
+        )
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    procs = [p for c in clusters for p in c.procs]
+    hard_stop(procs)
+    for cluster in clusters:
+        drop_queue(cluster)
+    if request.node.stash.get(FAILED, False):
+        for proc in procs:
+            tail = "\n".join(proc.log().splitlines()[-120:])
+            print(f"\n===== {proc.name} (pid {proc.pid}) {proc.log_path.name} =====\n{tail}")

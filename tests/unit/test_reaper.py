@@ -1,0 +1,297 @@
+"""The reaper: its pure decisions, and its passes against the embedded SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shared import reaper as reaper_module
+from shared.channels import events_channel
+from shared.errors import ErrorCode
+from shared.events import decode_batch
+from shared.pubsub import MemoryPubSub
+from shared.reaper import Reaper, Recover, decide, recovery_delay
+from shared.runtime import completed
+from shared.settings import Settings
+from shared.store.schema import NewInvocation, StaleAttempt, Status, invocations
+from shared.store.store import Store
+
+inv = invocations.c
+
+
+def settings(**timers: float) -> Settings:
+    limits = {"max_attempts": int(timers.pop("max_attempts", 0))}
+    return Settings.model_validate({"timers": {"stale_after": 10, **timers}, "limits": limits})
+
+
+# -- decide and recovery_delay: pure ---------------------------------------------------------
+
+
+def stale(attempt: int = 1, cancel_requested: bool = False) -> StaleAttempt:
+    return StaleAttempt("inv", attempt, cancel_requested)
+
+
+def test_a_dead_first_attempt_is_replaced_at_once() -> None:
+    assert decide(stale(1), has_recover=True, settings=settings()) == Recover(0.0)
+
+
+def test_without_recover_a_dead_attempt_fails_with_worker_lost() -> None:
+    outcome = decide(stale(1), has_recover=False, settings=settings())
+    assert not isinstance(outcome, Recover)
+    assert outcome.status is Status.FAILED and outcome.error_code == ErrorCode.WORKER_LOST.value
+    assert outcome.event.type == "run.failed"
+    assert outcome.event.data["error"]["code"] == "worker_lost"
+
+
+def test_a_cancel_request_wins_over_recovery_and_over_the_attempt_limit() -> None:
+    for has_recover in (True, False):
+        outcome = decide(
+            stale(5, cancel_requested=True),
+            has_recover=has_recover,
+            settings=settings(max_attempts=3),
+        )
+        assert not isinstance(outcome, Recover)
+        assert outcome.status is Status.CANCELLED and outcome.event.type == "run.cancelled"
+
+
+def test_max_attempts_counts_every_attempt_then_fails_recovery_limit_exceeded() -> None:
+    limited = settings(max_attempts=3)
+    assert isinstance(decide(stale(1), has_recover=True, settings=limited), Recover)
+    assert isinstance(decide(stale(2), has_recover=True, settings=limited), Recover)
+    outcome = decide(stale(3), has_recover=True, settings=limited)
+    assert not isinstance(outcome, Recover)
+    assert outcome.status is Status.FAILED
+    assert outcome.error_code == ErrorCode.RECOVERY_LIMIT_EXCEEDED.value
+
+
+def test_no_max_attempts_means_no_limit() -> None:
+    assert isinstance(decide(stale(10_000), has_recover=True, settings=settings()), Recover)
+
+
+def test_recovery_backoff_doubles_from_the_second_replacement_up_to_the_cap() -> None:
+    s = settings(recovery_backoff=1.5, recovery_backoff_max=10)
+    assert [recovery_delay(a, s) for a in range(1, 7)] == [0.0, 1.5, 3.0, 6.0, 10.0, 10.0]
+    assert recovery_delay(0, s) == 0.0
+
+
+def test_recovery_backoff_of_a_poison_pill_never_overflows() -> None:
+    s = settings(recovery_backoff=1, recovery_backoff_max=60)
+    assert recovery_delay(2_000, s) == 60.0
+    assert recovery_delay(10**9, s) == 60.0
+    assert recovery_delay(2_000, settings(recovery_backoff=0)) == 0.0
+
+
+# -- reaper passes on the embedded store -----------------------------------------------------
+
+
+class Enqueued:
+    """The reaper's enqueue, recorded."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self.fail = fail
+
+    async def __call__(self, invocation_id: str, delay: float) -> None:
+        if self.fail:
+            raise ConnectionError("redis is down")
+        self.calls.append((invocation_id, delay))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "tether.db")
+
+
+@pytest.fixture
+async def store(db_path: str) -> AsyncIterator[Store]:
+    s = Store.embedded(db_path)
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def make_reaper(
+    store: Store,
+    enqueue: Enqueued,
+    *,
+    has_recover: bool = True,
+    pubsub: MemoryPubSub | None = None,
+    **timers: float,
+) -> Reaper:
+    return Reaper(
+        store=store,
+        pubsub=pubsub or MemoryPubSub(),
+        enqueue=enqueue,
+        settings=settings(**timers),
+        has_recover=has_recover,
+    )
+
+
+async def accepted(store: Store, session: str | None = None) -> str:
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "ann", session, {"x": 1}, "h"))
+    return invocation_id
+
+
+async def running(store: Store, session: str | None = None) -> str:
+    invocation_id = await accepted(store, session)
+    assert await store.claim(invocation_id, "host:1") is not None
+    return invocation_id
+
+
+async def shift(store: Store, invocation_id: str, **seconds: float) -> None:
+    """Move timestamps into the past, as if that much time had gone by."""
+    values = {column: inv[column] - delta for column, delta in seconds.items()}
+    async with store.engine.begin() as conn:
+        await conn.execute(sa.update(invocations).where(inv.id == invocation_id).values(values))
+
+
+async def row(store: Store, invocation_id: str) -> Any:
+    async with store.engine.connect() as conn:
+        return (await conn.execute(sa.select(invocations).where(inv.id == invocation_id))).first()
+
+
+async def test_a_live_attempt_is_left_alone(store: Store) -> None:
+    invocation_id = await running(store)
+    enqueued = Enqueued()
+    report = await make_reaper(store, enqueued).reap_once()
+    assert report.recovered == 0 and enqueued.calls == []
+    assert (await row(store, invocation_id)).status == "active"
+
+
+async def test_a_stale_attempt_is_requeued_once_even_by_two_concurrent_reapers(
+    db_path: str, store: Store
+) -> None:
+    invocation_id = await running(store)
+    await shift(store, invocation_id, heartbeat_at=60)
+    other = Store.embedded(db_path)  # a second worker process's reaper, its own connections
+    try:
+        first, second = Enqueued(), Enqueued()
+        reports = await asyncio.gather(
+            make_reaper(store, first).reap_once(), make_reaper(other, second).reap_once()
+        )
+    finally:
+        await other.close()
+    assert sum(r.recovered for r in reports) == 1
+    assert first.calls + second.calls == [(invocation_id, 0.0)]
+    after = await row(store, invocation_id)
+    assert (after.status, after.attempt, after.worker) == ("queued", 1, None)
+    replacement = await store.claim(invocation_id, "host:2")
+    assert replacement is not None and replacement.attempt == 2
+    assert replacement.started_cursor == after.last_event_id + 1  # the log continues
+
+
+async def test_a_second_replacement_waits_for_its_backoff(store: Store) -> None:
+    invocation_id = await running(store)
+    for _ in range(2):  # attempt 1 dies, attempt 2 starts and dies too
+        await shift(store, invocation_id, heartbeat_at=60)
+        await make_reaper(store, Enqueued(), recovery_backoff=5).reap_once()
+        await shift(store, invocation_id, enqueued_at=10)  # the backoff elapsed
+        assert await store.claim(invocation_id, "host:2") is not None
+    await shift(store, invocation_id, heartbeat_at=60)
+    enqueued = Enqueued()
+    await make_reaper(store, enqueued, recovery_backoff=5, requeue_after=1).reap_once()
+    assert enqueued.calls == [(invocation_id, 10.0)]  # third replacement: 5 × 2
+    again = Enqueued()
+    await make_reaper(store, again, requeue_after=1).reap_once()
+    assert again.calls == []  # enqueued_at is in the future: no early re-enqueue
+
+
+async def test_without_recover_a_stale_attempt_fails_worker_lost_and_wakes_readers(
+    store: Store,
+) -> None:
+    invocation_id = await running(store, session="s")
+    successor = await accepted(store, session="s")
+    await shift(store, invocation_id, heartbeat_at=60)
+    pubsub, enqueued = MemoryPubSub(), Enqueued()
+    async with pubsub.subscribe(events_channel(invocation_id)) as sub:
+        report = await make_reaper(store, enqueued, has_recover=False, pubsub=pubsub).reap_once()
+        message = await sub.get(timeout=1)
+    assert report.failed == 1
+    assert isinstance(message, str) and [e.type for e in decode_batch(message)] == ["run.failed"]
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.FAILED and done.error_code == "worker_lost"
+    assert enqueued.calls == [(successor, 0.0)]  # the session moves on
+
+
+async def test_a_stale_attempt_past_max_attempts_fails_recovery_limit_exceeded(
+    store: Store,
+) -> None:
+    invocation_id = await running(store)
+    await shift(store, invocation_id, heartbeat_at=60)
+    report = await make_reaper(store, Enqueued(), max_attempts=1).reap_once()
+    assert report.failed == 1
+    done = await store.get(invocation_id)
+    assert done is not None and done.error_code == "recovery_limit_exceeded"
+
+
+async def test_a_stale_attempt_with_a_cancel_request_ends_cancelled(store: Store) -> None:
+    invocation_id = await running(store)
+    await store.request_cancel(invocation_id)
+    await shift(store, invocation_id, heartbeat_at=60)
+    report = await make_reaper(store, Enqueued()).reap_once()
+    assert report.cancelled == 1
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.CANCELLED
+
+
+async def test_an_unclaimed_queued_invocation_is_re_enqueued_once_per_period(store: Store) -> None:
+    fresh, lost = await accepted(store), await accepted(store)
+    await shift(store, lost, enqueued_at=60)
+    enqueued = Enqueued()
+    reaper = make_reaper(store, enqueued, requeue_after=30)
+    assert (await reaper.reap_once()).requeued == 1
+    assert (await reaper.reap_once()).requeued == 0
+    assert enqueued.calls == [(lost, 0.0)] and fresh not in dict(enqueued.calls)
+
+
+async def test_a_failed_enqueue_does_not_abort_the_pass(store: Store) -> None:
+    dead = [await running(store) for _ in range(3)]
+    for invocation_id in dead:
+        await shift(store, invocation_id, heartbeat_at=60)
+    report = await make_reaper(store, Enqueued(fail=True)).reap_once()
+    assert report.recovered == 3  # all requeued; take_unclaimed sends them once Redis is back
+    for invocation_id in dead:
+        assert (await row(store, invocation_id)).status == "queued"
+
+
+async def finished_long_ago(store: Store, events: int) -> str:
+    invocation_id = await running(store)
+    await store.append_events(invocation_id, 1, [("tick", {"type": "tick"})] * events)
+    await store.finish(invocation_id, 1, completed({"ok": True}))
+    await shift(store, invocation_id, finished_at=3600)
+    return invocation_id
+
+
+async def count_events(store: Store, invocation_id: str) -> int:
+    return len(await store.events_after(invocation_id, 0))
+
+
+async def test_retention_deletes_terminal_invocations_with_their_events_in_batches(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reaper_module, "DELETE_BATCH", 3)
+    monkeypatch.setattr(reaper_module, "DELETE_BATCHES_PER_PASS", 2)
+    expired = [await finished_long_ago(store, events=2) for _ in range(7)]
+    recent = await running(store)
+    await store.finish(recent, 1, completed(1))
+    old_but_open = await running(store)
+    await shift(store, old_but_open, created_at=3600, started_at=3600)
+    reaper = make_reaper(store, Enqueued(), retention=600)
+
+    assert (await reaper.reap_once()).deleted == 6  # two batches of three per pass
+    assert (await reaper.reap_once()).deleted == 1
+    assert (await reaper.reap_once()).deleted == 0
+    for invocation_id in expired:
+        assert await store.get(invocation_id) is None
+        assert await count_events(store, invocation_id) == 0
+    assert await store.get(recent) is not None and await count_events(store, recent) == 2
+    assert await store.get(old_but_open) is not None

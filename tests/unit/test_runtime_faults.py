@@ -1,0 +1,159 @@
+"""The runtime under faults, on the embedded store: an outcome written through a database blip,
+an attempt stopped before its handler began, and a worker process's stop signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shared import AgentApp, InvocationContext
+from shared.pubsub import MemoryPubSub
+from shared.runtime import Runtime, StopReason
+from shared.store.schema import NewInvocation, Status
+from shared.store.store import Finished, Store
+from worker.host import REPEAT_SIGNAL_WINDOW, _FirstStopOnly
+
+
+class BlippingStore(Store):
+    """The embedded store, whose next ``failures`` outcome writes fail as if the database went
+    away (whichever of ``finish`` / ``finish_many`` the runtime uses)."""
+
+    failures = 0
+
+    def _blip(self) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise sa.exc.OperationalError("UPDATE …", {}, ConnectionError("server closed"))
+
+    async def finish(self, *args: Any, **kwargs: Any) -> Finished:
+        self._blip()
+        return await super().finish(*args, **kwargs)
+
+    async def finish_many(self, *args: Any, **kwargs: Any) -> Any:
+        self._blip()
+        return await super().finish_many(*args, **kwargs)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[BlippingStore]:
+    s = BlippingStore.embedded(str(tmp_path / "tether.db"))
+    assert isinstance(s, BlippingStore)
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def runtime_for(store: Store, app: AgentApp, finish_retry: float = 5.0) -> Runtime:
+    async def enqueue(invocation_id: str, delay: float) -> None:
+        return None
+
+    return Runtime(
+        store=store,
+        pubsub=MemoryPubSub(),
+        app=app,
+        enqueue=enqueue,
+        name="host:1",
+        concurrency=10,
+        max_event_bytes=1 << 20,
+        finish_retry=finish_retry,
+    )
+
+
+async def submitted(store: Store) -> str:
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "ann", None, {"n": 1}, "h"))
+    return invocation_id
+
+
+async def ran(runtime: Runtime, invocation_id: str) -> None:
+    assert await runtime.start(invocation_id)
+    task = runtime.attempts[invocation_id].task
+    assert task is not None
+    await asyncio.wait_for(task, 10)
+
+
+def counting_app() -> tuple[AgentApp, list[int]]:
+    app, calls = AgentApp(), []
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        calls.append(ctx.attempt)
+        await ctx.emit({"type": "tick"})
+        return {"ok": True}
+
+    return app, calls
+
+
+async def test_an_outcome_that_fails_to_write_is_retried_until_it_lands(
+    store: BlippingStore,
+) -> None:
+    app, calls = counting_app()
+    runtime = runtime_for(store, app)
+    invocation_id = await submitted(store)
+    store.failures = 2
+    await ran(runtime, invocation_id)
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.COMPLETED and done.attempt == 1
+    assert calls == [1]  # the handler ran once; only the write was repeated
+    types = [e.type for e in await store.events_after(invocation_id, 0)]
+    assert types == ["run.started", "tick", "run.completed"]
+
+
+async def test_an_outcome_is_left_to_recovery_once_the_retry_budget_is_spent(
+    store: BlippingStore,
+) -> None:
+    app, _ = counting_app()
+    runtime = runtime_for(store, app, finish_retry=0.2)
+    invocation_id = await submitted(store)
+    store.failures = 100
+    await ran(runtime, invocation_id)
+    still = await store.get(invocation_id)
+    assert still is not None and still.status is Status.ACTIVE  # the reaper's to replace now
+    assert runtime.attempts == {}
+
+
+async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
+    store: BlippingStore,
+) -> None:
+    app, calls = counting_app()
+    runtime = runtime_for(store, app)
+    cancelled_id, superseded_id = await submitted(store), await submitted(store)
+    for invocation_id, reason in (
+        (cancelled_id, StopReason.CANCEL),
+        (superseded_id, StopReason.SUPERSEDED),
+    ):
+        assert await runtime.start(invocation_id)
+        runtime.stop(invocation_id, reason)  # before the attempt's task got to run at all
+        task = runtime.attempts[invocation_id].task
+        assert task is not None
+        await asyncio.wait_for(task, 10)
+    assert calls == []
+    cancelled = await store.get(cancelled_id)
+    assert cancelled is not None and cancelled.status is Status.CANCELLED
+    superseded = await store.get(superseded_id)
+    assert superseded is not None and superseded.status is Status.ACTIVE
+
+
+def test_a_stop_signal_repeated_at_once_counts_once_and_later_means_exit_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("worker.host.time.monotonic", lambda: clock[0])
+    received: list[int] = []
+    handler = _FirstStopOnly({int(signal.SIGTERM): lambda signum, frame: received.append(signum)})
+    handler(signal.SIGTERM, None)  # the group's SIGTERM
+    clock[0] += 0.01
+    handler(signal.SIGTERM, None)  # the same stop, forwarded by Dramatiq's main process
+    assert received == [signal.SIGTERM]
+    clock[0] += REPEAT_SIGNAL_WINDOW
+    handler(signal.SIGTERM, None)  # an operator insisting: Dramatiq exits at once
+    assert received == [signal.SIGTERM, signal.SIGTERM]
