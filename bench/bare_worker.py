@@ -14,7 +14,7 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifica
 
 from bench.baselines import BARE_ACTOR
 
-broker = RedisBroker(
+broker = RedisBroker(  # type: ignore[no-untyped-call]
     url=os.environ.get("TETHER_REDIS_URL", "redis://127.0.0.1:6379/0"),
     middleware=[AgeLimit(), ShutdownNotifications(), Callbacks(), Pipelines()],
 )

@@ -42,12 +42,25 @@ class DramatiqEnqueuer:
 
     async def enqueue(self, queue: str, actor: str, args: tuple[object, ...]) -> None:
         redis_id = str(uuid.uuid4())
-        message = dramatiq.Message(
-            queue_name=queue, actor_name=actor, args=args, kwargs={},
+        message: dramatiq.Message[None] = dramatiq.Message(
+            queue_name=queue,
+            actor_name=actor,
+            args=args,
+            kwargs={},
             options={"redis_message_id": redis_id},
         )
-        argv = ["enqueue", int(time.time() * 1000), queue, self.broker_id, 60000, 604800000, 0, 3000,
-                redis_id, message.encode()]
+        argv: list[str | int | bytes] = [
+            "enqueue",
+            int(time.time() * 1000),
+            queue,
+            self.broker_id,
+            60000,
+            604800000,
+            0,
+            3000,
+            redis_id,
+            message.encode(),
+        ]
         await self.script(keys=["dramatiq"], args=argv)
 
 

@@ -25,7 +25,9 @@ def session(limit: int) -> aiohttp.ClientSession:
 
 
 def body(input: Any = None, **modes: bool) -> bytes:
-    return json.dumps({"id": str(uuid.uuid4()), "input": {} if input is None else input, **modes}).encode()
+    return json.dumps(
+        {"id": str(uuid.uuid4()), "input": {} if input is None else input, **modes}
+    ).encode()
 
 
 def owner_headers(i: int) -> dict[str, str]:
@@ -54,7 +56,9 @@ class Poster:
             headers = owner_headers(k)
             while (count is None or issued < count) and time.perf_counter() < deadline:
                 issued += 1
-                async with http.post(url, data=body(self.input, background=True), headers=headers) as r:
+                async with http.post(
+                    url, data=body(self.input, background=True), headers=headers
+                ) as r:
                     await r.read()
                     self.statuses[r.status] += 1
                     if r.status == 202:
@@ -103,14 +107,18 @@ class Received:
 
 
 async def stream(
-    http: aiohttp.ClientSession, base: str, input: Any, i: int = 0,
+    http: aiohttp.ClientSession,
+    base: str,
+    input: Any,
+    i: int = 0,
     on_event: Callable[[Received], None] | None = None,
 ) -> list[Received]:
     """POST with ``stream: true`` and read the SSE answer to its end."""
     events: list[Received] = []
     fields: dict[str, str] = {}
-    async with http.post(f"{base}/api/invocations", data=body(input, stream=True),
-                         headers=owner_headers(i)) as r:
+    async with http.post(
+        f"{base}/api/invocations", data=body(input, stream=True), headers=owner_headers(i)
+    ) as r:
         if r.status != 200:
             raise RuntimeError(f"stream answered {r.status}")
         async for raw in r.content:
@@ -122,7 +130,9 @@ async def stream(
                 fields[key] = value
                 continue
             if fields:
-                event = Received(int(fields["id"]), fields["event"], json.loads(fields["data"]), time.time())
+                event = Received(
+                    int(fields["id"]), fields["event"], json.loads(fields["data"]), time.time()
+                )
                 events.append(event)
                 if on_event is not None:
                     on_event(event)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("TETHER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -71,6 +72,16 @@ class Database:
     @property
     def sqlalchemy_url(self) -> str:
         return self.url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+    def backend_pids(self) -> set[int]:
+        """PostgreSQL backend processes connected to this database now."""
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)
+            ).fetchall()
+        return {int(r[0]) for r in rows}
 
     def stats(self) -> tuple[int, int]:
         """(xact_commit, xact_rollback) of this database, as pg_stat_database reports them."""
@@ -208,6 +219,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pids_named(name: str) -> list[int]:
+    """Processes whose command name is ``name`` (e.g. ``redis-server``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def redis_commands() -> int:
+    """Commands the Redis server has processed since it started (all clients)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        return int(client.info("stats")["total_commands_processed"])
+    finally:
+        client.close()
+
+
 def peak_rss_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -247,7 +282,11 @@ class Launcher:
         log_path = self.workdir / f"{name}-{len(self.procs)}.log"
         with log_path.open("wb") as handle:
             popen = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                argv,
+                cwd=ROOT,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         proc = Proc(name, popen, log_path)
@@ -255,7 +294,9 @@ class Launcher:
         return proc
 
     def _wait_http(self, proc: Proc, base: str) -> str:
-        wait_for(lambda: http_ok(f"{base}/healthz") or not proc.alive(), 60, f"{proc.name} to answer")
+        wait_for(
+            lambda: http_ok(f"{base}/healthz") or not proc.alive(), 60, f"{proc.name} to answer"
+        )
         if not proc.alive():
             raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
         return base
@@ -270,17 +311,36 @@ class Launcher:
             raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
         return proc
 
-    def gateway(self, app: str, processes: int = 1, extra: dict[str, str] | None = None) -> tuple[Proc, str]:
+    def gateway(
+        self, app: str, processes: int = 1, extra: dict[str, str] | None = None
+    ) -> tuple[Proc, str]:
         port = free_port()
-        argv = [sys.executable, "-m", "gateway.cli", "gateway", "--port", str(port),
-                "--processes", str(processes)]
+        argv = [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "gateway",
+            "--port",
+            str(port),
+            "--processes",
+            str(processes),
+        ]
         proc = self.spawn("gateway", argv, self.env(app, extra))
         return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
 
-    def worker(self, app: str, processes: int = 1, threads: int = 4,
-               extra: dict[str, str] | None = None) -> Proc:
-        argv = [sys.executable, "-m", "gateway.cli", "worker", "--processes", str(processes),
-                "--threads", str(threads)]
+    def worker(
+        self, app: str, processes: int = 1, threads: int = 4, extra: dict[str, str] | None = None
+    ) -> Proc:
+        argv = [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "worker",
+            "--processes",
+            str(processes),
+            "--threads",
+            str(threads),
+        ]
         proc = self.spawn("worker", argv, self.env(app, extra))
         return self._wait_workers(proc, processes)
 
@@ -293,9 +353,21 @@ class Launcher:
     def bare_gateway(self, processes: int = 1) -> tuple[Proc, str]:
         """The baseline accept handler (bench/baselines.py)."""
         port = free_port()
-        argv = [sys.executable, "-m", "bench.baselines", "--port", str(port),
-                "--processes", str(processes), "--database", self.db.url,
-                "--redis", REDIS_URL, "--queue", self.queue]
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.baselines",
+            "--port",
+            str(port),
+            "--processes",
+            str(processes),
+            "--database",
+            self.db.url,
+            "--redis",
+            REDIS_URL,
+            "--queue",
+            self.queue,
+        ]
         proc = self.spawn("bare-gateway", argv, self.env("bench.apps:noop"))
         return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
 
@@ -303,8 +375,18 @@ class Launcher:
         """Dramatiq alone, with the same middleware, processes, threads and poll timeout."""
         env = self.env("bench.apps:noop")
         env.update(dramatiq_worker_timeout=str(poll_timeout_ms), TETHER_BENCH_QUEUE=self.queue)
-        argv = [sys.executable, "-m", "dramatiq", "bench.bare_worker", "--processes", str(processes),
-                "--threads", str(threads), "--queues", self.queue]
+        argv = [
+            sys.executable,
+            "-m",
+            "dramatiq",
+            "bench.bare_worker",
+            "--processes",
+            str(processes),
+            "--threads",
+            str(threads),
+            "--queues",
+            self.queue,
+        ]
         proc = self.spawn("bare-worker", argv, env)
         return self._wait_workers(proc, processes)
 
@@ -321,9 +403,14 @@ class Launcher:
 
 
 @contextlib.contextmanager
-def launcher(db: Database, **kwargs: object) -> Iterator[Launcher]:
-    launch = Launcher(db, **kwargs)  # type: ignore[arg-type]
+def launcher(db: Database, **kwargs: Any) -> Iterator[Launcher]:
+    """A :class:`Launcher`; its processes' logs are deleted after a clean exit, kept otherwise."""
+    launch = Launcher(db, **kwargs)
     try:
         yield launch
-    finally:
+    except BaseException:
         launch.stop_all()
+        print(f"[bench] process logs kept in {launch.workdir}", file=sys.stderr)
+        raise
+    launch.stop_all()
+    shutil.rmtree(launch.workdir, ignore_errors=True)

@@ -55,15 +55,18 @@ def table(rows: list[Row]) -> str:
     lines = [header]
     for row in rows:
         ratio = row.ratio
-        lines.append((
-            row.scenario,
-            row.figure,
-            fmt(row.value, row.unit),
-            fmt(row.baseline, row.unit) + (f" ({row.baseline_label})" if row.baseline_label else ""),
-            "-" if ratio is None else f"{ratio:.2f}x",
-            row.target or "-",
-            {True: "yes", False: "NO", None: "-"}[row.met],
-        ))
+        lines.append(
+            (
+                row.scenario,
+                row.figure,
+                fmt(row.value, row.unit),
+                fmt(row.baseline, row.unit)
+                + (f" ({row.baseline_label})" if row.baseline_label else ""),
+                "-" if ratio is None else f"{ratio:.2f}x",
+                row.target or "-",
+                {True: "yes", False: "NO", None: "-"}[row.met],
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = []
     for n, line in enumerate(lines):
@@ -94,7 +97,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in ("aiohttp", "dramatiq", "SQLAlchemy", "psycopg", "redis", "pydantic"):
         try:
             packages[name] = metadata.version(name)
@@ -106,8 +109,12 @@ def machine() -> dict[str, Any]:
         "memory_gb": round(mem_kb / 1024 / 1024, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "postgresql": _run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW server_version"]),
-        "redis": (_run(["redis-cli", "INFO", "server"]).partition("redis_version:")[2].split() or [""])[0],
+        "postgresql": _run(
+            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW server_version"]
+        ),
+        "redis": (
+            _run(["redis-cli", "INFO", "server"]).partition("redis_version:")[2].split() or [""]
+        )[0],
         "packages": packages,
         "git": _run(["git", "-C", str(RESULTS.parent.parent), "describe", "--always", "--dirty"]),
         "loadavg": os.getloadavg(),

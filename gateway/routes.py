@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -16,11 +17,11 @@ from gateway.responses import ApiError, error_response, json_response
 from gateway.sse import SSE_HEADERS, EventStream
 from shared.channels import CANCEL_CHANNEL, events_channel
 from shared.errors import ErrorCode
-from shared.events import decode_batch
+from shared.events import RUN_COMPLETED, RUN_FAILED, Event, decode_batch
 from shared.jsonvalue import InvalidJson, loads, request_hash
-from shared.pubsub import publish_events
+from shared.pubsub import Subscription, publish_events
 from shared.store.schema import Invocation, NewInvocation, Status
-from shared.store.store import Conflict, OwnerLimitReached
+from shared.store.store import Accepted, Conflict, OwnerLimitReached
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -74,20 +75,30 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
         raise ApiError(ErrorCode.INVALID_REQUEST, message=validation_message(exc)) from None
     await admit(request, req.id)
     new = NewInvocation(req.id, owner, req.session_id, req.input, request_hash(req.input, req.session_id))
+    mode = "background" if req.background else "stream" if req.stream else "sync"
+    if mode == "sync":
+        # Subscribed before the accept, so the run cannot end unseen in between and the wait
+        # needs no first read of the store.
+        async with services.pubsub.subscribe(events_channel(req.id)) as sub:
+            accepted = await accept(request, new, mode)
+            return await answer_sync(request, accepted.invocation, sub)
+    invocation = (await accept(request, new, mode)).invocation
+    if req.background:
+        body = {"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}
+        return json_response(body, 202)
+    return await stream(request, invocation.id, last_event_id(request))
+
+
+async def accept(request: web.Request, new: NewInvocation, mode: str) -> Accepted:
+    """Store the invocation (or find the same request's) and enqueue it when new."""
     try:
-        accepted = await services.acceptor.accept(new)  # enqueued too, when created
+        accepted = await request.app[SERVICES].acceptor.accept(new)
     except Conflict:
         raise ApiError(ErrorCode.CONFLICT) from None
     except OwnerLimitReached:
         raise ApiError(ErrorCode.RATE_LIMITED, headers=retry_after(request)) from None
-    mode = "background" if req.background else "stream" if req.stream else "sync"
     request.app[METRICS].accepted.labels(mode=mode, new=str(accepted.created).lower()).inc()
-    invocation = accepted.invocation
-    if req.background:
-        return json_response({"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}, 202)
-    if req.stream:
-        return await stream(request, invocation.id, last_event_id(request))
-    return await answer_sync(request, invocation)
+    return accepted
 
 
 def retry_after(request: web.Request) -> dict[str, str]:
@@ -110,9 +121,11 @@ async def enqueue_quietly(request: web.Request, invocation_id: str) -> None:
         log.warning("invocation %s: enqueue failed (%s); the reaper will retry", invocation_id, type(exc).__name__)
 
 
-async def answer_sync(request: web.Request, invocation: Invocation) -> web.Response:
-    timeout = request.app[SETTINGS].timers.sync_timeout
-    invocation = await wait_until_terminal(request, invocation.id, timeout)
+async def answer_sync(
+    request: web.Request, invocation: Invocation, sub: Subscription
+) -> web.Response:
+    limit = request.app[SETTINGS].timers.sync_timeout
+    invocation = await wait_until_terminal(request, invocation, sub, limit)
     if invocation.status is Status.COMPLETED:
         return json_response({"id": invocation.id, "status": "completed", "output": invocation.output})
     if invocation.status.is_terminal:
@@ -127,24 +140,46 @@ async def answer_sync(request: web.Request, invocation: Invocation) -> web.Respo
     return json_response({"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}, 202)
 
 
-async def wait_until_terminal(request: web.Request, invocation_id: str, timeout: float) -> Invocation:
-    """Woken by the terminal event on pub/sub; re-reads the store on a resync or a quiet spell."""
-    services = request.app[SERVICES]
+async def wait_until_terminal(
+    request: web.Request, invocation: Invocation, sub: Subscription, limit: float
+) -> Invocation:
+    """Woken by the terminal event on ``sub`` (subscribed before ``invocation`` was read); the
+    outcome comes from that event when it carries it all, else from the store, which is also
+    re-read on a resync or a quiet spell."""
+    store = request.app[SERVICES].store
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    async with services.pubsub.subscribe(events_channel(invocation_id)) as sub:
-        invocation = await services.store.get(invocation_id)
-        while invocation is not None and not invocation.status.is_terminal:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
-            if isinstance(message, str) and not any(e.is_terminal for e in decode_batch(message)):
+    deadline = loop.time() + limit
+    current: Invocation | None = invocation
+    while current is not None and not current.status.is_terminal:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
+        if isinstance(message, str):
+            terminal = [e for e in decode_batch(message) if e.is_terminal]
+            if not terminal:
                 continue
-            invocation = await services.store.get(invocation_id)
-    if invocation is None:
+            ended = ended_by(current, terminal[-1])
+            if ended is not None:
+                current = ended
+                continue
+        current = await store.get(invocation.id)
+    if current is None:
         raise ApiError(ErrorCode.NOT_FOUND)
-    return invocation
+    return current
+
+
+def ended_by(invocation: Invocation, event: Event) -> Invocation | None:
+    """The invocation as its terminal event leaves it, when the event says everything the
+    answer needs (completed with its output, failed with its error); None: read the store."""
+    data = event.data if isinstance(event.data, dict) else {}
+    if event.type == RUN_COMPLETED and "output" in data:
+        return replace(invocation, status=Status.COMPLETED, output=data["output"])
+    error = data.get("error")
+    if event.type == RUN_FAILED and isinstance(error, dict) and "code" in error:
+        code, message = error["code"], error.get("message")
+        return replace(invocation, status=Status.FAILED, error_code=code, error_message=message)
+    return None
 
 
 def last_event_id(request: web.Request) -> int:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from shared.app import AgentApp
@@ -27,6 +27,9 @@ from shared.store.schema import NewInvocation
 from shared.store.store import Accepted, Store
 
 log = logging.getLogger(__name__)
+
+EnqueueMany = Callable[[list[str]], Awaitable[None]]
+"""Send ``run_invocation`` for each id, together."""
 
 
 @dataclass
@@ -43,11 +46,14 @@ class Services:
 class Acceptor:
     """``store.accept`` then enqueue, for concurrent requests together (group commit)."""
 
-    def __init__(self, store: Store, enqueue: Enqueue, max_open_per_owner: int) -> None:
+    def __init__(self, store: Store, enqueue_many: EnqueueMany, max_open_per_owner: int) -> None:
         self._store = store
-        self._enqueue = enqueue
+        self._enqueue_many = enqueue_many
         self._max_open_per_owner = max_open_per_owner
-        self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(self._flush)
+        # two flushes in flight: one batch fills while the other waits on the database
+        self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(
+            self._flush, in_flight=2
+        )
 
     async def accept(self, new: NewInvocation) -> Accepted:
         """Raises :class:`Conflict` or :class:`OwnerLimitReached` as ``store.accept`` does."""
@@ -58,7 +64,8 @@ class Acceptor:
         remaining = list(range(len(batch)))
         while remaining:  # one transaction per round; a repeated id waits for the next round
             seen: set[str] = set()
-            now, later = [], []
+            now: list[int] = []
+            later: list[int] = []
             for i in remaining:
                 (later if batch[i].id in seen else now).append(i)
                 seen.add(batch[i].id)
@@ -69,14 +76,14 @@ class Acceptor:
                 results[i] = result
             remaining = later
         created = [r.invocation.id for r in results if isinstance(r, Accepted) and r.created]
-        await asyncio.gather(*(self._enqueue_quietly(invocation_id) for invocation_id in created))
-        return [r for r in results if r is not None]
-
-    async def _enqueue_quietly(self, invocation_id: str) -> None:
         try:
-            await self._enqueue(invocation_id, 0.0)
-        except Exception as exc:  # accepted all the same: the reaper re-enqueues it
-            log.warning("invocation %s: enqueue failed (%s); the reaper will retry", invocation_id, type(exc).__name__)
+            await self._enqueue_many(created)
+        except Exception as exc:  # accepted all the same: the reaper re-enqueues them
+            log.warning(
+                "%d invocations (%s...): enqueue failed (%s); the reaper will retry",
+                len(created), created[0], type(exc).__name__,
+            )
+        return [r for r in results if r is not None]
 
 
 class QueuedGauge:
@@ -104,7 +111,7 @@ async def distributed_services(settings: Settings) -> AsyncIterator[Services]:
     pubsub = RedisPubSub(settings.redis_url)
     enqueuer = AsyncEnqueuer(settings.redis_url, settings.worker.queue)
     try:
-        acceptor = Acceptor(store, enqueuer.enqueue, settings.limits.max_active_per_owner)
+        acceptor = Acceptor(store, enqueuer.enqueue_many, settings.limits.max_active_per_owner)
         yield Services(store, pubsub, enqueuer.enqueue, QueuedGauge(store), False, acceptor)
     finally:
         await pubsub.close()
@@ -126,6 +133,10 @@ class LocalQueue:
             handle = loop.call_later(delay, self._start, invocation_id)
             self._timers.add(handle)
         else:
+            self._start(invocation_id)
+
+    async def enqueue_many(self, invocation_ids: list[str]) -> None:
+        for invocation_id in invocation_ids:
             self._start(invocation_id)
 
     def _start(self, invocation_id: str) -> None:
@@ -161,7 +172,7 @@ async def embedded_services(settings: Settings, app: AgentApp) -> AsyncIterator[
         ) as runtime:
             local.runtime = runtime
             try:
-                acceptor = Acceptor(store, local.enqueue, settings.limits.max_active_per_owner)
+                acceptor = Acceptor(store, local.enqueue_many, settings.limits.max_active_per_owner)
                 yield Services(store, pubsub, local.enqueue, QueuedGauge(store), True, acceptor)
             finally:
                 await local.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shared.events import Event
@@ -21,12 +22,18 @@ log = logging.getLogger(__name__)
 
 MAX_BUFFERED = 1000
 
+Append = Callable[[str, int, list[tuple[str, Any]]], Awaitable[list[Event]]]
+"""How a writer stores a batch: ``Store.append_events``, or a group commit over many writers."""
+
 
 class EventWriter:
     """The :class:`shared.context.AttemptSink` of one attempt."""
 
-    def __init__(self, store: Store, pubsub: PubSub, claim: Claim) -> None:
+    def __init__(
+        self, store: Store, pubsub: PubSub, claim: Claim, append: Append | None = None
+    ) -> None:
         self._store = store
+        self._append = append or store.append_events
         self._pubsub = pubsub
         self._claim = claim
         self._next_cursor = claim.started_cursor
@@ -67,9 +74,7 @@ class EventWriter:
             batch = self._buffer
             self._buffer = []
             try:
-                stored = await self._store.append_events(
-                    self._claim.invocation_id, self._claim.attempt, batch
-                )
+                stored = await self._append(self._claim.invocation_id, self._claim.attempt, batch)
             except Exception:
                 self._buffer = batch + self._buffer
                 raise

@@ -24,6 +24,7 @@ from typing import Any
 import dramatiq
 import redis
 import redis.asyncio as aioredis
+from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import (
     DEFAULT_DEAD_MESSAGE_TTL,
     DEFAULT_HEARTBEAT_TIMEOUT,
@@ -32,7 +33,6 @@ from dramatiq.brokers.redis import (
     RedisBroker,
     _RedisConsumer,
 )
-from dramatiq.broker import MessageProxy
 from dramatiq.common import dq_name
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
@@ -52,9 +52,9 @@ MAX_UNPACK = 3000  # under half Lua's C stack (8,000), as Dramatiq computes it
 def build_broker(redis_url: str, *, with_worker_middleware: bool) -> RedisBroker:
     """A Redis broker; the gateway's needs no middleware, the worker's gets Dramatiq's defaults."""
     if with_worker_middleware:
-        broker = TetherRedisBroker(url=redis_url)
+        broker = TetherRedisBroker(url=redis_url)  # type: ignore[no-untyped-call]
     else:
-        broker = TetherRedisBroker(url=redis_url, middleware=[])
+        broker = TetherRedisBroker(url=redis_url, middleware=[])  # type: ignore[no-untyped-call]
     return broker
 
 
@@ -76,16 +76,20 @@ class TetherRedisBroker(RedisBroker):
     def consumer_class(self) -> type[_RedisConsumer]:
         return _WakeableConsumer
 
-    def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
+    def enqueue(
+        self, message: dramatiq.Message[Any], *, delay: int | None = None
+    ) -> dramatiq.Message[Any]:
         enqueued: dramatiq.Message[Any] = super().enqueue(message, delay=delay)
         with contextlib.suppress(redis.RedisError):  # only a wake-up: the next poll finds it
             self.client.publish(wake_channel(enqueued.queue_name), WAKE)
         return enqueued
 
 
-class _WakeableConsumer(_RedisConsumer):  # type: ignore[misc]
-    def __init__(self, broker: TetherRedisBroker, queue_name: str, prefetch: int, timeout: int) -> None:
-        super().__init__(broker, queue_name, prefetch, timeout)
+class _WakeableConsumer(_RedisConsumer):
+    def __init__(
+        self, broker: TetherRedisBroker, queue_name: str, prefetch: int, timeout: int
+    ) -> None:
+        super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
         self._idle_wait = timeout / 1000
         self._room = threading.Event()
         self._wake = broker.client.pubsub(ignore_subscribe_messages=True)
@@ -111,7 +115,7 @@ class _WakeableConsumer(_RedisConsumer):  # type: ignore[misc]
                     self._wait_for_work()
                     return None
         except redis.ConnectionError as exc:
-            raise ConnectionClosed(exc) from None
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
 
     def _wait_for_room(self) -> None:
         deadline = time.monotonic() + self._idle_wait
@@ -132,13 +136,13 @@ class _WakeableConsumer(_RedisConsumer):  # type: ignore[misc]
 
     def ack(self, message: Any) -> None:
         try:
-            super().ack(message)
+            super().ack(message)  # type: ignore[no-untyped-call]
         finally:
             self._room.set()
 
     def nack(self, message: Any) -> None:
         try:
-            super().nack(message)
+            super().nack(message)  # type: ignore[no-untyped-call]
         finally:
             self._room.set()
 
@@ -163,6 +167,11 @@ class AsyncEnqueuer:
     async def enqueue(self, invocation_id: str, delay: float = 0.0) -> None:
         await self._batch.submit((invocation_id, delay))
 
+    async def enqueue_many(self, invocation_ids: list[str]) -> None:
+        """Many messages at once, with no delay (one pipeline, no per-message task)."""
+        if invocation_ids:
+            await self._send([(invocation_id, 0.0) for invocation_id in invocation_ids])
+
     async def close(self) -> None:
         await self._redis.aclose()
 
@@ -173,8 +182,12 @@ class AsyncEnqueuer:
         if delay > 0:
             queue = dq_name(queue)
             options["eta"] = int(time.time() * 1000) + int(delay * 1000)
-        message = dramatiq.Message(
-            queue_name=queue, actor_name=RUN_INVOCATION, args=(invocation_id,), kwargs={}, options=options
+        message: dramatiq.Message[None] = dramatiq.Message(
+            queue_name=queue,
+            actor_name=RUN_INVOCATION,
+            args=(invocation_id,),
+            kwargs={},
+            options=options,
         )
         return queue, redis_id, message.encode()
 
@@ -194,7 +207,8 @@ class AsyncEnqueuer:
         now = int(time.time() * 1000)
         async with self._redis.pipeline(transaction=False) as pipe:
             for queue, redis_id, body in messages:
-                maintenance = int(random.randint(1, MAINTENANCE_SCALE) <= DEFAULT_MAINTENANCE_CHANCE)
+                roll = random.randint(1, MAINTENANCE_SCALE)  # as often as Dramatiq's own enqueue
+                maintenance = int(roll <= DEFAULT_MAINTENANCE_CHANCE)
                 pipe.evalsha(
                     self._sha, 1, NAMESPACE, "enqueue", now, queue, self._broker_id,
                     DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_DEAD_MESSAGE_TTL, maintenance, MAX_UNPACK,

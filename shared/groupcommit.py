@@ -24,20 +24,25 @@ class GroupCommit(Generic[Item, Result]):
     """``await submit(item)`` returns that item's result (or raises its exception).
 
     ``flush(items)`` returns one result or exception per item, in order; if it raises, every item
-    of the batch gets that exception. At most ``max_batch`` items go in one flush.
+    of the batch gets that exception. At most ``max_batch`` items go in one flush, and at most
+    ``in_flight`` flushes run at once (1 keeps batches in submission order).
     """
 
-    def __init__(self, flush: Flush[Item, Result], *, max_batch: int = 256) -> None:
+    def __init__(
+        self, flush: Flush[Item, Result], *, max_batch: int = 256, in_flight: int = 1
+    ) -> None:
         self._flush = flush
         self._max_batch = max_batch
+        self._in_flight = in_flight
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
-        self._runner: asyncio.Task[None] | None = None
+        self._runners: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: Item) -> Result:
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run(), name="group-commit")
+        self._runners = {runner for runner in self._runners if not runner.done()}
+        if len(self._runners) < self._in_flight:
+            self._runners.add(asyncio.create_task(self._run(), name="group-commit"))
         return await future
 
     async def _run(self) -> None:
@@ -47,7 +52,9 @@ class GroupCommit(Generic[Item, Result]):
             try:
                 results: Sequence[Result | BaseException] = await self._flush([i for i, _ in batch])
                 if len(results) != len(batch):
-                    raise RuntimeError(f"flush returned {len(results)} results for {len(batch)} items")
+                    raise RuntimeError(
+                        f"flush returned {len(results)} results for {len(batch)} items"
+                    )
             except Exception as exc:
                 results = [exc] * len(batch)
             except BaseException as exc:  # cancelled: fail this batch and everything waiting

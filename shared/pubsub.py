@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from shared.channels import events_channel
 from shared.events import Event, encode_batch
+from shared.groupcommit import GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -127,15 +128,20 @@ class RedisPubSub(MemoryPubSub):
         self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._publishes: GroupCommit[tuple[str, list[str]], None] = GroupCommit(self._publish_batch)
 
     async def publish(self, channel: str, messages: list[str]) -> None:
-        if len(messages) == 1:
-            await self._redis.publish(channel, messages[0])
-            return
+        """Concurrent publishes go out together, in order, in one pipeline on one connection
+        (one at a time each would need a pooled connection apiece: the pool caps them at 100)."""
+        await self._publishes.submit((channel, messages))
+
+    async def _publish_batch(self, batch: list[tuple[str, list[str]]]) -> list[None]:
         async with self._redis.pipeline(transaction=False) as pipe:
-            for message in messages:
-                pipe.publish(channel, message)
+            for channel, messages in batch:
+                for message in messages:
+                    pipe.publish(channel, message)
             await pipe.execute()
+        return [None] * len(batch)
 
     @contextlib.asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:

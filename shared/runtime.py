@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
+AppendRequest = tuple[str, int, Sequence[tuple[str, Any]]]
+"""(invocation id, attempt, events), as ``Store.append_events_many`` takes."""
 FinishRequest = tuple[str, int, Outcome, Sequence[tuple[str, Any]]]
 """(invocation id, attempt, outcome, events still buffered), as ``Store.finish_many`` takes."""
 
@@ -101,6 +103,9 @@ class Runtime:
         self._slots = asyncio.Semaphore(concurrency)
         self._claims: GroupCommit[str, Claim | None] = GroupCommit(self._claim_batch)
         self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(store.finish_many)
+        self._appends: GroupCommit[AppendRequest, list[Event]] = GroupCommit(
+            store.append_events_many
+        )
         self._max_event_bytes = max_event_bytes
         self._finish_retry = finish_retry
         self._closing = False
@@ -112,7 +117,8 @@ class Runtime:
         await self._slots.acquire()
         self._claiming.add(invocation_id)
         try:
-            claim = await self._claims.submit(invocation_id)  # with concurrent claims, in one transaction
+            # with the claims made meanwhile, in one transaction
+            claim = await self._claims.submit(invocation_id)
         except BaseException:
             self._claiming.discard(invocation_id)
             self._slots.release()
@@ -121,7 +127,7 @@ class Runtime:
             self._claiming.discard(invocation_id)
             self._slots.release()
             return False
-        writer = EventWriter(self.store, self.pubsub, claim)
+        writer = EventWriter(self.store, self.pubsub, claim, self._append)
         ctx = InvocationContext(
             invocation_id=claim.invocation_id,
             session_id=claim.session_id,
@@ -134,6 +140,12 @@ class Runtime:
         self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
         return True
+
+    async def _append(
+        self, invocation_id: str, attempt: int, batch: list[tuple[str, Any]]
+    ) -> list[Event]:
+        """An attempt's events, stored with the other attempts' writing meanwhile (group commit)."""
+        return await self._appends.submit((invocation_id, attempt, batch))
 
     async def _claim_batch(self, invocation_ids: list[str]) -> list[Claim | None]:
         won = await self.store.claim_many(invocation_ids, self.name)
@@ -232,7 +244,8 @@ class Runtime:
         while True:
             try:
                 # with the attempts finishing meanwhile, in one transaction
-                return await self._finishes.submit((claim.invocation_id, claim.attempt, outcome, pending))
+                request = (claim.invocation_id, claim.attempt, outcome, pending)
+                return await self._finishes.submit(request)
             except Superseded:
                 raise
             except Exception as exc:

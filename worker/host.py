@@ -21,7 +21,7 @@ import dramatiq
 import sqlalchemy as sa
 
 from shared.app import load_app
-from shared.broker import run_invocation_message
+from shared.broker import AsyncEnqueuer
 from shared.node import reaper_for, run_node
 from shared.pubsub import RedisPubSub
 from shared.reaper import ReapReport
@@ -91,10 +91,6 @@ def worker_database_url(settings: Settings) -> str:
     return url.update_query_dict({"options": options}).render_as_string(hide_password=False)
 
 
-HANDOFF_WINDOW = 64
-"""Invocations a worker process takes off the queue ahead of their claims."""
-
-
 class NodeHost(dramatiq.Middleware):
     """Opens the node in ``before_worker_boot`` and drains it in ``after_worker_shutdown``."""
 
@@ -106,7 +102,7 @@ class NodeHost(dramatiq.Middleware):
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._broker: dramatiq.Broker | None = None
-        self._handoffs = threading.BoundedSemaphore(HANDOFF_WINDOW)
+        self._places = threading.BoundedSemaphore(settings.worker.concurrency)
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         _FirstStopOnly.install()
@@ -136,9 +132,14 @@ class NodeHost(dramatiq.Middleware):
         app = load_app(self.settings.app)
         store = Store.postgres(worker_database_url(self.settings))
         pubsub = RedisPubSub(self.settings.redis_url)
+        enqueuer = AsyncEnqueuer(self.settings.redis_url, self.settings.worker.queue)
         try:
             async with run_node(
-                settings=self.settings, store=store, pubsub=pubsub, app=app, enqueue=self.enqueue
+                settings=self.settings,
+                store=store,
+                pubsub=pubsub,
+                app=app,
+                enqueue=enqueuer.enqueue,
             ) as runtime:
                 self.runtime = runtime
                 self._ready.set()
@@ -147,11 +148,7 @@ class NodeHost(dramatiq.Middleware):
             self.runtime = None
             await pubsub.close()
             await store.close()
-
-    async def enqueue(self, invocation_id: str, delay: float) -> None:
-        assert self._broker is not None
-        message = run_invocation_message(self.settings.worker.queue, invocation_id)
-        await asyncio.to_thread(self._broker.enqueue, message, delay=int(delay * 1000) or None)
+            await enqueuer.close()
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the node's loop from a Dramatiq thread and wait for its result."""
@@ -164,30 +161,42 @@ class NodeHost(dramatiq.Middleware):
         """Hand the invocation to the node's loop and return without waiting for its claim.
 
         Dramatiq's threads so keep taking messages while the loop claims them, many in one
-        transaction. This blocks while ``HANDOFF_WINDOW`` earlier hand-offs still wait for a
-        slot or their claim (that is the back-pressure). A message is acknowledged before its
-        claim: if the process dies in between, the row is still queued and the reaper
-        re-enqueues it after ``timers.requeue_after``.
+        transaction. Each hand-off holds one of ``worker.concurrency`` places until its attempt
+        ends (or its claim is lost), so a full process stops taking messages (the back-pressure)
+        and leaves them to processes with room. A message is acknowledged before its claim: if
+        the process dies in between, the row is still queued and the reaper re-enqueues it after
+        ``timers.requeue_after``.
         """
         loop, runtime = self.loop, self.runtime
         if loop is None or runtime is None:
             return False
-        self._handoffs.acquire()
+        self._places.acquire()
         try:
             asyncio.run_coroutine_threadsafe(self._start(runtime, invocation_id), loop)
         except RuntimeError:  # the loop is closed: the process is going away
-            self._handoffs.release()
+            self._places.release()
             return False
         return True
 
     async def _start(self, runtime: Runtime, invocation_id: str) -> None:
+        held = False
         try:
-            if not await runtime.start(invocation_id):
-                log.debug("invocation %s: not claimed (taken, finished, or waiting its turn)", invocation_id)
+            if await runtime.start(invocation_id):
+                running = runtime.attempts.get(invocation_id)
+                if running is not None and running.task is not None and not running.task.done():
+                    running.task.add_done_callback(lambda _: self._places.release())
+                    held = True
+            else:
+                log.debug("invocation %s: not claimed (taken, done, not its turn)", invocation_id)
         except Exception as exc:  # still queued: the reaper re-enqueues it
-            log.warning("invocation %s: claim failed (%s); the reaper will retry", invocation_id, type(exc).__name__)
+            log.warning(
+                "invocation %s: claim failed (%s); the reaper will retry",
+                invocation_id,
+                type(exc).__name__,
+            )
         finally:
-            self._handoffs.release()
+            if not held:
+                self._places.release()
 
     def reap(self) -> ReapReport | None:
         with contextlib.suppress(RuntimeError):

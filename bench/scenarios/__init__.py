@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from bench.report import Row
 from bench.scenarios import accept, cost, drain, end_to_end, io_bound, streaming, sync_latency
 from bench.scenarios.common import Sizes
 
-Scenario = Callable[[Sizes], Awaitable[list[Row]]]
+Scenario = Callable[[Sizes], Coroutine[Any, Any, list[Row]]]
 
 SCENARIOS: dict[str, Scenario] = {
     "accept": accept.run,

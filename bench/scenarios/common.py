@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import dramatiq
 import psycopg
@@ -19,7 +20,8 @@ class Sizes:
     process_counts: tuple[int, ...] = (1, 2)
     worker_threads: int = 4
     accept_posts: int = 2000
-    accept_warmup: int = 200
+    accept_warmup: int = 500
+    accept_rounds: int = 3
     concurrency: int = 32
     drain_messages: int = 20_000
     e2e_seconds: float = 10.0
@@ -43,6 +45,7 @@ QUICK = Sizes(
     process_counts=(1,),
     accept_posts=100,
     accept_warmup=10,
+    accept_rounds=1,
     drain_messages=300,
     e2e_seconds=1.5,
     e2e_warmup=0.5,
@@ -76,25 +79,35 @@ class Pg:
 
     def __init__(self, db: Database) -> None:
         self.conn = psycopg.connect(db.url, autocommit=True)
+        self.queries = 0  # each one is a transaction of its own in pg_stat_database
 
     def close(self) -> None:
         self.conn.close()
 
-    def scalar(self, sql: str, *params: object) -> object:
-        row = self.conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
+    def scalar(self, sql: str, *params: object) -> Any:
+        self.queries += 1
+        row = self.conn.execute(sql, params).fetchone()
         return row[0] if row else None
 
     def count(self, status: str) -> int:
-        return int(self.scalar("SELECT count(*) FROM tether_invocations WHERE status = %s", status) or 0)
+        return int(
+            self.scalar("SELECT count(*) FROM tether_invocations WHERE status = %s", status) or 0
+        )
 
     def wait_completed(self, total: int, deadline: float) -> None:
-        poll(lambda: self.count("completed") >= total, deadline, f"{total} completed invocations", 0.05)
+        poll(
+            lambda: self.count("completed") >= total,
+            deadline,
+            f"{total} completed invocations",
+            0.05,
+        )
         failed = self.count("failed")
         if failed:
             raise RuntimeError(f"{failed} invocations failed")
 
     def span(self, start_column: str, end_column: str) -> float:
-        """Seconds from the earliest ``start_column`` to the latest ``end_column`` (database clock)."""
+        """Seconds from the earliest ``start_column`` to the latest ``end_column`` (database
+        clock)."""
         row = self.conn.execute(
             f"SELECT max({end_column}) - min({start_column}) FROM tether_invocations"
         ).fetchone()
@@ -130,14 +143,27 @@ class Queue:
     def enqueue_many(self, actor: str, ids: list[str], chunk: int = 1000) -> None:
         for start in range(0, len(ids), chunk):
             pipe = self.client.pipeline(transaction=False)
-            for invocation_id in ids[start:start + chunk]:
+            for invocation_id in ids[start : start + chunk]:
                 redis_id = str(uuid.uuid4())
-                message = dramatiq.Message(
-                    queue_name=self.name, actor_name=actor, args=(invocation_id,), kwargs={},
+                message: dramatiq.Message[None] = dramatiq.Message(
+                    queue_name=self.name,
+                    actor_name=actor,
+                    args=(invocation_id,),
+                    kwargs={},
                     options={"redis_message_id": redis_id},
                 )
-                argv = ["enqueue", int(time.time() * 1000), self.name, self.broker_id, 60000,
-                        604800000, 0, 3000, redis_id, message.encode()]
+                argv: list[str | int | bytes] = [
+                    "enqueue",
+                    int(time.time() * 1000),
+                    self.name,
+                    self.broker_id,
+                    60000,
+                    604800000,
+                    0,
+                    3000,
+                    redis_id,
+                    message.encode(),
+                ]
                 self.script(keys=["dramatiq"], args=argv, client=pipe)
             pipe.execute()
 

@@ -57,13 +57,22 @@ async def run(sizes: Sizes) -> list[Row]:
         for processes in sizes.process_counts:
             baseline = bare_rate(db, processes, sizes)
             value = tether_rate(db, processes, sizes)
-            rows.append(Row(
-                scenario="drain",
-                figure=f"completed/s, {sizes.drain_messages:,} queued, {processes} worker proc",
-                value=value, unit="/s", better="higher",
-                baseline=baseline, baseline_label="Dramatiq alone",
-                target=">= 50%", met=value >= 0.5 * baseline,
-                details={"messages": sizes.drain_messages, "processes": processes,
-                         "threads": sizes.worker_threads},
-            ))
+            rows.append(
+                Row(
+                    scenario="drain",
+                    figure=f"completed/s, {sizes.drain_messages:,} queued, {processes} worker proc",
+                    value=value,
+                    unit="/s",
+                    better="higher",
+                    baseline=baseline,
+                    baseline_label="Dramatiq alone",
+                    target=">= 50%",
+                    met=value >= 0.5 * baseline,
+                    details={
+                        "messages": sizes.drain_messages,
+                        "processes": processes,
+                        "threads": sizes.worker_threads,
+                    },
+                )
+            )
     return rows

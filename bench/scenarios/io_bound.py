@@ -24,27 +24,46 @@ async def run(sizes: Sizes) -> list[Row]:
     with private_database() as db, launcher(db) as launch:
         pg = Pg(db)
         try:
-            worker = launch.worker(APP, 1, sizes.worker_threads,
-                                   extra={"TETHER_WORKER__CONCURRENCY": str(setting)})
+            worker = launch.worker(
+                APP, 1, sizes.worker_threads, extra={"TETHER_WORKER__CONCURRENCY": str(setting)}
+            )
             _, base = launch.gateway(APP, 1)
             idle_rss = worker.peak_rss_mb()
             started = time.time()
             poster = await post_background(base, n, sizes.concurrency, {"seconds": seconds})
             pg.wait_completed(n, sizes.deadline)
-            last = float(pg.scalar("SELECT max(finished_at) FROM tether_invocations"))  # type: ignore[arg-type]
+            last = float(pg.scalar("SELECT max(finished_at) FROM tether_invocations"))
             elapsed = last - started
             peak_rss = worker.peak_rss_mb()
         finally:
             pg.close()
-    details = {"invocations": n, "seconds_each": seconds, "concurrency_setting": setting,
-               "posting_s": poster.elapsed}
+    details = {
+        "invocations": n,
+        "seconds_each": seconds,
+        "concurrency_setting": setting,
+        "posting_s": poster.elapsed,
+    }
     return [
-        Row(scenario="io", figure=f"seconds for {n:,} x {seconds:g}s sleeps, 1 worker proc",
-            value=elapsed, unit="s", better="lower",
-            baseline=ideal, baseline_label=f"ideal at concurrency {setting}",
-            target="<= 8 s" if n >= 2000 else "-", met=elapsed <= 8 if n >= 2000 else None,
-            details=details),
-        Row(scenario="io", figure=f"worker peak RSS, {n:,} concurrent",
-            value=peak_rss, unit="MB", better="lower",
-            baseline=idle_rss, baseline_label="same worker, idle", details=details),
+        Row(
+            scenario="io",
+            figure=f"seconds for {n:,} x {seconds:g}s sleeps, 1 worker proc",
+            value=elapsed,
+            unit="s",
+            better="lower",
+            baseline=ideal,
+            baseline_label=f"ideal at concurrency {setting}",
+            target="<= 8 s" if n >= 2000 else "-",
+            met=elapsed <= 8 if n >= 2000 else None,
+            details=details,
+        ),
+        Row(
+            scenario="io",
+            figure=f"worker peak RSS, {n:,} concurrent",
+            value=peak_rss,
+            unit="MB",
+            better="lower",
+            baseline=idle_rss,
+            baseline_label="same worker, idle",
+            details=details,
+        ),
     ]

@@ -5,9 +5,10 @@
    (the run's ``started_at`` → ``finished_at``), against raw PostgreSQL inserts of rows of the
    same shape (one connection, 1,000 rows per transaction, the writer's largest batch).
 2. S concurrent streams, each an invocation emitting a timestamped event every ``interval``
-   seconds, the streams evenly out of step (stream i starts i/S of an interval late). Figure: emit → client receive latency p50/p99 (the emit call in the handler to the
-   SSE frame in the client, so it includes the durable write), against raw Redis pub/sub
-   publish → receive latency with S channels on one subscriber connection at the same pace.
+   seconds, the streams evenly out of step (stream i starts i/S of an interval late). Figure:
+   emit -> client receive latency p50/p99 (the emit call in the handler to the SSE frame in the
+   client, so it includes the durable write), against raw Redis pub/sub publish -> receive
+   latency with S channels on one subscriber connection at the same pace.
 """
 
 from __future__ import annotations
@@ -68,10 +69,12 @@ async def raw_pubsub_latencies(streams: int, ticks: int, interval: float) -> lis
                 latencies.append(time.time() - float(message["data"]))
 
     try:
-        await asyncio.wait_for(asyncio.gather(receive(), *(publish(i) for i in range(streams))),
-                               timeout=ticks * interval + 60)
+        await asyncio.wait_for(
+            asyncio.gather(receive(), *(publish(i) for i in range(streams))),
+            timeout=ticks * interval + 60,
+        )
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
         await subscriber.aclose()
         await publisher.aclose()
     return latencies
@@ -81,7 +84,7 @@ async def one_big_stream(base: str, pg: Pg, count: int) -> tuple[float, float]:
     async with session(1) as http:
         started = time.perf_counter()
         events = await stream(http, base, {"events": count})
-        delivered = (time.perf_counter() - started)
+        delivered = time.perf_counter() - started
     ticks = sum(1 for e in events if e.type == "tick")
     if ticks != count or events[-1].type != "run.completed":
         raise RuntimeError(f"stream delivered {ticks} of {count} events, then {events[-1].type}")
@@ -96,11 +99,18 @@ async def many_streams(base: str, streams: int, ticks: int, interval: float) -> 
             latencies.append(event.at - float(event.data["t"]))
 
     async with session(streams) as http:
-        await asyncio.gather(*(
-            stream(http, base, {"events": ticks, "interval": interval, "offset": i / streams * interval},
-                   i, on_event)
-            for i in range(streams)
-        ))
+        await asyncio.gather(
+            *(
+                stream(
+                    http,
+                    base,
+                    {"events": ticks, "interval": interval, "offset": i / streams * interval},
+                    i,
+                    on_event,
+                )
+                for i in range(streams)
+            )
+        )
     if len(latencies) != streams * ticks:
         raise RuntimeError(f"received {len(latencies)} of {streams * ticks} ticks")
     return latencies
@@ -111,8 +121,12 @@ async def run(sizes: Sizes) -> list[Row]:
     with private_database() as db, launcher(db) as launch:
         pg = Pg(db)
         try:
-            launch.worker(APP, 1, sizes.worker_threads,
-                          extra={"TETHER_WORKER__CONCURRENCY": str(max(200, 2 * s))})
+            launch.worker(
+                APP,
+                1,
+                sizes.worker_threads,
+                extra={"TETHER_WORKER__CONCURRENCY": str(max(200, 2 * s))},
+            )
             _, base = launch.gateway(APP, 1)
             raw_rate = await raw_insert_rate(db, n)
             delivered, stored = await one_big_stream(base, pg, n)
@@ -121,23 +135,43 @@ async def run(sizes: Sizes) -> list[Row]:
         finally:
             pg.close()
     rows = [
-        Row(scenario="stream", figure=f"events/s delivered to 1 SSE client, {n:,} events",
-            value=delivered, unit="/s", better="higher",
-            baseline=raw_rate, baseline_label=f"raw PG insert, {RAW_BATCH}/txn",
-            target=">= 5000/s", met=delivered >= 5000),
-        Row(scenario="stream", figure=f"events/s stored, {n:,} events",
-            value=stored, unit="/s", better="higher",
-            baseline=raw_rate, baseline_label=f"raw PG insert, {RAW_BATCH}/txn",
-            target=">= 5000/s", met=stored >= 5000),
+        Row(
+            scenario="stream",
+            figure=f"events/s delivered to 1 SSE client, {n:,} events",
+            value=delivered,
+            unit="/s",
+            better="higher",
+            baseline=raw_rate,
+            baseline_label=f"raw PG insert, {RAW_BATCH}/txn",
+            target=">= 5000/s",
+            met=delivered >= 5000,
+        ),
+        Row(
+            scenario="stream",
+            figure=f"events/s stored, {n:,} events",
+            value=stored,
+            unit="/s",
+            better="higher",
+            baseline=raw_rate,
+            baseline_label=f"raw PG insert, {RAW_BATCH}/txn",
+            target=">= 5000/s",
+            met=stored >= 5000,
+        ),
     ]
     for q in (50, 99):
         value, base_q = percentile(latency, q) * 1000, percentile(raw_latency, q) * 1000
-        rows.append(Row(
-            scenario="stream",
-            figure=f"emit->receive p{q} ms, {s} streams x {sizes.stream_ticks} ticks",
-            value=value, unit="ms", better="lower",
-            baseline=base_q, baseline_label="raw Redis pub/sub",
-            target="<= 50 ms" if q == 99 else "-", met=value <= 50 if q == 99 else None,
-            details={"samples": len(latency)},
-        ))
+        rows.append(
+            Row(
+                scenario="stream",
+                figure=f"emit->receive p{q} ms, {s} streams x {sizes.stream_ticks} ticks",
+                value=value,
+                unit="ms",
+                better="lower",
+                baseline=base_q,
+                baseline_label="raw Redis pub/sub",
+                target="<= 50 ms" if q == 99 else "-",
+                met=value <= 50 if q == 99 else None,
+                details={"samples": len(latency)},
+            )
+        )
     return rows

@@ -41,26 +41,33 @@ async def raw_round_trips(db: Database, count: int) -> list[float]:
                     pass
                 out.append(time.perf_counter() - started)
         finally:
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
             await subscriber.aclose()
             await publisher.aclose()
     return out
 
 
-def rows_for(label: str, samples: list[float], baseline: list[float], targets: dict[int, float]) -> list[Row]:
+def rows_for(
+    label: str, samples: list[float], baseline: list[float], targets: dict[int, float]
+) -> list[Row]:
     rows = []
     for q in (50, 99):
         value, base = percentile(samples, q) * 1000, percentile(baseline, q) * 1000
         limit = targets.get(q)
-        rows.append(Row(
-            scenario="sync",
-            figure=f"p{q} ms, {label}",
-            value=value, unit="ms", better="lower",
-            baseline=base, baseline_label="1 PG + 1 pub/sub round trip",
-            target=f"<= {limit:.0f} ms" if limit else "-",
-            met=None if limit is None else value <= limit,
-            details={"count": len(samples)},
-        ))
+        rows.append(
+            Row(
+                scenario="sync",
+                figure=f"p{q} ms, {label}",
+                value=value,
+                unit="ms",
+                better="lower",
+                baseline=base,
+                baseline_label="1 PG + 1 pub/sub round trip",
+                target=f"<= {limit:.0f} ms" if limit else "-",
+                met=None if limit is None else value <= limit,
+                details={"count": len(samples)},
+            )
+        )
     return rows
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -38,6 +38,8 @@ inv = invocations.c
 TERMINAL_VALUES = tuple(s.value for s in TERMINAL)
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a NOWAIT lock that someone holds
 LOCK_RETRY_PAUSES = (0.002, 0.01, 0.05)
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 class Superseded(Exception):
@@ -174,11 +176,12 @@ class Store:
             self._insert()
             .values(created_at=self._now, enqueued_at=self._now)
             .on_conflict_do_nothing(index_elements=["id"])
-            .returning(*INVOCATION_COLUMNS)
+            .returning(inv.id, inv.seq, inv.created_at)  # the rest is the request's own
         )
+        news = {new.id: new for new in batch}
         async with self.engine.begin() as conn:  # executemany: one multi-row INSERT, cached
             inserted = await conn.execute(insert, [self._new_row(new) for new in batch])
-            created = {row["id"]: Invocation.from_row(row) for row in inserted.mappings()}
+            created = {r.id: self._queued(news[r.id], r.seq, r.created_at) for r in inserted}
             refused = await self._over_owner_limit(
                 conn, [new for new in batch if new.id in created], max_open_per_owner
             )
@@ -206,6 +209,16 @@ class Store:
             else:
                 results.append(Accepted(found, created=False))
         return results
+
+    @staticmethod
+    def _queued(new: NewInvocation, seq: int, created_at: float) -> Invocation:
+        """A just-inserted invocation, as a read of its row would return it."""
+        return Invocation(
+            id=new.id, seq=seq, owner=new.owner, session_id=new.session_id, input=new.input,
+            request_hash=new.request_hash, status=Status.QUEUED, attempt=0, cancel_requested=False,
+            output=None, error_code=None, error_message=None, last_event_id=0,
+            created_at=created_at, started_at=None, finished_at=None,
+        )
 
     def _new_row(self, new: NewInvocation) -> dict[str, Any]:
         return {
@@ -356,7 +369,9 @@ class Store:
                 worker=worker,
                 last_event_id=inv.last_event_id + 1,
             )
-            .returning(inv.id, inv.attempt, inv.input, inv.session_id, inv.checkpoint, inv.last_event_id)
+            .returning(
+                inv.id, inv.attempt, inv.input, inv.session_id, inv.checkpoint, inv.last_event_id
+            )
         )
         async with self.engine.begin() as conn:
             rows = (await conn.execute(claim)).all()
@@ -395,6 +410,67 @@ class Store:
             stored = [Event(first + i, t, d) for i, (t, d) in enumerate(batch)]
             await self._insert_events(conn, invocation_id, stored)
         return stored
+
+    async def append_events_many(
+        self, batch: Sequence[tuple[str, int, Sequence[tuple[str, Any]]]]
+    ) -> list[list[Event] | Superseded]:
+        """``append_events`` for many attempts, ``(invocation id, attempt, events)`` each, in one
+        transaction (group commit); one result per attempt, in order."""
+
+        async def one(item: tuple[str, int, Sequence[tuple[str, Any]]]) -> list[Event]:
+            return await self.append_events(*item)
+
+        if self.dialect != "postgresql" or len(batch) == 1:
+            return await self._append_one_by_one(batch)
+        return await self._without_lock_waits(self._append_many, one, batch)
+
+    async def _append_one_by_one(
+        self, batch: Sequence[tuple[str, int, Sequence[tuple[str, Any]]]]
+    ) -> list[list[Event] | Superseded]:
+        results: list[list[Event] | Superseded] = []
+        for item in batch:
+            try:
+                results.append(await self.append_events(*item))
+            except Superseded as exc:
+                results.append(exc)
+        return results
+
+    async def _append_many(
+        self, batch: Sequence[tuple[str, int, Sequence[tuple[str, Any]]]]
+    ) -> list[list[Event] | Superseded]:
+        counts = sa.values(
+            sa.column("id", sa.Text),
+            sa.column("attempt", sa.Integer),
+            sa.column("events", sa.Integer),
+            name="counts",
+        ).data([(i, a, len(events_of)) for i, a, events_of in batch])
+        advance = (
+            sa.update(invocations)
+            .where(
+                inv.id == counts.c.id,
+                inv.attempt == counts.c.attempt,
+                inv.status == Status.ACTIVE.value,
+            )
+            .values(last_event_id=inv.last_event_id + counts.c.events)
+            .returning(inv.id, inv.last_event_id)
+        )
+        results: list[list[Event] | Superseded] = []
+        rows: list[dict[str, Any]] = []
+        async with self.engine.begin() as conn:
+            await self._lock_nowait(conn, [invocation_id for invocation_id, *_ in batch])
+            last = {row.id: row.last_event_id for row in await conn.execute(advance)}
+            for invocation_id, _, events_of in batch:
+                end = last.pop(invocation_id, None)  # popped: a repeated id is superseded
+                if end is None:
+                    results.append(Superseded(invocation_id))
+                    continue
+                first = end - len(events_of) + 1
+                stored = [Event(first + i, t, d) for i, (t, d) in enumerate(events_of)]
+                rows += [self._event_row(invocation_id, e) for e in stored]
+                results.append(stored)
+            if rows:
+                await conn.execute(events.insert().values(created_at=self._now), rows)
+        return results
 
     async def save_checkpoint(self, invocation_id: str, attempt: int, state: Any) -> None:
         async with self.engine.begin() as conn:
@@ -435,20 +511,41 @@ class Store:
         waits for a lock while holding others (a heartbeat updating the same rows in another
         order cannot deadlock with it); a row someone holds makes it retry, then go one by one.
         """
+        async def one(item: tuple[str, int, Outcome, Sequence[tuple[str, Any]]]) -> Finished:
+            return await self.finish(*item)
+
+        return await self._without_lock_waits(self._finish_many, one, batch)
+
+    async def _without_lock_waits(
+        self,
+        grouped: Callable[[Sequence[Item]], Awaitable[list[Result | Superseded]]],
+        one: Callable[[Item], Awaitable[Result]],
+        batch: Sequence[Item],
+    ) -> list[Result | Superseded]:
+        """``grouped(batch)``, whose first statement locks its rows ``NOWAIT``, retried briefly
+        while another transaction holds one of them; then ``one(item)`` for each item."""
         for pause in LOCK_RETRY_PAUSES:
             try:
-                return await self._finish_many(batch)
+                return await grouped(batch)
             except sa.exc.OperationalError as exc:
                 if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                     raise
             await asyncio.sleep(pause)
-        results: list[Finished | Superseded] = []
-        for invocation_id, attempt, outcome, pending in batch:
+        results: list[Result | Superseded] = []
+        for item in batch:
             try:
-                results.append(await self.finish(invocation_id, attempt, outcome, pending))
+                results.append(await one(item))
             except Superseded as exc:
                 results.append(exc)
         return results
+
+    async def _lock_nowait(self, conn: AsyncConnection, invocation_ids: Sequence[str]) -> None:
+        """Lock the rows at once or fail at once: a transaction that never waits for a lock
+        while holding others cannot be part of a deadlock."""
+        if self.dialect == "postgresql":
+            await conn.execute(
+                sa.select(inv.id).where(inv.id.in_(list(invocation_ids))).with_for_update(nowait=True)
+            )
 
     async def _finish_many(
         self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
@@ -461,8 +558,7 @@ class Store:
                     finished = await self._finish(conn, condition, outcome, pending)
                     results.append(Superseded(invocation_id) if finished is None else finished)
                 return results
-            ids = [invocation_id for invocation_id, *_ in batch]
-            await conn.execute(sa.select(inv.id).where(inv.id.in_(ids)).with_for_update(nowait=True))
+            await self._lock_nowait(conn, [invocation_id for invocation_id, *_ in batch])
             ended = {row.id: row for row in await conn.execute(self._finish_all(batch))}
             stored_rows: list[dict[str, Any]] = []
             for invocation_id, _, outcome, pending in batch:
@@ -473,17 +569,25 @@ class Store:
                 events_of = [*pending, (outcome.event.type, outcome.event.data)]
                 first = row.last_event_id - len(events_of) + 1
                 stored = [Event(first + i, t, d) for i, (t, d) in enumerate(events_of)]
-                stored_rows += [
-                    {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
-                    for e in stored
-                ]
+                stored_rows += [self._event_row(invocation_id, e) for e in stored]
                 successor = await self._successor(conn, row.owner, row.session_id)
                 results.append(Finished(stored, successor))
             if stored_rows:
                 await conn.execute(events.insert().values(created_at=self._now), stored_rows)
         return results
 
-    def _finish_all(self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]) -> Any:
+    @staticmethod
+    def _event_row(invocation_id: str, event: Event) -> dict[str, Any]:
+        return {
+            "invocation_id": invocation_id,
+            "cursor": event.cursor,
+            "type": event.type,
+            "data": event.data,
+        }
+
+    def _finish_all(
+        self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
+    ) -> Any:
         """One fenced UPDATE ending every attempt of the batch (PostgreSQL)."""
         ends = sa.values(
             sa.column("id", sa.Text),
@@ -500,7 +604,11 @@ class Store:
         ])
         return (
             sa.update(invocations)
-            .where(inv.id == ends.c.id, inv.attempt == ends.c.attempt, inv.status == Status.ACTIVE.value)
+            .where(
+                inv.id == ends.c.id,
+                inv.attempt == ends.c.attempt,
+                inv.status == Status.ACTIVE.value,
+            )
             .values(
                 status=ends.c.status,
                 output=sa.cast(ends.c.output, Json),  # all-NULL VALUES columns come out as text
@@ -512,13 +620,19 @@ class Store:
             .returning(inv.id, inv.owner, inv.session_id, inv.last_event_id)
         )
 
-    async def _successor(self, conn: AsyncConnection, owner: str, session_id: str | None) -> str | None:
+    async def _successor(
+        self, conn: AsyncConnection, owner: str, session_id: str | None
+    ) -> str | None:
         """The session's next queued invocation, which may run now that this one ended."""
         if session_id is None:
             return None
         successor = await conn.scalar(
             sa.select(inv.id)
-            .where(inv.owner == owner, inv.session_id == session_id, inv.status == Status.QUEUED.value)
+            .where(
+                inv.owner == owner,
+                inv.session_id == session_id,
+                inv.status == Status.QUEUED.value,
+            )
             .order_by(inv.seq)
             .limit(1)
         )
