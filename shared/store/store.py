@@ -6,7 +6,6 @@ that attempt number. A superseded attempt gets :class:`Superseded` and must stop
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -36,10 +35,7 @@ from shared.store.schema import (
 
 inv = invocations.c
 TERMINAL_VALUES = tuple(s.value for s in TERMINAL)
-LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a NOWAIT lock that someone holds
-LOCK_RETRY_PAUSES = (0.002, 0.01, 0.05)
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+R = TypeVar("R")
 
 
 class Superseded(Exception):
@@ -415,59 +411,102 @@ class Store:
         self, batch: Sequence[tuple[str, int, Sequence[tuple[str, Any]]]]
     ) -> list[list[Event] | Superseded]:
         """``append_events`` for many attempts, ``(invocation id, attempt, events)`` each, in one
-        transaction (group commit); one result per attempt, in order."""
+        transaction (group commit); one result per attempt, in order.
 
-        async def one(item: tuple[str, int, Sequence[tuple[str, Any]]]) -> list[Event]:
-            return await self.append_events(*item)
-
+        The transaction locks only the rows that are free (``SKIP LOCKED``), so it never waits
+        for a lock while holding others and cannot deadlock with a heartbeat updating the same
+        rows in another order; the few that were held are written once they are free.
+        """
         if self.dialect != "postgresql" or len(batch) == 1:
-            return await self._append_one_by_one(batch)
-        return await self._without_lock_waits(self._append_many, one, batch)
+            return await self._one_by_one(self.append_events, batch, [None] * len(batch))
+        return await self._grouped(self._append_many, self.append_events, batch)
 
-    async def _append_one_by_one(
-        self, batch: Sequence[tuple[str, int, Sequence[tuple[str, Any]]]]
-    ) -> list[list[Event] | Superseded]:
-        results: list[list[Event] | Superseded] = []
-        for item in batch:
-            try:
-                results.append(await self.append_events(*item))
-            except Superseded as exc:
-                results.append(exc)
-        return results
+    async def _one_by_one(
+        self,
+        write: Callable[..., Awaitable[R]],
+        batch: Sequence[tuple[Any, ...]],
+        results: list[R | Superseded | None],
+    ) -> list[R | Superseded]:
+        """``write(*item)`` for every item whose result is still None."""
+        done: list[R | Superseded] = []
+        for item, result in zip(batch, results, strict=True):
+            if result is None:
+                try:
+                    result = await write(*item)
+                except Superseded as exc:
+                    result = exc
+            done.append(result)
+        return done
+
+    async def _grouped(
+        self,
+        grouped: Callable[[Sequence[Any]], Awaitable[list[R | Superseded | None]]],
+        write: Callable[..., Awaitable[R]],
+        batch: Sequence[tuple[Any, ...]],
+    ) -> list[R | Superseded]:
+        """``grouped`` (None for the items whose row another transaction held) until every item
+        is written: it waits for the first held row alone with ``write``, holding no other lock,
+        then groups the rest again (usually free by then: a heartbeat holds them all at once)."""
+        results: list[R | Superseded | None] = [None] * len(batch)
+        todo = list(range(len(batch)))
+        while todo:
+            for i, result in zip(todo, await grouped([batch[i] for i in todo]), strict=True):
+                results[i] = result
+            held = [i for i in todo if results[i] is None]
+            if held:
+                alone: list[R | Superseded | None] = [None]
+                results[held[0]] = (await self._one_by_one(write, [batch[held[0]]], alone))[0]
+            todo = held[1:]
+        return await self._one_by_one(write, batch, results)  # (every result is set by now)
+
+    async def _lock_free(self, conn: AsyncConnection, invocation_ids: Sequence[str]) -> set[str]:
+        """Lock the rows nobody holds, without waiting (PostgreSQL); the ids locked."""
+        rows = await conn.execute(
+            sa.select(inv.id)
+            .where(inv.id.in_(list(invocation_ids)))
+            .with_for_update(skip_locked=True)
+        )
+        return {row.id for row in rows}
 
     async def _append_many(
         self, batch: Sequence[tuple[str, int, Sequence[tuple[str, Any]]]]
-    ) -> list[list[Event] | Superseded]:
-        counts = sa.values(
-            sa.column("id", sa.Text),
-            sa.column("attempt", sa.Integer),
-            sa.column("events", sa.Integer),
-            name="counts",
-        ).data([(i, a, len(events_of)) for i, a, events_of in batch])
-        advance = (
-            sa.update(invocations)
-            .where(
-                inv.id == counts.c.id,
-                inv.attempt == counts.c.attempt,
-                inv.status == Status.ACTIVE.value,
-            )
-            .values(last_event_id=inv.last_event_id + counts.c.events)
-            .returning(inv.id, inv.last_event_id)
-        )
-        results: list[list[Event] | Superseded] = []
+    ) -> list[list[Event] | Superseded | None]:
+        """The grouped write of the PostgreSQL path; None for the items whose row was held."""
+        results: list[list[Event] | Superseded | None] = [None] * len(batch)
         rows: list[dict[str, Any]] = []
         async with self.engine.begin() as conn:
-            await self._lock_nowait(conn, [invocation_id for invocation_id, *_ in batch])
+            free = await self._lock_free(conn, [invocation_id for invocation_id, *_ in batch])
+            mine = [item for item in batch if item[0] in free]
+            if not mine:
+                return results
+            counts = sa.values(
+                sa.column("id", sa.Text),
+                sa.column("attempt", sa.Integer),
+                sa.column("events", sa.Integer),
+                name="counts",
+            ).data([(i, a, len(events_of)) for i, a, events_of in mine])
+            advance = (
+                sa.update(invocations)
+                .where(
+                    inv.id == counts.c.id,
+                    inv.attempt == counts.c.attempt,
+                    inv.status == Status.ACTIVE.value,
+                )
+                .values(last_event_id=inv.last_event_id + counts.c.events)
+                .returning(inv.id, inv.last_event_id)
+            )
             last = {row.id: row.last_event_id for row in await conn.execute(advance)}
-            for invocation_id, _, events_of in batch:
+            for n, (invocation_id, _, events_of) in enumerate(batch):
+                if invocation_id not in free:
+                    continue
                 end = last.pop(invocation_id, None)  # popped: a repeated id is superseded
                 if end is None:
-                    results.append(Superseded(invocation_id))
+                    results[n] = Superseded(invocation_id)
                     continue
                 first = end - len(events_of) + 1
                 stored = [Event(first + i, t, d) for i, (t, d) in enumerate(events_of)]
                 rows += [self._event_row(invocation_id, e) for e in stored]
-                results.append(stored)
+                results[n] = stored
             if rows:
                 await conn.execute(events.insert().values(created_at=self._now), rows)
         return results
@@ -505,73 +544,45 @@ class Store:
         self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
     ) -> list[Finished | Superseded]:
         """``finish`` for many attempts, ``(invocation id, attempt, outcome, pending)`` each, in
-        one transaction (group commit); one result per attempt, in order.
-
-        The transaction first locks all its rows with one ``NOWAIT`` statement, so it never
-        waits for a lock while holding others (a heartbeat updating the same rows in another
-        order cannot deadlock with it); a row someone holds makes it retry, then go one by one.
-        """
-        async def one(item: tuple[str, int, Outcome, Sequence[tuple[str, Any]]]) -> Finished:
-            return await self.finish(*item)
-
-        return await self._without_lock_waits(self._finish_many, one, batch)
-
-    async def _without_lock_waits(
-        self,
-        grouped: Callable[[Sequence[Item]], Awaitable[list[Result | Superseded]]],
-        one: Callable[[Item], Awaitable[Result]],
-        batch: Sequence[Item],
-    ) -> list[Result | Superseded]:
-        """``grouped(batch)``, whose first statement locks its rows ``NOWAIT``, retried briefly
-        while another transaction holds one of them; then ``one(item)`` for each item."""
-        for pause in LOCK_RETRY_PAUSES:
-            try:
-                return await grouped(batch)
-            except sa.exc.OperationalError as exc:
-                if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                    raise
-            await asyncio.sleep(pause)
-        results: list[Result | Superseded] = []
-        for item in batch:
-            try:
-                results.append(await one(item))
-            except Superseded as exc:
-                results.append(exc)
-        return results
-
-    async def _lock_nowait(self, conn: AsyncConnection, invocation_ids: Sequence[str]) -> None:
-        """Lock the rows at once or fail at once: a transaction that never waits for a lock
-        while holding others cannot be part of a deadlock."""
-        if self.dialect == "postgresql":
-            await conn.execute(
-                sa.select(inv.id).where(inv.id.in_(list(invocation_ids))).with_for_update(nowait=True)
-            )
-
-    async def _finish_many(
-        self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
-    ) -> list[Finished | Superseded]:
-        results: list[Finished | Superseded] = []
-        async with self.engine.begin() as conn:
-            if self.dialect != "postgresql" or len(batch) == 1:
+        one transaction (group commit); one result per attempt, in order. Rows another
+        transaction holds are finished once free, as in ``append_events_many``."""
+        if self.dialect != "postgresql":  # one writer at a time anyway: one transaction, no locks
+            results: list[Finished | Superseded] = []
+            async with self.engine.begin() as conn:
                 for invocation_id, attempt, outcome, pending in batch:
                     condition = sa.and_(*self._fence(invocation_id, attempt))
                     finished = await self._finish(conn, condition, outcome, pending)
                     results.append(Superseded(invocation_id) if finished is None else finished)
+            return results
+        if len(batch) == 1:
+            return await self._one_by_one(self.finish, batch, [None])
+        return await self._grouped(self._finish_many, self.finish, batch)
+
+    async def _finish_many(
+        self, batch: Sequence[tuple[str, int, Outcome, Sequence[tuple[str, Any]]]]
+    ) -> list[Finished | Superseded | None]:
+        """The grouped write of the PostgreSQL path; None for the items whose row was held."""
+        results: list[Finished | Superseded | None] = [None] * len(batch)
+        stored_rows: list[dict[str, Any]] = []
+        async with self.engine.begin() as conn:
+            free = await self._lock_free(conn, [invocation_id for invocation_id, *_ in batch])
+            mine = [item for item in batch if item[0] in free]
+            if not mine:
                 return results
-            await self._lock_nowait(conn, [invocation_id for invocation_id, *_ in batch])
-            ended = {row.id: row for row in await conn.execute(self._finish_all(batch))}
-            stored_rows: list[dict[str, Any]] = []
-            for invocation_id, _, outcome, pending in batch:
+            ended = {row.id: row for row in await conn.execute(self._finish_all(mine))}
+            for n, (invocation_id, _, outcome, pending) in enumerate(batch):
+                if invocation_id not in free:
+                    continue
                 row = ended.pop(invocation_id, None)  # popped: a repeated id is superseded
                 if row is None:
-                    results.append(Superseded(invocation_id))
+                    results[n] = Superseded(invocation_id)
                     continue
                 events_of = [*pending, (outcome.event.type, outcome.event.data)]
                 first = row.last_event_id - len(events_of) + 1
                 stored = [Event(first + i, t, d) for i, (t, d) in enumerate(events_of)]
                 stored_rows += [self._event_row(invocation_id, e) for e in stored]
                 successor = await self._successor(conn, row.owner, row.session_id)
-                results.append(Finished(stored, successor))
+                results[n] = Finished(stored, successor)
             if stored_rows:
                 await conn.execute(events.insert().values(created_at=self._now), stored_rows)
         return results
