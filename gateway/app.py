@@ -20,7 +20,7 @@ from gateway.routes import routes
 from gateway.services import distributed_services, embedded_services
 from shared.app import AgentApp
 from shared.errors import ErrorCode
-from shared.pubsub import CLOSING
+from shared.pubsub import CLOSING, Subscription
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,8 @@ async def openapi_view(request: web.Request) -> web.Response:
 
 async def close_streams(app: web.Application) -> None:
     """On shutdown, end every open stream with a final comment so clients reconnect elsewhere."""
-    for sub in list(app[STREAMS]):
+    streams: set[Subscription] = app[STREAMS]
+    for sub in list(streams):
         sub.put(CLOSING)
 
 
@@ -89,7 +90,8 @@ def create_app(
     app[SETTINGS] = settings
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()
-    app[STREAMS] = set()
+    open_streams: set[Subscription] = set()
+    app[STREAMS] = open_streams
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
         if mode == "embedded":

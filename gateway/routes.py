@@ -74,7 +74,9 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     except ValidationError as exc:
         raise ApiError(ErrorCode.INVALID_REQUEST, message=validation_message(exc)) from None
     await admit(request, req.id)
-    new = NewInvocation(req.id, owner, req.session_id, req.input, request_hash(req.input, req.session_id))
+    new = NewInvocation(
+        req.id, owner, req.session_id, req.input, request_hash(req.input, req.session_id)
+    )
     mode = "background" if req.background else "stream" if req.stream else "sync"
     if mode == "sync":
         # Subscribed before the accept, so the run cannot end unseen in between and the wait
@@ -109,16 +111,20 @@ async def admit(request: web.Request, invocation_id: str) -> None:
     """503 when the queue is over its admission limit (a repeat of an accepted id still passes)."""
     limit = request.app[SETTINGS].limits.max_queued
     services = request.app[SERVICES]
-    if limit and await services.queued.value() >= limit:
-        if await services.store.get(invocation_id) is None:
-            raise ApiError(ErrorCode.OVERLOADED, headers=retry_after(request))
+    over = bool(limit) and await services.queued.value() >= limit
+    if over and await services.store.get(invocation_id) is None:
+        raise ApiError(ErrorCode.OVERLOADED, headers=retry_after(request))
 
 
 async def enqueue_quietly(request: web.Request, invocation_id: str) -> None:
     try:
         await request.app[SERVICES].enqueue(invocation_id, 0.0)
     except Exception as exc:  # accepted all the same: the reaper re-enqueues it
-        log.warning("invocation %s: enqueue failed (%s); the reaper will retry", invocation_id, type(exc).__name__)
+        log.warning(
+            "invocation %s: enqueue failed (%s); the reaper will retry",
+            invocation_id,
+            type(exc).__name__,
+        )
 
 
 async def answer_sync(
@@ -127,7 +133,9 @@ async def answer_sync(
     limit = request.app[SETTINGS].timers.sync_timeout
     invocation = await wait_until_terminal(request, invocation, sub, limit)
     if invocation.status is Status.COMPLETED:
-        return json_response({"id": invocation.id, "status": "completed", "output": invocation.output})
+        return json_response(
+            {"id": invocation.id, "status": "completed", "output": invocation.output}
+        )
     if invocation.status.is_terminal:
         code = ErrorCode(invocation.error_code or ErrorCode.INVOCATION_FAILED.value)
         return error_response(
@@ -137,7 +145,9 @@ async def answer_sync(
             id=invocation.id,
             status=invocation.status.value,
         )
-    return json_response({"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}, 202)
+    return json_response(
+        {"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}, 202
+    )
 
 
 async def wait_until_terminal(
@@ -188,7 +198,10 @@ def last_event_id(request: web.Request) -> int:
     if raw is None:
         raw = request.headers.get("Last-Event-ID", "0").strip() or "0"
     if not raw.isdigit() or len(raw) > 18:
-        raise ApiError(ErrorCode.INVALID_REQUEST, message="after / Last-Event-ID must be a non-negative integer")
+        raise ApiError(
+            ErrorCode.INVALID_REQUEST,
+            message="after / Last-Event-ID must be a non-negative integer",
+        )
     return int(raw)
 
 
@@ -241,7 +254,9 @@ async def cancel_invocation(request: web.Request) -> web.Response:
         try:
             await services.pubsub.publish(CANCEL_CHANNEL, [invocation.id])
         except Exception as exc:  # the worker's heartbeat notices the flag instead
-            log.warning("invocation %s: cancel publish failed (%s)", invocation.id, type(exc).__name__)
+            log.warning(
+                "invocation %s: cancel publish failed (%s)", invocation.id, type(exc).__name__
+            )
     current = await services.store.get(invocation.id)
     return json_response(view(current or invocation))
 
@@ -284,4 +299,6 @@ async def readyz(request: web.Request) -> web.Response:
         except Exception as exc:
             checks[name] = f"unavailable ({type(exc).__name__})"
     ready = all(v == "ok" for v in checks.values())
-    return json_response({"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503)
+    return json_response(
+        {"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503
+    )

@@ -51,9 +51,7 @@ class Acceptor:
         self._enqueue_many = enqueue_many
         self._max_open_per_owner = max_open_per_owner
         # two flushes in flight: one batch fills while the other waits on the database
-        self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(
-            self._flush, in_flight=2
-        )
+        self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(self._flush, in_flight=2)
 
     async def accept(self, new: NewInvocation) -> Accepted:
         """Raises :class:`Conflict` or :class:`OwnerLimitReached` as ``store.accept`` does."""
@@ -81,7 +79,9 @@ class Acceptor:
         except Exception as exc:  # accepted all the same: the reaper re-enqueues them
             log.warning(
                 "%d invocations (%s...): enqueue failed (%s); the reaper will retry",
-                len(created), created[0], type(exc).__name__,
+                len(created),
+                created[0],
+                type(exc).__name__,
             )
         return [r for r in results if r is not None]
 

@@ -210,9 +210,19 @@ class AsyncEnqueuer:
                 roll = random.randint(1, MAINTENANCE_SCALE)  # as often as Dramatiq's own enqueue
                 maintenance = int(roll <= DEFAULT_MAINTENANCE_CHANCE)
                 pipe.evalsha(
-                    self._sha, 1, NAMESPACE, "enqueue", now, queue, self._broker_id,
-                    DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_DEAD_MESSAGE_TTL, maintenance, MAX_UNPACK,
-                    redis_id, body,
+                    self._sha,
+                    1,
+                    NAMESPACE,
+                    "enqueue",
+                    now,
+                    queue,
+                    self._broker_id,
+                    DEFAULT_HEARTBEAT_TIMEOUT,
+                    DEFAULT_DEAD_MESSAGE_TTL,
+                    maintenance,
+                    MAX_UNPACK,
+                    redis_id,
+                    body,
                 )
             for queue in {queue for queue, _, _ in messages}:
                 pipe.publish(wake_channel(queue), WAKE)

@@ -8,6 +8,7 @@ request noticed here is the fallback when the pub/sub wake-up was lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -72,7 +73,5 @@ class Heartbeat(threading.Thread):
         return True
 
     def _call(self, fn: object, *args: object) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop: the process is going away
             self._loop.call_soon_threadsafe(fn, *args)  # type: ignore[arg-type]
-        except RuntimeError:  # the loop is closed: the process is going away
-            pass

@@ -50,7 +50,7 @@ class Subscription:
     def put(self, message: Message) -> None:
         self._queue.put_nowait(message)
 
-    async def get(self, timeout: float | None = None) -> Message | None:
+    async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or None after ``timeout`` seconds without one."""
         try:
             return await asyncio.wait_for(self._queue.get(), timeout)
@@ -153,7 +153,9 @@ class RedisPubSub(MemoryPubSub):
             except (RedisError, OSError, TimeoutError) as exc:
                 # degrade, don't fail: the reader reconnects and sends RESYNC, and readers
                 # re-check the store on their own timers meanwhile
-                log.warning("pub/sub subscribe failed (%s); relying on the store", type(exc).__name__)
+                log.warning(
+                    "pub/sub subscribe failed (%s); relying on the store", type(exc).__name__
+                )
                 self._ensure_reader()
             yield sub
         finally:

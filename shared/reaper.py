@@ -60,7 +60,13 @@ def recovery_delay(dead_attempt: int, settings: Settings) -> float:
 
 class Reaper:
     def __init__(
-        self, *, store: Store, pubsub: PubSub, enqueue: Enqueue, settings: Settings, has_recover: bool
+        self,
+        *,
+        store: Store,
+        pubsub: PubSub,
+        enqueue: Enqueue,
+        settings: Settings,
+        has_recover: bool,
     ) -> None:
         self.store = store
         self.pubsub = pubsub

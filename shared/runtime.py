@@ -56,7 +56,11 @@ class RunningAttempt:
 
 
 def completed(output: Any) -> Outcome:
-    return Outcome(Status.COMPLETED, Event(0, RUN_COMPLETED, {"type": RUN_COMPLETED, "output": output}), output=output)
+    return Outcome(
+        Status.COMPLETED,
+        Event(0, RUN_COMPLETED, {"type": RUN_COMPLETED, "output": output}),
+        output=output,
+    )
 
 
 def failed(code: ErrorCode) -> Outcome:
@@ -228,8 +232,11 @@ class Runtime:
             try:
                 await self.enqueue(finished.successor_id, 0.0)
             except Exception as exc:  # it stays queued: the reaper re-enqueues it
-                log.warning("invocation %s: enqueue failed (%s); the reaper will retry",
-                            finished.successor_id, type(exc).__name__)
+                log.warning(
+                    "invocation %s: enqueue failed (%s); the reaper will retry",
+                    finished.successor_id,
+                    type(exc).__name__,
+                )
 
     async def _write_outcome(
         self, running: RunningAttempt, outcome: Outcome, pending: list[tuple[str, Any]]
@@ -309,6 +316,10 @@ class Runtime:
             try:
                 await self.store.release(running.claim.invocation_id, running.claim.attempt)
             except Exception as exc:
-                log.warning("could not hand invocation %s back (%s)", running.claim.invocation_id, type(exc).__name__)
+                log.warning(
+                    "could not hand invocation %s back (%s)",
+                    running.claim.invocation_id,
+                    type(exc).__name__,
+                )
         if leftovers:
             log.warning("handed %d unfinished attempts back for recovery", len(leftovers))

@@ -20,11 +20,14 @@ __all__ = ["broker", "run_invocation", "reap"]
 @dramatiq.actor(actor_name=RUN_INVOCATION, queue_name=settings.worker.queue, max_retries=0)
 def run_invocation(invocation_id: str) -> None:
     if not host.start_invocation(invocation_id):
-        log.debug("invocation %s: not claimed (already taken, finished, or waiting its turn)", invocation_id)
+        log.debug(
+            "invocation %s: not claimed (already taken, finished, or waiting its turn)",
+            invocation_id,
+        )
 
 
 @dramatiq.actor(actor_name=REAP, queue_name=settings.worker.queue, max_retries=0)
 def reap() -> None:
-    """One reaper pass on whichever worker takes the message (every worker also reaps on a timer)."""
+    """One reaper pass on whichever worker takes it (every worker also reaps on a timer)."""
     report = host.reap()
     log.info("reap pass: %s", report)

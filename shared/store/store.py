@@ -21,11 +21,11 @@ from shared.store.engine import create_engine
 from shared.store.migrate import migrate
 from shared.store.schema import (
     INVOCATION_COLUMNS,
-    Json,
     OPEN,
     TERMINAL,
     Claim,
     Invocation,
+    Json,
     NewInvocation,
     StaleAttempt,
     Status,
@@ -115,7 +115,7 @@ class Store:
         await self.engine.dispose()
         if self._temporary_file is not None:
             for suffix in ("", "-wal", "-shm"):
-                Path(f"{self._temporary_file}{suffix}").unlink(missing_ok=True)
+                Path(f"{self._temporary_file}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
@@ -149,7 +149,11 @@ class Store:
             )
             row = inserted.mappings().first()
             if row is not None:
-                if max_open_per_owner and await self._open_count(conn, new.owner, max_open_per_owner + 1) > max_open_per_owner:
+                if (
+                    max_open_per_owner
+                    and await self._open_count(conn, new.owner, max_open_per_owner + 1)
+                    > max_open_per_owner
+                ):
                     await conn.rollback()
                     raise OwnerLimitReached(new.owner)
                 return Accepted(Invocation.from_row(row), created=True)
@@ -210,10 +214,22 @@ class Store:
     def _queued(new: NewInvocation, seq: int, created_at: float) -> Invocation:
         """A just-inserted invocation, as a read of its row would return it."""
         return Invocation(
-            id=new.id, seq=seq, owner=new.owner, session_id=new.session_id, input=new.input,
-            request_hash=new.request_hash, status=Status.QUEUED, attempt=0, cancel_requested=False,
-            output=None, error_code=None, error_message=None, last_event_id=0,
-            created_at=created_at, started_at=None, finished_at=None,
+            id=new.id,
+            seq=seq,
+            owner=new.owner,
+            session_id=new.session_id,
+            input=new.input,
+            request_hash=new.request_hash,
+            status=Status.QUEUED,
+            attempt=0,
+            cancel_requested=False,
+            output=None,
+            error_code=None,
+            error_message=None,
+            last_event_id=0,
+            created_at=created_at,
+            started_at=None,
+            finished_at=None,
         )
 
     def _new_row(self, new: NewInvocation) -> dict[str, Any]:
@@ -609,10 +625,12 @@ class Store:
             sa.column("error_message", sa.Text),
             sa.column("events", sa.Integer),
             name="ends",
-        ).data([
-            (i, a, o.status.value, o.output, o.error_code, o.error_message, len(p) + 1)
-            for i, a, o, p in batch
-        ])
+        ).data(
+            [
+                (i, a, o.status.value, o.output, o.error_code, o.error_message, len(p) + 1)
+                for i, a, o, p in batch
+            ]
+        )
         return (
             sa.update(invocations)
             .where(
@@ -683,16 +701,21 @@ class Store:
     def _fence(self, invocation_id: str, attempt: int) -> tuple[sa.ColumnElement[bool], ...]:
         return (inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value)
 
-    async def _insert_events(self, conn: AsyncConnection, invocation_id: str, batch: Sequence[Event]) -> None:
+    async def _insert_events(
+        self, conn: AsyncConnection, invocation_id: str, batch: Sequence[Event]
+    ) -> None:
         await conn.execute(
             events.insert().values(created_at=self._now),
-            [{"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data} for e in batch],
+            [
+                {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
+                for e in batch
+            ],
         )
 
     async def heartbeat(
         self, attempts: Sequence[tuple[str, int]], claiming: Sequence[str] = (), worker: str = ""
     ) -> dict[str, bool]:
-        """Beat for every attempt this process runs; returns id → cancel requested, for the live ones.
+        """Beat for every attempt this process runs; returns id → cancel flag for the live ones.
 
         ``claiming``: ids whose claim by ``worker`` is in flight. A claim can commit while the
         claimer's event loop is blocked, before the attempt is registered; beating it by worker
@@ -758,8 +781,14 @@ class Store:
         )
         async with self.engine.begin() as conn:
             ids = (
-                await conn.execute(sa.select(inv.id).where(overdue).order_by(inv.seq).limit(limit))
-            ).scalars().all()
+                (
+                    await conn.execute(
+                        sa.select(inv.id).where(overdue).order_by(inv.seq).limit(limit)
+                    )
+                )
+                .scalars()
+                .all()
+            )
             if not ids:
                 return []
             rows = await conn.execute(
@@ -774,12 +803,18 @@ class Store:
         """Delete up to ``limit`` terminal invocations finished before the retention period."""
         async with self.engine.begin() as conn:
             ids = (
-                await conn.execute(
-                    sa.select(inv.id)
-                    .where(inv.status.in_(TERMINAL_VALUES), inv.finished_at < self._now - retention)
-                    .limit(limit)
+                (
+                    await conn.execute(
+                        sa.select(inv.id)
+                        .where(
+                            inv.status.in_(TERMINAL_VALUES), inv.finished_at < self._now - retention
+                        )
+                        .limit(limit)
+                    )
                 )
-            ).scalars().all()
+                .scalars()
+                .all()
+            )
             if not ids:
                 return 0
             await conn.execute(sa.delete(events).where(events.c.invocation_id.in_(ids)))

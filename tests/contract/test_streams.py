@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.client import Api, assert_clean_log, new_id
+from tests.client import Api, SseEvent, assert_clean_log, new_id
 
 
 async def test_replay_after_every_cursor_of_a_finished_run(api: Api) -> None:
@@ -27,7 +27,7 @@ async def test_reconnecting_to_a_live_run_at_every_point_loses_nothing(api: Api)
     invocation_id = new_id()
     body = {"id": invocation_id, "input": {"emit": 12, "emit_sleep": 0.05}, "background": True}
     assert (await api.post(body))[0] == 202
-    received = []
+    received: list[SseEvent] = []
     cursor = 0
     while not received or received[-1].type != "run.completed":
         chunk = await api.events(invocation_id, after=cursor, limit=2)  # drop after two events

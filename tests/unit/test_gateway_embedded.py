@@ -26,10 +26,11 @@ def settings_for(tmp_path: Path, **overrides: Any) -> Any:
 
 async def client_for(
     aiohttp_client: ClientFactory, tmp_path: Path, app: AgentApp = contract_app, **overrides: Any
-) -> TestClient:
-    return await aiohttp_client(
+) -> TestClient[Any, Any]:
+    client: TestClient[Any, Any] = await aiohttp_client(
         create_app(settings_for(tmp_path, **overrides), app, mode="embedded")
     )
+    return client
 
 
 def body(**kw: Any) -> dict[str, Any]:
@@ -150,9 +151,9 @@ async def test_shutdown_ends_open_streams_with_a_final_comment(
     r = await client.get(f"/api/invocations/{b['id']}/events")
     first = await r.content.readuntil(b"\n\n")
     assert first.startswith(b"id: 1")
-    streams = client.server.app[STREAMS]
+    streams = client.app[STREAMS]
     while not streams:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
-    await client.server.app.shutdown()
+    await client.app.shutdown()
     rest = await r.content.read()
     assert b": server shutting down, reconnect" in rest
