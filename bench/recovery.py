@@ -82,14 +82,9 @@ def query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 def wait(predicate: Any, what: str, limit: float = ROUND_LIMIT) -> Any:
-    deadline = time.monotonic() + limit
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {limit:.0f}s waiting for {what}")
-        time.sleep(0.02)
+    from bench.procs import wait_for
+
+    return wait_for(predicate, limit, what)
 
 
 def submit(base: str) -> str:

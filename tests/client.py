@@ -21,9 +21,17 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-async def read_sse(response: aiohttp.ClientResponse, limit: int | None = None) -> list[SseEvent]:
-    """Read events until the stream ends (or ``limit`` events were read)."""
-    events: list[SseEvent] = []
+async def read_sse(
+    response: aiohttp.ClientResponse,
+    limit: int | None = None,
+    out: list[SseEvent] | None = None,
+) -> list[SseEvent]:
+    """Read events until the stream ends (or ``limit`` events were read).
+
+    Events are appended to ``out`` (a new list by default) as they arrive, so what was read
+    survives a connection that breaks midway.
+    """
+    events: list[SseEvent] = [] if out is None else out
     fields: dict[str, str] = {}
     async for raw in response.content:
         line = raw.decode().rstrip("\n")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 
 import aiohttp
 import pytest
 
-from tests.client import Api, SseEvent, assert_clean_log, new_id
+from tests.client import Api, SseEvent, assert_clean_log, new_id, read_sse
 from tests.faults.conftest import MakeCluster
 from tests.faults.harness_ext import api_for, start_workers
 
@@ -19,21 +18,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(90)]
 async def read_into(
     response: aiohttp.ClientResponse, out: list[SseEvent], limit: int | None = None
 ) -> None:
-    """Append events to ``out`` as they arrive, so what was read survives a broken connection."""
-    fields: dict[str, str] = {}
-    async for raw in response.content:
-        line = raw.decode().rstrip("\n")
-        if line.startswith(":"):
-            continue
-        if line == "":
-            if fields:
-                out.append(SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"])))
-                fields = {}
-                if limit is not None and len(out) >= limit:
-                    return
-            continue
-        key, _, value = line.partition(": ")
-        fields[key] = value
+    await read_sse(response, limit, out)
 
 
 async def test_a_client_resumes_on_a_second_gateway_after_the_first_is_killed_mid_stream(
