@@ -173,14 +173,15 @@ class Proc:
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.popen.poll() is None:
-            self._signal(signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
                 self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
+                self.signal(signal.SIGKILL)
                 self.popen.wait(10)
 
-    def _signal(self, sig: signal.Signals) -> None:
+    def signal(self, sig: signal.Signals) -> None:
+        """Signal the whole process group (Dramatiq's worker children included)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)  # the group this process leads, which we started
 

@@ -161,39 +161,33 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_reap(args: argparse.Namespace) -> int:
     """One reaper pass by hand."""
-    from shared.broker import build_broker, run_invocation_message
+    from shared.broker import AsyncEnqueuer
     from shared.pubsub import RedisPubSub
     from shared.reaper import Reaper
     from shared.store.store import Store
 
     settings = settings_from(args)
     app = load_app(settings.app)
-    broker = build_broker(settings.redis_url, with_worker_middleware=False)
-
-    async def enqueue(invocation_id: str, delay: float) -> None:
-        message = run_invocation_message(settings.worker.queue, invocation_id)
-        await asyncio.to_thread(broker.enqueue, message, delay=int(delay * 1000) or None)
 
     async def run() -> None:
-        store, pubsub = (
-            Store.postgres(settings.database_url, pool_size=1),
-            RedisPubSub(settings.redis_url),
-        )
+        store = Store.postgres(settings.database_url, pool_size=1)
+        pubsub = RedisPubSub(settings.redis_url)
+        enqueuer = AsyncEnqueuer(settings.redis_url, settings.worker.queue)
         try:
             reaper = Reaper(
                 store=store,
                 pubsub=pubsub,
-                enqueue=enqueue,
+                enqueue=enqueuer.enqueue,
                 settings=settings,
                 has_recover=app.recover_handler is not None,
             )
             print(await reaper.reap_once())
         finally:
+            await enqueuer.close()
             await pubsub.close()
             await store.close()
 
     asyncio.run(run())
-    broker.close()
     return 0
 
 

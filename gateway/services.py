@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from shared.app import AgentApp
 from shared.broker import AsyncEnqueuer
@@ -40,7 +40,6 @@ class Services:
     queued: QueuedGauge
     embedded: bool
     acceptor: Acceptor
-    ready_checks: list[str] = field(default_factory=list)
 
 
 class Acceptor:

@@ -49,23 +49,9 @@ DISPATCH_LUA = (Path(dramatiq.__file__).parent / "brokers" / "redis" / "dispatch
 MAX_UNPACK = 3000  # under half Lua's C stack (8,000), as Dramatiq computes it
 
 
-def build_broker(redis_url: str, *, with_worker_middleware: bool) -> RedisBroker:
-    """A Redis broker; the gateway's needs no middleware, the worker's gets Dramatiq's defaults."""
-    if with_worker_middleware:
-        broker = TetherRedisBroker(url=redis_url)  # type: ignore[no-untyped-call]
-    else:
-        broker = TetherRedisBroker(url=redis_url, middleware=[])  # type: ignore[no-untyped-call]
-    return broker
-
-
-def run_invocation_message(queue: str, invocation_id: str) -> dramatiq.Message[None]:
-    return dramatiq.Message(
-        queue_name=queue,
-        actor_name=RUN_INVOCATION,
-        args=(invocation_id,),
-        kwargs={},
-        options={},
-    )
+def build_broker(redis_url: str) -> RedisBroker:
+    """The worker's broker, with Dramatiq's default middleware (senders use AsyncEnqueuer)."""
+    return TetherRedisBroker(url=redis_url)  # type: ignore[no-untyped-call]
 
 
 class TetherRedisBroker(RedisBroker):

@@ -5,9 +5,7 @@ Everything waits on conditions (a port answering, a database row), never on fixe
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -15,40 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from bench.procs import free_port, http_ok, wait_for
+from bench.procs import Proc, free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ["Cluster", "Proc", "free_port", "http_ok", "start_dev", "wait_for"]
 T = TypeVar("T")
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def signal(self, sig: signal.Signals) -> None:
-        """Signal the whole process group (Dramatiq's worker children included)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, sig)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.popen.poll() is None:
-            self.signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-                self.popen.wait(10)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 @dataclass

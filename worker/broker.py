@@ -14,7 +14,7 @@ from shared.settings import load_settings
 from worker.host import NodeHost
 
 settings = load_settings()
-broker = build_broker(settings.redis_url, with_worker_middleware=True)
+broker = build_broker(settings.redis_url)
 # Retries and TimeLimit are wrong for agent runs: only the reaper makes new attempts, and a run
 # takes as long as it takes. Keep the rest of Dramatiq's defaults.
 for middleware in list(broker.middleware):
