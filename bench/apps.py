@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from shared import AgentApp, InvocationContext
+from tether import AgentApp, InvocationContext
 
 noop = AgentApp(name="bench-noop")
 sleeper = AgentApp(name="bench-sleeper")

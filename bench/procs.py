@@ -10,52 +10,24 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.procs import Proc, cpu_seconds, free_port, http_ok, pids_named, wait_for
+
+__all__ = ["Proc", "cpu_seconds", "free_port", "http_ok", "pids_named", "wait_for"]
+
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("TETHER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TETHER_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-# -- the private database ------------------------------------------------------------------
 
 
 @dataclass
@@ -114,7 +86,7 @@ def private_database(migrate: bool = True) -> Iterator[Database]:
 
 
 async def _migrate(url: str) -> None:
-    from shared.store.store import Store
+    from tether.store.store import Store
 
     store = Store.postgres(url, pool_size=1)
     try:
@@ -144,95 +116,6 @@ def drop_queue(queue: str) -> None:
 # -- processes -----------------------------------------------------------------------------
 
 
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def tree(self) -> list[int]:
-        """This process and all its descendants (Dramatiq and gateway children)."""
-        return [self.pid, *descendants(self.pid)]
-
-    def cpu_seconds(self) -> float:
-        return sum(cpu_seconds(pid) for pid in self.tree())
-
-    def peak_rss_mb(self) -> float:
-        """The largest peak resident set size (VmHWM) among the process tree."""
-        return max((peak_rss_kb(pid) for pid in self.tree()), default=0) / 1024
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.popen.poll() is None:
-            self.signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-                self.popen.wait(10)
-
-    def signal(self, sig: signal.Signals) -> None:
-        """Signal the whole process group (Dramatiq's worker children included)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, sig)  # the group this process leads, which we started
-
-
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-def descendants(pid: int) -> list[int]:
-    children = _children_map()
-    out: list[int] = []
-    stack = list(children.get(pid, []))
-    while stack:
-        child = stack.pop()
-        out.append(child)
-        stack.extend(children.get(child, []))
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process (its own, not its children's)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pids_named(name: str) -> list[int]:
-    """Processes whose command name is ``name`` (e.g. ``redis-server``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def redis_commands() -> int:
     """Commands the Redis server has processed since it started (all clients)."""
     import redis
@@ -242,16 +125,6 @@ def redis_commands() -> int:
         return int(client.info("stats")["total_commands_processed"])
     finally:
         client.close()
-
-
-def peak_rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 @dataclass
@@ -319,7 +192,7 @@ class Launcher:
         argv = [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "tether.cli",
             "gateway",
             "--port",
             str(port),
@@ -335,7 +208,7 @@ class Launcher:
         argv = [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "tether.cli",
             "worker",
             "--processes",
             str(processes),
@@ -347,7 +220,7 @@ class Launcher:
 
     def dev(self, app: str, extra: dict[str, str] | None = None) -> tuple[Proc, str]:
         port = free_port()
-        argv = [sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--db", ":memory:"]
+        argv = [sys.executable, "-m", "tether.cli", "dev", "--port", str(port), "--db", ":memory:"]
         proc = self.spawn("dev", argv, self.env(app, extra))
         return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
 

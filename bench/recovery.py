@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from shared import AgentApp, InvocationContext
-from shared.settings import Timers
+from tether import AgentApp, InvocationContext
+from tether.settings import Timers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 APP = "bench.recovery:app"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shared import AgentApp, InvocationContext
+from tether import AgentApp, InvocationContext
 
 app = AgentApp(name="hello")
 

@@ -6,25 +6,24 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Literal
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.auth import Unauthorized
-from gateway.keys import AGENT_APP, METRICS, SERVICES, SETTINGS, STREAMS
-from gateway.metrics import GatewayMetrics
-from gateway.openapi import build_openapi
-from gateway.responses import ApiError, error_response, json_response
-from gateway.routes import routes
-from gateway.services import distributed_services, embedded_services
-from shared.app import AgentApp
-from shared.errors import ErrorCode
-from shared.pubsub import CLOSING, Subscription
-from shared.settings import Settings
+from tether.app import AgentApp
+from tether.errors import ErrorCode
+from tether.gateway.accept import Acceptor, QueuedGauge
+from tether.gateway.auth import Unauthorized
+from tether.gateway.keys import ACCEPTOR, AGENT_APP, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.gateway.metrics import GatewayMetrics
+from tether.gateway.openapi import build_openapi
+from tether.gateway.responses import ApiError, error_response, json_response
+from tether.gateway.routes import routes
+from tether.pubsub import CLOSING, Subscription
+from tether.services import Services
+from tether.settings import Settings
 
 log = logging.getLogger(__name__)
-Mode = Literal["distributed", "embedded"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -62,9 +61,9 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
 
 
 async def metrics_view(request: web.Request) -> web.Response:
-    services, metrics = request.app[SERVICES], request.app[METRICS]
+    metrics = request.app[METRICS]
     with contextlib.suppress(Exception):
-        metrics.queued.set(await services.queued.value())
+        metrics.queued.set(await request.app[QUEUED].value())
     return web.Response(
         body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
@@ -81,9 +80,15 @@ async def close_streams(app: web.Application) -> None:
         sub.put(CLOSING)
 
 
+ServicesFactory = Callable[[], contextlib.AbstractAsyncContextManager[Services]]
+"""Opens what the gateway talks to; the composition root decides which mode that is."""
+
+
 def create_app(
-    settings: Settings, agent_app: AgentApp, mode: Mode = "distributed"
+    settings: Settings, agent_app: AgentApp, open_services: ServicesFactory
 ) -> web.Application:
+    """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
+    composition root runs a worker node beside it and hands both the same services."""
     app = web.Application(
         client_max_size=settings.limits.max_body_bytes, middlewares=[errors_and_metrics]
     )
@@ -94,12 +99,11 @@ def create_app(
     app[STREAMS] = open_streams
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
-        if mode == "embedded":
-            factory = embedded_services(settings, agent_app)
-        else:
-            factory = distributed_services(settings)
-        async with factory as services:
+        async with open_services() as services:
             app[SERVICES] = services
+            max_open = settings.limits.max_active_per_owner
+            app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open)
+            app[QUEUED] = QueuedGauge(services.store)
             yield
 
     app.cleanup_ctx.append(services_ctx)

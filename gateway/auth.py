@@ -6,7 +6,7 @@ import hmac
 
 from aiohttp import web
 
-from shared.settings import AuthSettings
+from tether.settings import AuthSettings
 
 ANONYMOUS = "anonymous"
 MAX_OWNER_CHARS = 256

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.metrics import GatewayMetrics
-from gateway.services import Services
-from shared.app import AgentApp
-from shared.pubsub import Subscription
-from shared.settings import Settings
+from tether.app import AgentApp
+from tether.gateway.accept import Acceptor, QueuedGauge
+from tether.gateway.metrics import GatewayMetrics
+from tether.pubsub import Subscription
+from tether.services import Services
+from tether.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)
 AGENT_APP = web.AppKey("agent_app", AgentApp)
 METRICS = web.AppKey("metrics", GatewayMetrics)
+ACCEPTOR = web.AppKey("acceptor", Acceptor)
+QUEUED = web.AppKey("queued", QueuedGauge)
 STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")

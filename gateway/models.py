@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
-from shared.store.schema import Invocation, Status
+from tether.store.schema import Invocation, Status
 
 
 class InvocationRequest(BaseModel):

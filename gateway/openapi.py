@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.models import (
+from tether.gateway.models import (
     AcceptedResponse,
     ErrorResponse,
     InvocationPage,

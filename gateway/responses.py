@@ -6,8 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
-from shared.errors import ErrorCode, error_body
-from shared.jsonvalue import dumps
+from tether.errors import ErrorCode, error_body
+from tether.jsonvalue import dumps
 
 STATUS_FOR: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 422,

@@ -10,18 +10,19 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from gateway.auth import resolve_owner
-from gateway.keys import METRICS, SERVICES, SETTINGS, STREAMS
-from gateway.models import InvocationRequest, canonical_uuid, urls, view
-from gateway.responses import ApiError, error_response, json_response
-from gateway.sse import SSE_HEADERS, EventStream
-from shared.channels import CANCEL_CHANNEL, events_channel
-from shared.errors import ErrorCode
-from shared.events import RUN_COMPLETED, RUN_FAILED, Event, decode_batch
-from shared.jsonvalue import InvalidJson, loads, request_hash
-from shared.pubsub import Subscription, publish_events
-from shared.store.schema import Invocation, NewInvocation, Status
-from shared.store.store import Accepted, Conflict, OwnerLimitReached
+from tether.channels import CANCEL_CHANNEL, events_channel
+from tether.errors import ErrorCode
+from tether.events import Event, decode_batch
+from tether.gateway.auth import resolve_owner
+from tether.gateway.keys import ACCEPTOR, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.gateway.models import InvocationRequest, canonical_uuid, urls, view
+from tether.gateway.responses import ApiError, error_response, json_response
+from tether.gateway.sse import SSE_HEADERS, EventStream
+from tether.jsonvalue import InvalidJson, loads, request_hash
+from tether.outcomes import outcome_of
+from tether.pubsub import Subscription
+from tether.store.schema import Invocation, NewInvocation, Status
+from tether.store.store import Accepted, Conflict, OwnerLimitReached
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -94,7 +95,7 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
 async def accept(request: web.Request, new: NewInvocation, mode: str) -> Accepted:
     """Store the invocation (or find the same request's) and enqueue it when new."""
     try:
-        accepted = await request.app[SERVICES].acceptor.accept(new)
+        accepted = await request.app[ACCEPTOR].accept(new)
     except Conflict:
         raise ApiError(ErrorCode.CONFLICT) from None
     except OwnerLimitReached:
@@ -111,20 +112,9 @@ async def admit(request: web.Request, invocation_id: str) -> None:
     """503 when the queue is over its admission limit (a repeat of an accepted id still passes)."""
     limit = request.app[SETTINGS].limits.max_queued
     services = request.app[SERVICES]
-    over = bool(limit) and await services.queued.value() >= limit
+    over = bool(limit) and await request.app[QUEUED].value() >= limit
     if over and await services.store.get(invocation_id) is None:
         raise ApiError(ErrorCode.OVERLOADED, headers=retry_after(request))
-
-
-async def enqueue_quietly(request: web.Request, invocation_id: str) -> None:
-    try:
-        await request.app[SERVICES].enqueue(invocation_id, 0.0)
-    except Exception as exc:  # accepted all the same: the reaper re-enqueues it
-        log.warning(
-            "invocation %s: enqueue failed (%s); the reaper will retry",
-            invocation_id,
-            type(exc).__name__,
-        )
 
 
 async def answer_sync(
@@ -180,16 +170,18 @@ async def wait_until_terminal(
 
 
 def ended_by(invocation: Invocation, event: Event) -> Invocation | None:
-    """The invocation as its terminal event leaves it, when the event says everything the
-    answer needs (completed with its output, failed with its error); None: read the store."""
-    data = event.data if isinstance(event.data, dict) else {}
-    if event.type == RUN_COMPLETED and "output" in data:
-        return replace(invocation, status=Status.COMPLETED, output=data["output"])
-    error = data.get("error")
-    if event.type == RUN_FAILED and isinstance(error, dict) and "code" in error:
-        code, message = error["code"], error.get("message")
-        return replace(invocation, status=Status.FAILED, error_code=code, error_message=message)
-    return None
+    """The invocation as its terminal event leaves it (the event carries the whole outcome), or
+    None for an event that ends nothing."""
+    outcome = outcome_of(event)
+    if outcome is None:
+        return None
+    return replace(
+        invocation,
+        status=outcome.status,
+        output=outcome.output,
+        error_code=outcome.code,
+        error_message=outcome.error_message,
+    )
 
 
 def last_event_id(request: web.Request) -> int:
@@ -247,9 +239,7 @@ async def cancel_invocation(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     finished = await services.store.request_cancel(invocation.id)
     if finished is not None:  # it was queued: cancelled here and now
-        await publish_events(services.pubsub, invocation.id, finished.events)
-        if finished.successor_id is not None:
-            await enqueue_quietly(request, finished.successor_id)
+        await services.after_terminal(invocation.id, finished)
     else:
         try:
             await services.pubsub.publish(CANCEL_CHANNEL, [invocation.id])

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from shared.channels import events_channel
-from shared.events import Event, decode_batch
-from shared.pubsub import CLOSING, RESYNC, PubSub, Subscription
-from shared.store.store import Store
+from tether.channels import events_channel
+from tether.events import Event, decode_batch
+from tether.pubsub import CLOSING, RESYNC, PubSub, Subscription
+from tether.store.store import Store
 
 log = logging.getLogger(__name__)
 

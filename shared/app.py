@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shared.context import InvocationContext
+    from tether.context import InvocationContext
 
+log = logging.getLogger(__name__)
 Handler = Callable[[Any, "InvocationContext"], Awaitable[Any]]
 RouteHandler = Callable[..., Awaitable[Any]]
 
@@ -51,6 +53,15 @@ class AgentApp:
             return fn
 
         return register
+
+    def warn_if_unrecoverable(self) -> None:
+        """Say at start, once per process, what happens to this app's runs when a worker dies."""
+        if self.recover_handler is None:
+            log.warning(
+                "app %r has no @app.recover handler: a run whose worker dies fails with "
+                "worker_lost",
+                self.name,
+            )
 
     def handler_for(self, attempt: int) -> Handler | None:
         """The handler that runs a given attempt; ``None`` means the attempt cannot run."""

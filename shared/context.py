@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.events import user_event_type
-from shared.jsonvalue import dumps
+from tether.events import user_event_type
+from tether.jsonvalue import dumps
 
 if TYPE_CHECKING:
     from databricks.sdk import WorkspaceClient

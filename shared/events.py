@@ -48,7 +48,7 @@ def user_event_type(event: Mapping[str, Any]) -> str:
 
 def encode_batch(batch: list[Event]) -> str:
     """One pub/sub message for a batch of stored events."""
-    from shared.jsonvalue import dumps
+    from tether.jsonvalue import dumps
 
     return dumps([[e.cursor, e.type, e.data] for e in batch])
 

@@ -16,9 +16,9 @@ from typing import Final, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from shared.channels import events_channel
-from shared.events import Event, encode_batch
-from shared.groupcommit import GroupCommit
+from tether.channels import events_channel
+from tether.events import Event, encode_batch
+from tether.groupcommit import GroupCommit
 
 log = logging.getLogger(__name__)
 

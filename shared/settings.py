@@ -103,7 +103,7 @@ class Settings(BaseSettings):
     )
 
     app: str = Field(
-        "examples.hello:app", description="The AgentApp to serve, as module:attribute."
+        "tether.examples.hello:app", description="The AgentApp to serve, as module:attribute."
     )
     database_url: str = Field(
         "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",

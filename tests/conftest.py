@@ -32,7 +32,7 @@ def migrated_pg(pg_database: str) -> str:
     import asyncio
     import concurrent.futures
 
-    from shared.store.store import Store
+    from tether.store.store import Store
 
     async def run() -> None:
         store = Store.postgres(pg_database, pool_size=1)

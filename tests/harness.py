@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from bench.procs import Proc, free_port, http_ok, wait_for
+from tests.procs import Proc, free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ class Cluster:
         log_path = self.workdir / f"{name}-{len(self.procs)}.log"
         with log_path.open("wb") as handle:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", *args],
+                [sys.executable, "-m", "tether.cli", *args],
                 cwd=ROOT,
                 env=self.env(),
                 stdout=handle,
@@ -104,7 +104,7 @@ def start_dev(
             [
                 sys.executable,
                 "-m",
-                "gateway.cli",
+                "tether.cli",
                 "dev",
                 "--app",
                 app,

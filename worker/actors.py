@@ -10,11 +10,11 @@ import logging
 
 import dramatiq
 
-from shared.broker import REAP, RUN_INVOCATION
-from worker.broker import broker, host, settings
+from tether.worker.broker import broker, host, settings
+from tether.worker.dramatiq_redis import RUN_INVOCATION
 
 log = logging.getLogger(__name__)
-__all__ = ["broker", "run_invocation", "reap"]
+__all__ = ["broker", "run_invocation"]
 
 
 @dramatiq.actor(actor_name=RUN_INVOCATION, queue_name=settings.worker.queue, max_retries=0)
@@ -24,10 +24,3 @@ def run_invocation(invocation_id: str) -> None:
             "invocation %s: not claimed (already taken, finished, or waiting its turn)",
             invocation_id,
         )
-
-
-@dramatiq.actor(actor_name=REAP, queue_name=settings.worker.queue, max_retries=0)
-def reap() -> None:
-    """One reaper pass on whichever worker takes it (every worker also reaps on a timer)."""
-    report = host.reap()
-    log.info("reap pass: %s", report)

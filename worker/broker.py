@@ -9,9 +9,9 @@ from __future__ import annotations
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications
 
-from shared.broker import build_broker
-from shared.settings import load_settings
-from worker.host import NodeHost
+from tether.settings import load_settings
+from tether.worker.dramatiq_redis import build_broker
+from tether.worker.host import NodeHost
 
 settings = load_settings()
 broker = build_broker(settings.redis_url)

@@ -8,29 +8,25 @@ slot and the claim, then returns while the attempt runs on the loop. So one proc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 import dramatiq
 import sqlalchemy as sa
 
-from shared.app import load_app
-from shared.broker import AsyncEnqueuer
-from shared.node import reaper_for, run_node
-from shared.pubsub import RedisPubSub
-from shared.reaper import ReapReport
-from shared.runtime import Runtime
-from shared.settings import Settings
-from shared.store.store import Store
+from tether.app import load_app
+from tether.settings import Settings
+from tether.worker.node import run_node
+from tether.worker.runtime import Runtime
+from tether.worker.wiring import distributed_services
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+
 
 REPEAT_SIGNAL_WINDOW = 1.0
 """A stop signal this soon after the first one is the same stop delivered twice."""
@@ -130,32 +126,17 @@ class NodeHost(dramatiq.Middleware):
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         app = load_app(self.settings.app)
-        store = Store.postgres(worker_database_url(self.settings))
-        pubsub = RedisPubSub(self.settings.redis_url)
-        enqueuer = AsyncEnqueuer(self.settings.redis_url, self.settings.worker.queue)
+        database_url = worker_database_url(self.settings)
         try:
-            async with run_node(
-                settings=self.settings,
-                store=store,
-                pubsub=pubsub,
-                app=app,
-                enqueue=enqueuer.enqueue,
-            ) as runtime:
+            async with (
+                distributed_services(self.settings, database_url=database_url) as services,
+                run_node(settings=self.settings, services=services, app=app) as runtime,
+            ):
                 self.runtime = runtime
                 self._ready.set()
                 await self._stop.wait()
         finally:
             self.runtime = None
-            await pubsub.close()
-            await store.close()
-            await enqueuer.close()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine on the node's loop from a Dramatiq thread and wait for its result."""
-        if self.loop is None:
-            coro.close()
-            raise RuntimeError("the worker node is not running")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def start_invocation(self, invocation_id: str) -> bool:
         """Hand the invocation to the node's loop and return without waiting for its claim.
@@ -197,9 +178,3 @@ class NodeHost(dramatiq.Middleware):
         finally:
             if not held:
                 self._places.release()
-
-    def reap(self) -> ReapReport | None:
-        with contextlib.suppress(RuntimeError):
-            if self.runtime is not None:
-                return self.call(reaper_for(self.settings, self.runtime).reap_once())
-        return None

@@ -15,7 +15,7 @@ from bench.baselines import BARE_ACTOR
 from bench.procs import Database, launcher, private_database
 from bench.report import Row
 from bench.scenarios.common import Pg, Queue, Sizes, poll
-from shared.broker import RUN_INVOCATION
+from tether.worker.dramatiq_redis import RUN_INVOCATION
 
 APP = "bench.apps:noop"
 

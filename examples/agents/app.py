@@ -5,6 +5,6 @@ Loads every ``<id>/agent.md`` next to this file, with tools from ``tools.py``.
 
 from pathlib import Path
 
-from shared.agents import build_app_from_dir
+from tether.agents import build_app_from_dir
 
 app = build_app_from_dir(Path(__file__).parent)

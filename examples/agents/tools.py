@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from shared.agents import tool
+from tether.agents import tool
 
 FORECASTS = {"paris": "sunny, 24 °C", "london": "light rain, 16 °C", "oslo": "snow, -3 °C"}
 

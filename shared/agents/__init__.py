@@ -3,7 +3,7 @@
 Imports only ``shared.*`` and libraries, never ``gateway`` or ``worker``.
 """
 
-from shared.agents.adapters import (
+from tether.agents.adapters import (
     BearerAuth,
     ChatCompletionsAdapter,
     DatabricksAuth,
@@ -17,25 +17,25 @@ from shared.agents.adapters import (
     openai_compatible,
     supervisor_tools,
 )
-from shared.agents.adapters.run import run_adapter
-from shared.agents.cli import run_agent_command
-from shared.agents.definitions import AgentDefinition, create_agent
-from shared.agents.errors import (
+from tether.agents.adapters.run import run_adapter
+from tether.agents.cli import run_agent_command
+from tether.agents.definitions import AgentDefinition, create_agent
+from tether.agents.errors import (
     AgentError,
     DefinitionError,
     LimitExceeded,
     ModelError,
     ToolError,
 )
-from shared.agents.handler import build_agent_app, build_app_from_dir, parse_input
-from shared.agents.loader import load_agents_dir, load_tools
-from shared.agents.loop import LoopState
-from shared.agents.registry import AgentRegistry
-from shared.agents.runner import AgentRunResult, run_agent
-from shared.agents.sse import SseEvent, read_sse
-from shared.agents.tools import FunctionTool, schema_tool, tool
-from shared.agents.translator import ResponsesTranslator
-from shared.agents.types import (
+from tether.agents.handler import build_agent_app, build_app_from_dir, parse_input
+from tether.agents.loader import load_agents_dir, load_tools
+from tether.agents.loop import LoopState
+from tether.agents.registry import AgentRegistry
+from tether.agents.runner import AgentRunResult, run_agent
+from tether.agents.sse import SseEvent, read_sse
+from tether.agents.tools import FunctionTool, schema_tool, tool
+from tether.agents.translator import ResponsesTranslator
+from tether.agents.types import (
     AgentInput,
     Limits,
     Message,

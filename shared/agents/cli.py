@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from shared.agents.errors import AgentError
-from shared.agents.loader import load_agents_dir
-from shared.agents.runner import run_agent
-from shared.agents.types import AgentEvent
+from tether.agents.errors import AgentError
+from tether.agents.loader import load_agents_dir
+from tether.agents.runner import run_agent
+from tether.agents.types import AgentEvent
 
 AGENTS_DIR_ENV = "TETHER_AGENTS_DIR"
 DEFAULT_AGENTS_DIR = "agents"

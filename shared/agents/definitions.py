@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from shared.agents.adapters.hosted import HostedTool, is_supervisor_tool
-from shared.agents.adapters.scripted import ScriptedTurn
-from shared.agents.errors import DefinitionError
-from shared.agents.tools import FunctionTool
-from shared.agents.types import ModelAdapter
+from tether.agents.adapters.hosted import HostedTool, is_supervisor_tool
+from tether.agents.adapters.scripted import ScriptedTurn
+from tether.agents.errors import DefinitionError
+from tether.agents.tools import FunctionTool
+from tether.agents.types import ModelAdapter
 
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Tool = FunctionTool | HostedTool

@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.agents.definitions import AgentDefinition
-from shared.agents.errors import LimitExceeded, ModelError, ToolError
-from shared.agents.registry import SUB_AGENT_PREFIX, ToolEntry
-from shared.agents.types import Limits, ToolCall
-from shared.jsonvalue import dumps
+from tether.agents.definitions import AgentDefinition
+from tether.agents.errors import LimitExceeded, ModelError, ToolError
+from tether.agents.registry import SUB_AGENT_PREFIX, ToolEntry
+from tether.agents.types import Limits, ToolCall
+from tether.jsonvalue import dumps
 
 log = logging.getLogger(__name__)
 

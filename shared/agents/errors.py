@@ -6,7 +6,7 @@ import logging
 import re
 from typing import Any
 
-log = logging.getLogger("shared.agents")
+log = logging.getLogger("tether.agents")
 
 # Model transport and upstream failures (spec §1.6), shared by every adapter.
 TRANSPORT = "transport"

@@ -9,15 +9,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shared.agents.definitions import AgentDefinition
-from shared.agents.dispatch import Budget
-from shared.agents.errors import AgentError
-from shared.agents.loader import load_agents_dir
-from shared.agents.loop import AgentLoop, LoopState, RunContext
-from shared.agents.registry import AgentRegistry
-from shared.agents.types import Limits, Message, ModelAdapter, status
-from shared.app import AgentApp
-from shared.context import InvocationContext
+from tether import AgentApp, InvocationContext
+from tether.agents.definitions import AgentDefinition
+from tether.agents.dispatch import Budget
+from tether.agents.errors import AgentError
+from tether.agents.loader import load_agents_dir
+from tether.agents.loop import AgentLoop, LoopState, RunContext
+from tether.agents.registry import AgentRegistry
+from tether.agents.types import Limits, Message, ModelAdapter, status
 
 MAX_CONTENT_CHARS = 64_000
 MAX_ITEMS = 100

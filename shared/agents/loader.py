@@ -15,12 +15,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from shared.agents.definitions import AgentDefinition, Tool, normalize_tools
-from shared.agents.errors import DefinitionError
-from shared.agents.markdown import definition_from_markdown, parse_front_matter, sub_agent_refs
-from shared.agents.registry import AgentRegistry
-from shared.agents.tools import tools_from
-from shared.agents.types import Limits, ModelAdapter
+from tether.agents.definitions import AgentDefinition, Tool, normalize_tools
+from tether.agents.errors import DefinitionError
+from tether.agents.markdown import definition_from_markdown, parse_front_matter, sub_agent_refs
+from tether.agents.registry import AgentRegistry
+from tether.agents.tools import tools_from
+from tether.agents.types import Limits, ModelAdapter
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.agents.definitions import AgentDefinition
-from shared.agents.dispatch import Budget, ToolDispatcher
-from shared.agents.errors import LimitExceeded, ModelError, ToolError, redact
-from shared.agents.registry import extensions, model_tools, system_prompt, tool_index
-from shared.agents.types import (
+from tether.agents.definitions import AgentDefinition
+from tether.agents.dispatch import Budget, ToolDispatcher
+from tether.agents.errors import LimitExceeded, ModelError, ToolError, redact
+from tether.agents.registry import extensions, model_tools, system_prompt, tool_index
+from tether.agents.types import (
     AgentEvent,
     AgentInput,
     Limits,
@@ -32,7 +32,7 @@ from shared.agents.types import (
     tool_result_event,
     user,
 )
-from shared.jsonvalue import dumps
+from tether.jsonvalue import dumps
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from shared.agents.adapters.scripted import ScriptedTurn
-from shared.agents.definitions import AgentDefinition, Tool
-from shared.agents.errors import DefinitionError
+from tether.agents.adapters.scripted import ScriptedTurn
+from tether.agents.definitions import AgentDefinition, Tool
+from tether.agents.errors import DefinitionError
 
 log = logging.getLogger(__name__)
 

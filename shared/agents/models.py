@@ -10,19 +10,19 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from shared.agents.adapters.chat_completions import (
+from tether.agents.adapters.chat_completions import (
     ENDPOINT_ENV,
     from_ai_gateway,
     from_model_serving,
     openai_compatible,
 )
-from shared.agents.adapters.scripted import ScriptedModel
-from shared.agents.adapters.supervisor import SupervisorAdapter
-from shared.agents.errors import DefinitionError
-from shared.agents.types import ModelAdapter
+from tether.agents.adapters.scripted import ScriptedModel
+from tether.agents.adapters.supervisor import SupervisorAdapter
+from tether.agents.errors import DefinitionError
+from tether.agents.types import ModelAdapter
 
 if TYPE_CHECKING:
-    from shared.agents.definitions import AgentDefinition
+    from tether.agents.definitions import AgentDefinition
 
 
 def _chat_options(agent: AgentDefinition) -> dict[str, Any]:

@@ -7,12 +7,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from shared.agents.adapters.hosted import HostedTool
-from shared.agents.definitions import AgentDefinition, Tool
-from shared.agents.errors import DefinitionError
-from shared.agents.models import resolve_model
-from shared.agents.tools import FunctionTool
-from shared.agents.types import SUPERVISOR_NAMESPACE, Limits, ModelAdapter, ToolDefinition
+from tether.agents.adapters.hosted import HostedTool
+from tether.agents.definitions import AgentDefinition, Tool
+from tether.agents.errors import DefinitionError
+from tether.agents.models import resolve_model
+from tether.agents.tools import FunctionTool
+from tether.agents.types import SUPERVISOR_NAMESPACE, Limits, ModelAdapter, ToolDefinition
 
 log = logging.getLogger(__name__)
 

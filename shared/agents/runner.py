@@ -8,12 +8,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.agents.definitions import AgentDefinition
-from shared.agents.dispatch import Budget
-from shared.agents.loop import AgentLoop, RunContext
-from shared.agents.models import resolve_model
-from shared.agents.registry import capability_warnings
-from shared.agents.types import AgentEvent, Limits, Message, ModelAdapter, user
+from tether.agents.definitions import AgentDefinition
+from tether.agents.dispatch import Budget
+from tether.agents.loop import AgentLoop, RunContext
+from tether.agents.models import resolve_model
+from tether.agents.registry import capability_warnings
+from tether.agents.types import AgentEvent, Limits, Message, ModelAdapter, user
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from shared.agents.errors import StreamLimitExceeded, StreamTimeout
+from tether.agents.errors import StreamLimitExceeded, StreamTimeout
 
 MAX_LINE_CHARS = 1_048_576
 MAX_BUFFER_CHARS = 8_388_608

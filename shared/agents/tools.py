@@ -11,8 +11,8 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from shared.agents.errors import DefinitionError, ToolError
-from shared.agents.types import JsonSchema, ToolAnnotations, ToolDefinition, ToolEffect
+from tether.agents.errors import DefinitionError, ToolError
+from tether.agents.types import JsonSchema, ToolAnnotations, ToolDefinition, ToolEffect
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 EFFECTS = ("read", "write", "update", "destructive")
@@ -206,7 +206,7 @@ def tools_from(namespace: Mapping[str, Any]) -> dict[str, Any]:
 
     A module may instead define ``TOOLS = {key: tool}`` to choose the keys itself.
     """
-    from shared.agents.adapters.hosted import HostedTool
+    from tether.agents.adapters.hosted import HostedTool
 
     explicit = namespace.get("TOOLS")
     if isinstance(explicit, Mapping):

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from shared.agents.types import AgentEvent
+from tether.agents.types import AgentEvent
 
 _MISSING = object()
 _PASSTHROUGH = {

@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from shared.jsonvalue import dumps
+from tether.jsonvalue import dumps
 
 
 def create_engine(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine:

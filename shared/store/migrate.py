@@ -38,7 +38,9 @@ def migrations_dir() -> Path:
     configured = os.environ.get(MIGRATIONS_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "migrations"
+    import tether.migrations
+
+    return Path(tether.migrations.__file__).resolve().parent
 
 
 def find_migrations(dialect: str, root: Path | None = None) -> list[Migration]:

@@ -16,10 +16,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from shared.events import RUN_CANCELLED, RUN_STARTED, Event
-from shared.store.engine import create_engine
-from shared.store.migrate import migrate
-from shared.store.schema import (
+from tether.events import RUN_STARTED, Event
+from tether.outcomes import Outcome, cancelled, started_data
+from tether.store.engine import create_engine
+from tether.store.migrate import migrate
+from tether.store.schema import (
     INVOCATION_COLUMNS,
     OPEN,
     TERMINAL,
@@ -62,17 +63,6 @@ class Finished:
 
     events: list[Event]
     successor_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How an attempt ends."""
-
-    status: Status
-    event: Event
-    output: Any = None
-    error_code: str | None = None
-    error_message: str | None = None
 
 
 class Store:
@@ -326,13 +316,13 @@ class Store:
         Returns the terminal transition when a queued invocation was cancelled here.
         """
         async with self.engine.begin() as conn:
-            cancelled = await self._finish(
+            finished = await self._finish(
                 conn,
                 sa.and_(inv.id == invocation_id, inv.status == Status.QUEUED.value),
-                Outcome(Status.CANCELLED, Event(0, RUN_CANCELLED, {"type": RUN_CANCELLED})),
+                cancelled(),
             )
-            if cancelled is not None:
-                return cancelled
+            if finished is not None:
+                return finished
             await conn.execute(
                 sa.update(invocations)
                 .where(inv.id == invocation_id, inv.status == Status.ACTIVE.value)
@@ -395,7 +385,7 @@ class Store:
                             "invocation_id": r.id,
                             "cursor": r.last_event_id,
                             "type": RUN_STARTED,
-                            "data": {"type": RUN_STARTED, "attempt": r.attempt},
+                            "data": started_data(r.attempt),
                         }
                         for r in rows
                     ],
@@ -593,7 +583,7 @@ class Store:
                 if row is None:
                     results[n] = Superseded(invocation_id)
                     continue
-                events_of = [*pending, (outcome.event.type, outcome.event.data)]
+                events_of = [*pending, (outcome.event_type, outcome.event_data)]
                 first = row.last_event_id - len(events_of) + 1
                 stored = [Event(first + i, t, d) for i, (t, d) in enumerate(events_of)]
                 stored_rows += [self._event_row(invocation_id, e) for e in stored]
@@ -627,7 +617,7 @@ class Store:
             name="ends",
         ).data(
             [
-                (i, a, o.status.value, o.output, o.error_code, o.error_message, len(p) + 1)
+                (i, a, o.status.value, o.output, o.code, o.error_message, len(p) + 1)
                 for i, a, o, p in batch
             ]
         )
@@ -682,7 +672,7 @@ class Store:
                 .values(
                     status=outcome.status.value,
                     output=outcome.output,
-                    error_code=outcome.error_code,
+                    error_code=outcome.code,
                     error_message=outcome.error_message,
                     finished_at=self._now,
                     last_event_id=inv.last_event_id + count,
@@ -693,7 +683,7 @@ class Store:
         if row is None:
             return None
         first = row.last_event_id - count + 1
-        batch = [*pending, (outcome.event.type, outcome.event.data)]
+        batch = [*pending, (outcome.event_type, outcome.event_data)]
         stored = [Event(first + i, t, d) for i, (t, d) in enumerate(batch)]
         await self._insert_events(conn, row.id, stored)
         return Finished(stored, await self._successor(conn, row.owner, row.session_id))

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from databricks.sdk.config import Config
 
-from shared.jsonvalue import dumps
+from tether.jsonvalue import dumps
 
 
 @dataclass

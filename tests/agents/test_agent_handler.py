@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.agents import (
+from tests.agents.conftest import FakeSink
+from tether.agents import (
     AgentRegistry,
     LimitExceeded,
     Limits,
@@ -20,11 +21,10 @@ from shared.agents import (
     parse_input,
     tool,
 )
-from shared.agents.adapters.scripted import ScriptedTurn
-from shared.agents.handler import InvalidAgentInput
-from shared.app import AgentApp
-from shared.context import InvocationContext
-from tests.agents.conftest import FakeSink
+from tether.agents.adapters.scripted import ScriptedTurn
+from tether.agents.handler import InvalidAgentInput
+from tether.app import AgentApp
+from tether.context import InvocationContext
 
 THREE_CALLS = ScriptedTurn(tool_calls=(("t1", {}), ("t2", {}), ("t3", {})))
 
@@ -260,7 +260,7 @@ def test_bad_input_is_rejected(bad: Any) -> None:
 async def test_the_example_weather_agent_calls_its_tool() -> None:
     from pathlib import Path
 
-    from shared.agents import build_app_from_dir
+    from tether.agents import build_app_from_dir
 
     app = build_app_from_dir(Path(__file__).parents[2] / "examples" / "agents")
     sink = FakeSink()

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from databricks.sdk.config import Config
 
-from shared.agents import ChatCompletionsAdapter, Message, from_model_serving, openai_compatible
-from shared.agents.adapters.run import run_adapter
-from shared.agents.errors import DefinitionError, ModelError
-from shared.agents.types import AgentEvent, AgentInput, ToolDefinition, TurnOutcome
 from tests.agents.conftest import FakeModelServer, chat_chunk
+from tether.agents import ChatCompletionsAdapter, Message, from_model_serving, openai_compatible
+from tether.agents.adapters.run import run_adapter
+from tether.agents.errors import DefinitionError, ModelError
+from tether.agents.types import AgentEvent, AgentInput, ToolDefinition, TurnOutcome
 
 HELLO = [Message("system", "Be terse."), Message("user", "Hello")]
 QUERY = ToolDefinition("analytics.query", "Run SQL", {"type": "object", "properties": {}})

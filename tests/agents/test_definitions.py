@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.agents import (
+from tether.agents import (
     DefinitionError,
     ScriptedModel,
     SupervisorAdapter,
@@ -16,8 +16,8 @@ from shared.agents import (
     supervisor_tools,
     tool,
 )
-from shared.agents.markdown import parse_front_matter
-from shared.agents.registry import (
+from tether.agents.markdown import parse_front_matter
+from tether.agents.registry import (
     AgentRegistry,
     capability_warnings,
     extensions,
@@ -265,7 +265,7 @@ def test_the_agents_package_imports_neither_gateway_nor_worker() -> None:
 
 
 def test_the_example_app_loads_by_module_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shared.app import load_app
+    from tether.app import load_app
 
     monkeypatch.chdir(Path(__file__).parents[2])
     app = load_app("examples.agents.app:app")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.agents import (
+from tether.agents import (
     AgentInput,
     ScriptedModel,
     create_agent,
@@ -19,7 +19,7 @@ from shared.agents import (
     supervisor_tools,
     tool,
 )
-from shared.agents.types import AgentEvent, Message, TurnItem, TurnOutcome
+from tether.agents.types import AgentEvent, Message, TurnItem, TurnOutcome
 
 EXAMPLES = str(Path(__file__).parents[2] / "examples" / "agents")
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.agents.errors import StreamLimitExceeded
-from shared.agents.sse import SseEvent, read_sse
+from tether.agents.errors import StreamLimitExceeded
+from tether.agents.sse import SseEvent, read_sse
 
 
 async def chunks(*parts: str | bytes) -> AsyncIterator[bytes]:

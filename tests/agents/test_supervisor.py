@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from databricks.sdk.config import Config
 
-from shared.agents import Message, SupervisorAdapter, supervisor_tools
-from shared.agents.adapters.run import run_adapter
-from shared.agents.types import SUPERVISOR_NAMESPACE, AgentEvent, AgentInput
 from tests.agents.conftest import FakeModelServer, sse
+from tether.agents import Message, SupervisorAdapter, supervisor_tools
+from tether.agents.adapters.run import run_adapter
+from tether.agents.types import SUPERVISOR_NAMESPACE, AgentEvent, AgentInput
 
 RUNNING = {"type": "status", "status": "running"}
 COMPLETE = {"type": "status", "status": "complete"}

@@ -8,9 +8,9 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel, Field
 
-from shared.agents import ToolError, schema_tool, tool
-from shared.agents.dispatch import normalize_result
-from shared.agents.types import requires_approval
+from tether.agents import ToolError, schema_tool, tool
+from tether.agents.dispatch import normalize_result
+from tether.agents.types import requires_approval
 
 
 @tool(effect="write", timeout_s=5)
@@ -84,7 +84,7 @@ def test_results_are_normalized_and_truncated() -> None:
 
 
 def test_write_update_and_destructive_effects_need_approval() -> None:
-    from shared.agents.types import ToolAnnotations, ToolEffect
+    from tether.agents.types import ToolAnnotations, ToolEffect
 
     effects: tuple[ToolEffect, ...] = ("write", "update", "destructive")
     for effect in effects:

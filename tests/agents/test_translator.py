@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.agents import ResponsesTranslator
-from shared.agents.types import AgentEvent
+from tether.agents import ResponsesTranslator
+from tether.agents.types import AgentEvent
 
 
 def feed(*events: AgentEvent, finalize: bool = True) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from shared import AgentApp, InvocationContext
+from tether import AgentApp, InvocationContext
 
 app = AgentApp(name="contract")
 no_recover_app = AgentApp(name="contract-no-recover")

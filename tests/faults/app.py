@@ -14,8 +14,8 @@ import os
 import time
 from typing import Any
 
-from shared import AgentApp, InvocationContext
 from tests.apps.contract import behave
+from tether import AgentApp, InvocationContext
 
 app = AgentApp(name="faults")
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from shared.store.store import Store
 from tests.faults.harness_ext import FAST_TIMERS, hard_stop
 from tests.harness import Cluster
 from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+from tether.store.store import Store
 
 
 @pytest.hookimpl(wrapper=True)

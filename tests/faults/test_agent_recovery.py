@@ -21,9 +21,9 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from shared.store.store import Store
 from tests.client import Api, assert_clean_log, new_id
 from tests.harness import Cluster
+from tether.store.store import Store
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 

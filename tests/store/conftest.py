@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from shared.store.store import Store
+from tether.store.store import Store
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

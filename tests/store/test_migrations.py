@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from shared.store.migrate import FILE_NAME, applied_versions, find_migrations, migrations_dir
-from shared.store.schema import metadata
-from shared.store.store import Store
+from tether.store.migrate import FILE_NAME, applied_versions, find_migrations, migrations_dir
+from tether.store.schema import metadata
+from tether.store.store import Store
 
 
 def test_migration_files_are_named_and_numbered_consistently() -> None:

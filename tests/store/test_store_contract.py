@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared.events import RUN_COMPLETED, Event
-from shared.runtime import cancelled, completed
-from shared.store.schema import NewInvocation, Status, invocations
-from shared.store.store import Conflict, OwnerLimitReached, Store, Superseded
+from tether.events import RUN_COMPLETED, Event
+from tether.outcomes import cancelled, completed
+from tether.store.schema import NewInvocation, Status, invocations
+from tether.store.store import Conflict, OwnerLimitReached, Store, Superseded
 
 
 def new(

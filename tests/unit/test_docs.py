@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.settings import reference
+from tether.settings import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,11 +10,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
-from gateway.keys import STREAMS
-from shared import AgentApp, InvocationContext
-from shared.settings import load_settings
 from tests.apps.contract import app as contract_app
+from tether import AgentApp, InvocationContext
+from tether.cli.compose import dev_app
+from tether.gateway.keys import STREAMS
+from tether.settings import load_settings
 
 ClientFactory = Any
 
@@ -28,7 +28,7 @@ async def client_for(
     aiohttp_client: ClientFactory, tmp_path: Path, app: AgentApp = contract_app, **overrides: Any
 ) -> TestClient[Any, Any]:
     client: TestClient[Any, Any] = await aiohttp_client(
-        create_app(settings_for(tmp_path, **overrides), app, mode="embedded")
+        dev_app(settings_for(tmp_path, **overrides), app)
     )
     return client
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from shared import AgentApp, InvocationContext
-from shared.app import AppLoadError, load_app
-from shared.events import InvalidEvent
-from shared.jsonvalue import InvalidJson
+from tether import AgentApp, InvocationContext
+from tether.app import AppLoadError, load_app
+from tether.events import InvalidEvent
+from tether.jsonvalue import InvalidJson
 
 
 class Sink:

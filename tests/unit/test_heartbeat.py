@@ -14,10 +14,10 @@ from typing import Any, cast
 import pytest
 import sqlalchemy as sa
 
-from shared.heartbeat import Heartbeat
-from shared.runtime import Runtime, StopReason
-from shared.store.schema import NewInvocation, invocations
-from shared.store.store import Store
+from tether.store.schema import NewInvocation, invocations
+from tether.store.store import Store
+from tether.worker.heartbeat import Heartbeat
+from tether.worker.runtime import Runtime, StopReason
 
 inv = invocations.c
 NAME = "host:1"

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from shared.jsonvalue import InvalidJson, canonical, dumps, loads, request_hash
+from tether.jsonvalue import InvalidJson, canonical, dumps, loads, request_hash
 
 
 @pytest.mark.parametrize(

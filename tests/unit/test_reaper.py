@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from shared import reaper as reaper_module
-from shared.channels import events_channel
-from shared.errors import ErrorCode
-from shared.events import decode_batch
-from shared.pubsub import MemoryPubSub
-from shared.reaper import Reaper, Recover, decide, recovery_delay
-from shared.runtime import completed
-from shared.settings import Settings
-from shared.store.schema import NewInvocation, StaleAttempt, Status, invocations
-from shared.store.store import Store
+from tether.channels import events_channel
+from tether.errors import ErrorCode
+from tether.events import decode_batch
+from tether.outcomes import completed
+from tether.pubsub import MemoryPubSub
+from tether.queue import Queue
+from tether.services import Services
+from tether.settings import Settings
+from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
+from tether.store.store import Store
+from tether.worker import reaper as reaper_module
+from tether.worker.reaper import Reaper, Recover, decide, recovery_delay
 
 inv = invocations.c
 
@@ -45,8 +47,8 @@ def test_without_recover_a_dead_attempt_fails_with_worker_lost() -> None:
     outcome = decide(stale(1), has_recover=False, settings=settings())
     assert not isinstance(outcome, Recover)
     assert outcome.status is Status.FAILED and outcome.error_code == ErrorCode.WORKER_LOST.value
-    assert outcome.event.type == "run.failed"
-    assert outcome.event.data["error"]["code"] == "worker_lost"
+    assert outcome.event_type == "run.failed"
+    assert outcome.event_data["error"]["code"] == "worker_lost"
 
 
 def test_a_cancel_request_wins_over_recovery_and_over_the_attempt_limit() -> None:
@@ -57,7 +59,7 @@ def test_a_cancel_request_wins_over_recovery_and_over_the_attempt_limit() -> Non
             settings=settings(max_attempts=3),
         )
         assert not isinstance(outcome, Recover)
-        assert outcome.status is Status.CANCELLED and outcome.event.type == "run.cancelled"
+        assert outcome.status is Status.CANCELLED and outcome.event_type == "run.cancelled"
 
 
 def test_max_attempts_counts_every_attempt_then_fails_recovery_limit_exceeded() -> None:
@@ -91,16 +93,19 @@ def test_recovery_backoff_of_a_poison_pill_never_overflows() -> None:
 
 
 class Enqueued:
-    """The reaper's enqueue, recorded."""
+    """The reaper's queue transport, recorded."""
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[tuple[str, float]] = []
         self.fail = fail
 
-    async def __call__(self, invocation_id: str, delay: float) -> None:
+    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
         if self.fail:
             raise ConnectionError("redis is down")
-        self.calls.append((invocation_id, delay))
+        self.calls.extend((invocation_id, delay) for invocation_id in invocation_ids)
+
+    async def close(self) -> None:
+        return None
 
 
 @pytest.fixture
@@ -127,9 +132,7 @@ def make_reaper(
     **timers: float,
 ) -> Reaper:
     return Reaper(
-        store=store,
-        pubsub=pubsub or MemoryPubSub(),
-        enqueue=enqueue,
+        services=Services(store, pubsub or MemoryPubSub(), Queue(enqueue)),
         settings=settings(**timers),
         has_recover=has_recover,
     )

@@ -6,19 +6,21 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from shared import AgentApp, InvocationContext
-from shared.pubsub import MemoryPubSub
-from shared.runtime import Runtime, StopReason
-from shared.store.schema import NewInvocation, Status
-from shared.store.store import Finished, Store
-from worker.host import REPEAT_SIGNAL_WINDOW, _FirstStopOnly
+from tether import AgentApp, InvocationContext
+from tether.pubsub import MemoryPubSub
+from tether.queue import Queue
+from tether.services import Services
+from tether.store.schema import NewInvocation, Status
+from tether.store.store import Finished, Store
+from tether.worker.host import REPEAT_SIGNAL_WINDOW, _FirstStopOnly
+from tether.worker.runtime import Runtime, StopReason
 
 
 class BlippingStore(Store):
@@ -53,14 +55,16 @@ async def store(tmp_path: Path) -> AsyncIterator[BlippingStore]:
 
 
 def runtime_for(store: Store, app: AgentApp, finish_retry: float = 5.0) -> Runtime:
-    async def enqueue(invocation_id: str, delay: float) -> None:
-        return None
+    class NoQueue:
+        async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
+            return None
+
+        async def close(self) -> None:
+            return None
 
     return Runtime(
-        store=store,
-        pubsub=MemoryPubSub(),
+        services=Services(store, MemoryPubSub(), Queue(NoQueue())),
         app=app,
-        enqueue=enqueue,
         name="host:1",
         concurrency=10,
         max_event_bytes=1 << 20,
@@ -147,7 +151,7 @@ def test_a_stop_signal_repeated_at_once_counts_once_and_later_means_exit_now(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [100.0]
-    monkeypatch.setattr("worker.host.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("tether.worker.host.time.monotonic", lambda: clock[0])
     received: list[int] = []
     handler = _FirstStopOnly({int(signal.SIGTERM): lambda signum, frame: received.append(signum)})
     handler(signal.SIGTERM, None)  # the group's SIGTERM

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import Settings, load_settings
+from tether.settings import Settings, load_settings
 
 
 def test_defaults_are_documented_and_sane() -> None:

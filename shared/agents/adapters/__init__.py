@@ -1,17 +1,17 @@
 """Model adapters: chat completions (Databricks, AI Gateway, OpenAI-compatible), the Supervisor
 API with hosted tools, and a scripted model."""
 
-from shared.agents.adapters import hosted as supervisor_tools
-from shared.agents.adapters.chat_completions import (
+from tether.agents.adapters import hosted as supervisor_tools
+from tether.agents.adapters.chat_completions import (
     ChatCompletionsAdapter,
     from_ai_gateway,
     from_model_serving,
     openai_compatible,
 )
-from shared.agents.adapters.hosted import HostedTool, is_supervisor_tool
-from shared.agents.adapters.http import BearerAuth, DatabricksAuth
-from shared.agents.adapters.scripted import ScriptedModel, ScriptedTurn
-from shared.agents.adapters.supervisor import SupervisorAdapter
+from tether.agents.adapters.hosted import HostedTool, is_supervisor_tool
+from tether.agents.adapters.http import BearerAuth, DatabricksAuth
+from tether.agents.adapters.scripted import ScriptedModel, ScriptedTurn
+from tether.agents.adapters.supervisor import SupervisorAdapter
 
 __all__ = [
     "BearerAuth",

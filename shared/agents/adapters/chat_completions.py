@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from shared.agents.adapters.chat_stream import (
+from tether.agents.adapters.chat_stream import (
     MAX_STREAM_TEXT_CHARS,
     MAX_TOOL_ARGUMENTS_CHARS,
     ChatDeltaParser,
@@ -24,14 +24,14 @@ from shared.agents.adapters.chat_stream import (
     wire_names,
     wire_tools,
 )
-from shared.agents.adapters.http import (
+from tether.agents.adapters.http import (
     AuthSource,
     BearerAuth,
     DatabricksAuth,
     HttpStatusError,
     post_stream,
 )
-from shared.agents.errors import (
+from tether.agents.errors import (
     HTTP_STATUS,
     LIMIT,
     TRANSPORT,
@@ -40,8 +40,8 @@ from shared.agents.errors import (
     StreamTimeout,
     log_upstream,
 )
-from shared.agents.sse import MAX_LINE_CHARS, guarded, read_lines
-from shared.agents.types import AgentInput, TurnItem, TurnOutcome
+from tether.agents.sse import MAX_LINE_CHARS, guarded, read_lines
+from tether.agents.types import AgentInput, TurnItem, TurnOutcome
 
 if TYPE_CHECKING:
     from databricks.sdk.config import Config

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.agents.errors import DefinitionError, StreamLimitExceeded
-from shared.agents.types import (
+from tether.agents.errors import DefinitionError, StreamLimitExceeded
+from tether.agents.types import (
     AgentEvent,
     Message,
     ToolCall,
@@ -19,7 +19,7 @@ from shared.agents.types import (
     message_delta,
     thinking,
 )
-from shared.jsonvalue import dumps
+from tether.jsonvalue import dumps
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.agents.errors import DefinitionError
+from tether.agents.errors import DefinitionError
 
 HOSTED_KIND = "hosted-supervisor"
 

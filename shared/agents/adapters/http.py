@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
-from shared.jsonvalue import dumps
+from tether.jsonvalue import dumps
 
 if TYPE_CHECKING:
     from databricks.sdk.config import Config

@@ -12,8 +12,8 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from shared.agents.errors import ModelError, ToolError, redact
-from shared.agents.types import (
+from tether.agents.errors import ModelError, ToolError, redact
+from tether.agents.types import (
     AgentEvent,
     AgentInput,
     ExecuteTool,
@@ -25,7 +25,7 @@ from shared.agents.types import (
     tool_call_event,
     tool_result_event,
 )
-from shared.jsonvalue import dumps
+from tether.jsonvalue import dumps
 
 log = logging.getLogger(__name__)
 

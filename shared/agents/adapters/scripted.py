@@ -12,8 +12,8 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.agents.errors import DefinitionError, ModelError
-from shared.agents.types import (
+from tether.agents.errors import DefinitionError, ModelError
+from tether.agents.types import (
     AgentInput,
     Message,
     ToolCall,

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from shared.agents.adapters.http import AuthSource, DatabricksAuth, HttpStatusError, post_stream
-from shared.agents.errors import (
+from tether.agents.adapters.http import AuthSource, DatabricksAuth, HttpStatusError, post_stream
+from tether.agents.errors import (
     TRANSPORT,
     UPSTREAM_FAILED,
     UPSTREAM_TOOL,
@@ -25,8 +25,8 @@ from shared.agents.errors import (
     log_upstream,
     summarize,
 )
-from shared.agents.sse import SseEvent, read_sse
-from shared.agents.types import (
+from tether.agents.sse import SseEvent, read_sse
+from tether.agents.types import (
     SUPERVISOR_NAMESPACE,
     AgentEvent,
     AgentInput,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from shared.agents import tool
+from tether.agents import tool
 
 
 @tool(effect="write")

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shared.events import Event
-from shared.pubsub import PubSub, publish_events
-from shared.store.schema import Claim
-from shared.store.store import Store, Superseded
+from tether.events import RUN_STARTED, Event
+from tether.outcomes import started_data
+from tether.pubsub import PubSub, publish_events
+from tether.store.schema import Claim
+from tether.store.store import Store, Superseded
 
 log = logging.getLogger(__name__)
 
@@ -95,5 +96,4 @@ class EventWriter:
         self._checkpoint = state
 
     def started_event(self) -> Event:
-        data = {"type": "run.started", "attempt": self._claim.attempt}
-        return Event(self._claim.started_cursor, "run.started", data)
+        return Event(self._claim.started_cursor, RUN_STARTED, started_data(self._claim.attempt))

@@ -14,14 +14,14 @@ import random
 import socket
 from collections.abc import AsyncIterator
 
-from shared.app import AgentApp
-from shared.channels import CANCEL_CHANNEL
-from shared.heartbeat import Heartbeat
-from shared.pubsub import PubSub
-from shared.reaper import Reaper
-from shared.runtime import Enqueue, Runtime, StopReason
-from shared.settings import Settings
-from shared.store.store import Store
+from tether.app import AgentApp
+from tether.channels import CANCEL_CHANNEL
+from tether.pubsub import PubSub
+from tether.services import Services
+from tether.settings import Settings
+from tether.worker.heartbeat import Heartbeat
+from tether.worker.reaper import Reaper
+from tether.worker.runtime import Runtime, StopReason
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +32,19 @@ def node_name() -> str:
 
 @contextlib.asynccontextmanager
 async def run_node(
-    *, settings: Settings, store: Store, pubsub: PubSub, app: AgentApp, enqueue: Enqueue
+    *, settings: Settings, services: Services, app: AgentApp
 ) -> AsyncIterator[Runtime]:
+    """Run attempts, beat, reap and listen for cancels until the block ends, then drain."""
+    store, pubsub = services.store, services.pubsub
     runtime = Runtime(
-        store=store,
-        pubsub=pubsub,
+        services=services,
         app=app,
-        enqueue=enqueue,
         name=node_name(),
         concurrency=settings.worker.concurrency,
         max_event_bytes=settings.limits.max_event_bytes,
         finish_retry=settings.timers.stale_after,
     )
-    if app.recover_handler is None:
-        log.warning(
-            "app %r has no @app.recover handler: a run whose worker dies fails with worker_lost",
-            app.name,
-        )
+    app.warn_if_unrecoverable()
     reaper = reaper_for(settings, runtime)
     heartbeat = Heartbeat(
         store=store,
@@ -75,9 +71,7 @@ async def run_node(
 
 def reaper_for(settings: Settings, runtime: Runtime) -> Reaper:
     return Reaper(
-        store=runtime.store,
-        pubsub=runtime.pubsub,
-        enqueue=runtime.enqueue,
+        services=runtime.services,
         settings=settings,
         has_recover=runtime.app.recover_handler is not None,
     )

@@ -15,11 +15,11 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from shared.app import AgentApp, AppLoadError, load_app
-from shared.settings import Settings, load_settings
+from tether.app import AgentApp, AppLoadError, load_app
+from tether.settings import Settings, load_settings
 
 log = logging.getLogger("tether")
-DEFAULT_APP = "examples.hello:app"
+DEFAULT_APP = "tether.examples.hello:app"
 
 
 def setup_logging(level: str) -> None:
@@ -41,7 +41,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp:
     if agents_dir:
-        from shared.agents import build_app_from_dir
+        from tether.agents import build_app_from_dir
 
         return build_app_from_dir(agents_dir)
     return load_app(settings.app)
@@ -49,11 +49,11 @@ def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp
 
 def cmd_dev(args: argparse.Namespace) -> int:
     """Gateway, worker and reaper in one process on the embedded store."""
-    from gateway.app import create_app
+    from tether.cli.compose import dev_app
 
     settings = settings_from(args, embedded_path=args.db)
     app = agent_app_for(settings, args.agents)
-    web_app = create_app(settings, app, mode="embedded")
+    web_app = dev_app(settings, app)
     print(
         f"Tether dev server on http://{settings.host}:{settings.port} "
         f"(app {app.name!r}, store {settings.embedded_path})",
@@ -65,17 +65,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     """The HTTP gateway on PostgreSQL and Redis; ``--processes`` share one port."""
-    from gateway.app import create_app
+    from tether.cli.compose import gateway_app
 
     settings = settings_from(args)
     app = load_app(settings.app)
-    if app.recover_handler is None:
-        log.warning(
-            "app %r has no @app.recover: runs whose worker dies fail with worker_lost", app.name
-        )
+    app.warn_if_unrecoverable()
+
     processes = args.processes
     if processes <= 1:
-        web.run_app(create_app(settings, app), host=settings.host, port=settings.port, print=None)
+        web.run_app(gateway_app(settings, app), host=settings.host, port=settings.port, print=None)
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -86,7 +84,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     for _ in range(processes):
         pid = os.fork()
         if pid == 0:
-            web.run_app(create_app(settings, app), sock=sock, print=None)
+            web.run_app(gateway_app(settings, app), sock=sock, print=None)
             os._exit(0)
         children.append(pid)
     log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
@@ -127,7 +125,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         sys.executable,
         "-m",
         "dramatiq",
-        "worker.actors",
+        "tether.worker.actors",
         "--processes",
         str(processes),
         "--threads",
@@ -143,7 +141,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply pending migrations to PostgreSQL."""
-    from shared.store.store import Store
+    from tether.store.store import Store
 
     settings = settings_from(args)
 
@@ -161,31 +159,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_reap(args: argparse.Namespace) -> int:
     """One reaper pass by hand."""
-    from shared.broker import AsyncEnqueuer
-    from shared.pubsub import RedisPubSub
-    from shared.reaper import Reaper
-    from shared.store.store import Store
+    from tether.worker.reaper import Reaper
+    from tether.worker.wiring import distributed_services
 
     settings = settings_from(args)
     app = load_app(settings.app)
 
     async def run() -> None:
-        store = Store.postgres(settings.database_url, pool_size=1)
-        pubsub = RedisPubSub(settings.redis_url)
-        enqueuer = AsyncEnqueuer(settings.redis_url, settings.worker.queue)
-        try:
+        async with distributed_services(settings) as services:
             reaper = Reaper(
-                store=store,
-                pubsub=pubsub,
-                enqueue=enqueuer.enqueue,
-                settings=settings,
-                has_recover=app.recover_handler is not None,
+                services=services, settings=settings, has_recover=app.recover_handler is not None
             )
             print(await reaper.reap_once())
-        finally:
-            await enqueuer.close()
-            await pubsub.close()
-            await store.close()
 
     asyncio.run(run())
     return 0
@@ -193,13 +178,22 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 def cmd_run_agent(args: argparse.Namespace) -> int:
     """Run one agent with no server."""
-    from shared.agents.cli import run_agent_command
+    from tether.agents.cli import run_agent_command
 
     return run_agent_command(args.agents, args.agent, args.input)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """The benchmark suite (bench/), run from the repository."""
+    """The benchmark suite (bench/ of a source checkout)."""
+    import importlib.util
+
+    if importlib.util.find_spec("bench") is None:
+        print(
+            "tether bench: the benchmark suite lives in bench/ of a source checkout; run this "
+            "command from the checkout's root (it is not part of the installed package)",
+            file=sys.stderr,
+        )
+        return 2
     argv = [sys.executable, "-m", "bench", *args.bench_args]
     os.execv(sys.executable, argv)
     return 0  # not reached

@@ -18,6 +18,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,10 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from redis.exceptions import NoScriptError
 
-from shared.channels import wake_channel
-from shared.groupcommit import GroupCommit
+from tether.channels import wake_channel
+from tether.groupcommit import GroupCommit
 
 RUN_INVOCATION = "run_invocation"
-REAP = "reap"
 NAMESPACE = "dramatiq"
 WAKE = b"1"
 DISPATCH_LUA = (Path(dramatiq.__file__).parent / "brokers" / "redis" / "dispatch.lua").read_bytes()
@@ -150,13 +150,13 @@ class AsyncEnqueuer:
         self._sha = hashlib.sha1(DISPATCH_LUA).hexdigest()
         self._batch: GroupCommit[tuple[str, float], None] = GroupCommit(self._send)
 
-    async def enqueue(self, invocation_id: str, delay: float = 0.0) -> None:
-        await self._batch.submit((invocation_id, delay))
-
-    async def enqueue_many(self, invocation_ids: list[str]) -> None:
-        """Many messages at once, with no delay (one pipeline, no per-message task)."""
-        if invocation_ids:
-            await self._send([(invocation_id, 0.0) for invocation_id in invocation_ids])
+    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
+        """The :class:`tether.queue.Transport` seam: a lone message joins whatever concurrent
+        callers send meanwhile; a batch goes out in one pipeline of its own."""
+        if len(invocation_ids) == 1:
+            await self._batch.submit((invocation_ids[0], delay))
+        elif invocation_ids:
+            await self._send([(invocation_id, delay) for invocation_id in invocation_ids])
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from shared.app import AgentApp, Handler
-from shared.attempt import EventWriter
-from shared.context import InvocationContext
-from shared.errors import MESSAGES, ErrorCode
-from shared.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, Event
-from shared.groupcommit import GroupCommit
-from shared.jsonvalue import InvalidJson, dumps
-from shared.pubsub import PubSub, publish_events
-from shared.store.schema import Claim, Status
-from shared.store.store import Finished, Outcome, Store, Superseded
+from tether.app import AgentApp, Handler
+from tether.context import InvocationContext
+from tether.errors import ErrorCode
+from tether.events import Event
+from tether.groupcommit import GroupCommit
+from tether.jsonvalue import InvalidJson, dumps
+from tether.outcomes import Outcome, cancelled, completed, failed
+from tether.pubsub import publish_events
+from tether.services import Services
+from tether.store.schema import Claim
+from tether.store.store import Finished, Superseded
+from tether.worker.attempt import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +36,6 @@ AppendRequest = tuple[str, int, Sequence[tuple[str, Any]]]
 """(invocation id, attempt, events), as ``Store.append_events_many`` takes."""
 FinishRequest = tuple[str, int, Outcome, Sequence[tuple[str, Any]]]
 """(invocation id, attempt, outcome, events still buffered), as ``Store.finish_many`` takes."""
-
-Enqueue = Callable[[str, float], Awaitable[None]]
-"""Send ``run_invocation(id)`` to the workers after ``delay`` seconds."""
 
 
 class StopReason(Enum):
@@ -55,60 +54,33 @@ class RunningAttempt:
     in_handler: bool = False
 
 
-def completed(output: Any) -> Outcome:
-    return Outcome(
-        Status.COMPLETED,
-        Event(0, RUN_COMPLETED, {"type": RUN_COMPLETED, "output": output}),
-        output=output,
-    )
-
-
-def failed(code: ErrorCode) -> Outcome:
-    error = {"code": code.value, "message": MESSAGES[code]}
-    return Outcome(
-        Status.FAILED,
-        Event(0, RUN_FAILED, {"type": RUN_FAILED, "error": error}),
-        error_code=code.value,
-        error_message=MESSAGES[code],
-    )
-
-
-def cancelled() -> Outcome:
-    return Outcome(
-        Status.CANCELLED,
-        Event(0, RUN_CANCELLED, {"type": RUN_CANCELLED}),
-        error_code=ErrorCode.CANCELLED.value,
-        error_message=MESSAGES[ErrorCode.CANCELLED],
-    )
-
-
 class Runtime:
     """The attempts one process runs."""
 
     def __init__(
         self,
         *,
-        store: Store,
-        pubsub: PubSub,
+        services: Services,
         app: AgentApp,
-        enqueue: Enqueue,
         name: str,
         concurrency: int,
         max_event_bytes: int,
         finish_retry: float = 0.0,
     ) -> None:
-        self.store = store
-        self.pubsub = pubsub
+        self.services = services
+        self.store = services.store
+        self.pubsub = services.pubsub
         self.app = app
-        self.enqueue = enqueue
         self.name = name
         self.attempts: dict[str, RunningAttempt] = {}
         self._claiming: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
         self._claims: GroupCommit[str, Claim | None] = GroupCommit(self._claim_batch)
-        self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(store.finish_many)
+        self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(
+            services.store.finish_many
+        )
         self._appends: GroupCommit[AppendRequest, list[Event]] = GroupCommit(
-            store.append_events_many
+            services.store.append_events_many
         )
         self._max_event_bytes = max_event_bytes
         self._finish_retry = finish_retry
@@ -227,16 +199,7 @@ class Runtime:
         pending = await running.writer.take_pending()
         finished = await self._write_outcome(running, outcome, pending)
         log.info("invocation %s: %s", claim.invocation_id, outcome.status.value)
-        await publish_events(self.pubsub, claim.invocation_id, finished.events)
-        if finished.successor_id is not None:
-            try:
-                await self.enqueue(finished.successor_id, 0.0)
-            except Exception as exc:  # it stays queued: the reaper re-enqueues it
-                log.warning(
-                    "invocation %s: enqueue failed (%s); the reaper will retry",
-                    finished.successor_id,
-                    type(exc).__name__,
-                )
+        await self.services.after_terminal(claim.invocation_id, finished)
 
     async def _write_outcome(
         self, running: RunningAttempt, outcome: Outcome, pending: list[tuple[str, Any]]

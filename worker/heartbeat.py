@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 
-from shared.runtime import Runtime, StopReason
-from shared.store.store import Store
+from tether.store.store import Store
+from tether.worker.runtime import Runtime, StopReason
 
 log = logging.getLogger(__name__)
 

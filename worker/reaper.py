@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from shared.errors import ErrorCode
-from shared.pubsub import PubSub, publish_events
-from shared.runtime import Enqueue, cancelled, failed
-from shared.settings import Settings
-from shared.store.schema import StaleAttempt
-from shared.store.store import Outcome, Store, Superseded
+from tether.errors import ErrorCode
+from tether.outcomes import Outcome, cancelled, failed
+from tether.services import Services
+from tether.settings import Settings
+from tether.store.schema import StaleAttempt
+from tether.store.store import Superseded
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +62,12 @@ class Reaper:
     def __init__(
         self,
         *,
-        store: Store,
-        pubsub: PubSub,
-        enqueue: Enqueue,
+        services: Services,
         settings: Settings,
         has_recover: bool,
     ) -> None:
-        self.store = store
-        self.pubsub = pubsub
-        self.enqueue = enqueue
+        self.services = services
+        self.store = services.store
         self.settings = settings
         self.has_recover = has_recover
 
@@ -79,8 +76,9 @@ class Reaper:
         stale_after = self.settings.timers.stale_after
         for stale in await self.store.stale_attempts(stale_after):
             await self._replace(stale, report)
-        for invocation_id in await self.store.take_unclaimed(self.settings.timers.requeue_after):
-            report.requeued += await self._enqueue(invocation_id, 0.0)
+        unclaimed = await self.store.take_unclaimed(self.settings.timers.requeue_after)
+        if unclaimed and await self.services.queue.send(unclaimed):
+            report.requeued += len(unclaimed)
         for _ in range(DELETE_BATCHES_PER_PASS):
             deleted = await self.store.delete_expired(self.settings.timers.retention, DELETE_BATCH)
             report.deleted += deleted
@@ -103,7 +101,7 @@ class Reaper:
                     stale.attempt,
                     decision.delay,
                 )
-                await self._enqueue(stale.invocation_id, decision.delay)
+                await self.services.queue.send([stale.invocation_id], decision.delay)
                 report.recovered += 1
             return
         try:
@@ -119,25 +117,8 @@ class Reaper:
             decision.status.value,
             decision.error_code,
         )
-        if decision.error_code == ErrorCode.CANCELLED.value:
+        if decision.error_code is ErrorCode.CANCELLED:
             report.cancelled += 1
         else:
             report.failed += 1
-        await publish_events(self.pubsub, stale.invocation_id, finished.events)
-        if finished.successor_id is not None:
-            await self._enqueue(finished.successor_id, 0.0)
-
-    async def _enqueue(self, invocation_id: str, delay: float) -> bool:
-        """Send the message, or leave it to a later pass: the row is queued either way and
-        ``take_unclaimed`` re-enqueues it after ``requeue_after``, so one failed send (Redis
-        down) does not abort the rest of the pass."""
-        try:
-            await self.enqueue(invocation_id, delay)
-        except Exception as exc:
-            log.warning(
-                "invocation %s: enqueue failed (%s); a later pass re-enqueues it",
-                invocation_id,
-                type(exc).__name__,
-            )
-            return False
-        return True
+        await self.services.after_terminal(stale.invocation_id, finished)

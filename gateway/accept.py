@@ -1,0 +1,70 @@
+"""New invocations, accepted in groups: the requests that arrive together share one transaction,
+and their messages go out together after it commits (never before: a worker must find the row).
+
+Also the admission gauge: how many invocations are queued, read at most once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tether.groupcommit import GroupCommit
+from tether.queue import Queue
+from tether.store.schema import NewInvocation
+from tether.store.store import Accepted, Store
+
+
+class Acceptor:
+    """``store.accept`` then enqueue, for concurrent requests together (group commit)."""
+
+    def __init__(self, store: Store, queue: Queue, max_open_per_owner: int) -> None:
+        self._store = store
+        self._queue = queue
+        self._max_open_per_owner = max_open_per_owner
+        # two flushes in flight: one batch fills while the other waits on the database
+        self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(self._flush, in_flight=2)
+
+    async def accept(self, new: NewInvocation) -> Accepted:
+        """Raises :class:`Conflict` or :class:`OwnerLimitReached` as ``store.accept`` does."""
+        return await self._batch.submit(new)
+
+    async def _flush(self, batch: list[NewInvocation]) -> list[Accepted | Exception]:
+        results: list[Accepted | Exception | None] = [None] * len(batch)
+        remaining = list(range(len(batch)))
+        while remaining:  # one transaction per round; a repeated id waits for the next round
+            seen: set[str] = set()
+            now: list[int] = []
+            later: list[int] = []
+            for i in remaining:
+                (later if batch[i].id in seen else now).append(i)
+                seen.add(batch[i].id)
+            got = await self._store.accept_many(
+                [batch[i] for i in now], max_open_per_owner=self._max_open_per_owner
+            )
+            for i, result in zip(now, got, strict=True):
+                results[i] = result
+            remaining = later
+        await self._queue.send(
+            [r.invocation.id for r in results if isinstance(r, Accepted) and r.created]
+        )
+        return [r for r in results if r is not None]
+
+
+class QueuedGauge:
+    """The number of queued invocations, read at most once a second (admission control)."""
+
+    def __init__(self, store: Store, max_age: float = 1.0) -> None:
+        self._store = store
+        self._max_age = max_age
+        self._value = 0
+        self._read_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def value(self) -> int:
+        if time.monotonic() - self._read_at > self._max_age:
+            async with self._lock:
+                if time.monotonic() - self._read_at > self._max_age:
+                    self._value = await self._store.count_queued()
+                    self._read_at = time.monotonic()
+        return self._value

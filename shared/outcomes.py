@@ -1,0 +1,83 @@
+"""The one owner of how a run starts and ends: the ``run.*`` event payloads and the terminal
+outcomes they announce. Everybody who writes or reads one (worker, reaper, the gateway's cancel
+and its sync wait) goes through here, so a cancelled invocation looks the same whoever ended it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tether.errors import MESSAGES, ErrorCode
+from tether.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED, Event
+from tether.store.schema import Status
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an invocation ends: its terminal status, what it stores, and the event announcing it."""
+
+    status: Status
+    output: Any = None
+    error_code: ErrorCode | None = None
+
+    @property
+    def code(self) -> str | None:
+        """The error code as stored."""
+        return None if self.error_code is None else self.error_code.value
+
+    @property
+    def error_message(self) -> str | None:
+        return None if self.error_code is None else MESSAGES[self.error_code]
+
+    @property
+    def event_type(self) -> str:
+        return {
+            Status.COMPLETED: RUN_COMPLETED,
+            Status.FAILED: RUN_FAILED,
+            Status.CANCELLED: RUN_CANCELLED,
+        }[self.status]
+
+    @property
+    def event_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"type": self.event_type}
+        if self.status is Status.COMPLETED:
+            data["output"] = self.output
+        elif self.error_code is not None:
+            data["error"] = {"code": self.error_code.value, "message": self.error_message}
+        return data
+
+
+def completed(output: Any) -> Outcome:
+    return Outcome(Status.COMPLETED, output=output)
+
+
+def failed(code: ErrorCode) -> Outcome:
+    return Outcome(Status.FAILED, error_code=code)
+
+
+def cancelled() -> Outcome:
+    """Whoever cancels (the API while queued, the worker while running, the reaper after a
+    crash), the invocation ends with code ``cancelled`` and the same event."""
+    return Outcome(Status.CANCELLED, error_code=ErrorCode.CANCELLED)
+
+
+def started_data(attempt: int) -> dict[str, Any]:
+    """The payload of ``run.started``."""
+    return {"type": RUN_STARTED, "attempt": attempt}
+
+
+def outcome_of(event: Event) -> Outcome | None:
+    """The outcome a terminal event announces, or None for any other event."""
+    data = event.data if isinstance(event.data, dict) else {}
+    if event.type == RUN_COMPLETED:
+        return completed(data.get("output"))
+    if event.type == RUN_CANCELLED:
+        return cancelled()
+    if event.type == RUN_FAILED:
+        error = data.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        if isinstance(code, str) and code in ErrorCode._value2member_map_:
+            return failed(ErrorCode(code))
+        return failed(ErrorCode.INVOCATION_FAILED)
+    return None
