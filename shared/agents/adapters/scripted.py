@@ -6,7 +6,6 @@ last user message), so a replacement attempt resuming from a checkpoint plays th
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -60,12 +59,6 @@ def _turn_index(messages: Sequence[Message]) -> int:
         elif m.role == "assistant":
             index += 1
     return index
-
-
-def _call_prefix(messages: Sequence[Message]) -> str:
-    """Deterministic per conversation, so a parent and its sub-agent never share call ids."""
-    first = "\n".join(m.content for m in messages[:2])
-    return hashlib.sha256(first.encode()).hexdigest()[:8]
 
 
 def _fill(text: str, messages: Sequence[Message]) -> str:
