@@ -14,6 +14,7 @@ from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import Unauthorized
+from tether.gateway.inputs import routes as input_routes
 from tether.gateway.keys import ACCEPTOR, AGENT_APP, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import build_openapi
@@ -109,6 +110,7 @@ def create_app(
     app.cleanup_ctx.append(services_ctx)
     app.on_shutdown.append(close_streams)
     app.add_routes(routes)
+    app.add_routes(input_routes)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     for route in agent_app.routes:

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
+from tether.outcomes import iso_utc
 from tether.store.schema import Invocation, Status
 
 
@@ -60,6 +61,13 @@ class InvocationView(BaseModel):
     started_at: str | None = None
     finished_at: str | None = None
     last_event_id: int
+    waiting_for: list[dict[str, Any]] | None = Field(
+        None,
+        description=(
+            "Only when status is 'waiting': each wait as {wait, kind, prompt, expires_at, ...}; "
+            "approvals add approval_id, tool_name, args and annotations."
+        ),
+    )
 
 
 class AcceptedResponse(BaseModel):
@@ -74,17 +82,15 @@ class InvocationPage(BaseModel):
     next_cursor: str | None
 
 
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+_iso = iso_utc
 
 
-def view(invocation: Invocation) -> dict[str, Any]:
-    """The status document: AgentKit's fields plus Tether's extensions."""
+def view(invocation: Invocation, waiting_for: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The status document: AgentKit's fields plus Tether's extensions (``waiting_for`` lists
+    the waits of a ``waiting`` invocation)."""
     body: dict[str, Any] = {"id": invocation.id, "status": invocation.status.value}
+    if invocation.status is Status.WAITING:
+        body["waiting_for"] = waiting_for or []
     if invocation.status is Status.COMPLETED:
         body["output"] = invocation.output
     elif invocation.error_code is not None and invocation.status.is_terminal:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from tether.channels import CANCEL_CHANNEL, events_channel
 from tether.errors import ErrorCode
-from tether.events import Event, decode_batch
+from tether.events import RUN_WAITING, Event, decode_batch
 from tether.gateway.auth import resolve_owner
 from tether.gateway.keys import ACCEPTOR, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
 from tether.gateway.models import InvocationRequest, canonical_uuid, urls, view
@@ -135,9 +135,24 @@ async def answer_sync(
             id=invocation.id,
             status=invocation.status.value,
         )
+    if invocation.status is Status.WAITING:  # parked: the caller can act on what it waits for
+        return json_response(
+            {**await status_document(request, invocation), **urls(invocation.id)}, 202
+        )
     return json_response(
         {"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}, 202
     )
+
+
+async def status_document(request: web.Request, invocation: Invocation) -> dict[str, Any]:
+    """``view`` of one invocation, with its waits when it is parked."""
+    return (await status_documents(request, [invocation]))[0]
+
+
+async def status_documents(request: web.Request, page: list[Invocation]) -> list[dict[str, Any]]:
+    parked = [i.id for i in page if i.status is Status.WAITING]
+    waits = await request.app[SERVICES].store.journal.waiting_for(parked) if parked else {}
+    return [view(i, [w.entry() for w in waits.get(i.id, [])]) for i in page]
 
 
 async def wait_until_terminal(
@@ -145,19 +160,24 @@ async def wait_until_terminal(
 ) -> Invocation:
     """Woken by the terminal event on ``sub`` (subscribed before ``invocation`` was read); the
     outcome comes from that event when it carries it all, else from the store, which is also
-    re-read on a resync or a quiet spell."""
+    re-read on a resync or a quiet spell. A run that parks (``run.waiting``) ends the wait too."""
     store = request.app[SERVICES].store
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     current: Invocation | None = invocation
     while current is not None and not current.status.is_terminal:
+        if current.status is Status.WAITING:
+            break
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
         message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
         if isinstance(message, str):
-            terminal = [e for e in decode_batch(message) if e.is_terminal]
+            batch = decode_batch(message)
+            terminal = [e for e in batch if e.is_terminal]
             if not terminal:
+                if any(e.type == RUN_WAITING for e in batch):
+                    current = await store.get(invocation.id)
                 continue
             ended = ended_by(current, terminal[-1])
             if ended is not None:
@@ -221,7 +241,7 @@ async def stream(request: web.Request, invocation_id: str, after: int) -> web.St
 
 @routes.get("/api/invocations/{id}")
 async def get_invocation(request: web.Request) -> web.Response:
-    return json_response(view(await owned_invocation(request)))
+    return json_response(await status_document(request, await owned_invocation(request)))
 
 
 @routes.get("/api/invocations/{id}/events")
@@ -248,7 +268,7 @@ async def cancel_invocation(request: web.Request) -> web.Response:
                 "invocation %s: cancel publish failed (%s)", invocation.id, type(exc).__name__
             )
     current = await services.store.get(invocation.id)
-    return json_response(view(current or invocation))
+    return json_response(await status_document(request, current or invocation))
 
 
 @routes.get("/api/invocations")
@@ -270,7 +290,8 @@ async def list_invocations(request: web.Request) -> web.Response:
         owner, status=status, session_id=query.get("session_id"), before_seq=before, limit=limit
     )
     next_cursor = str(page[-1].seq) if len(page) == limit else None
-    return json_response({"data": [view(i) for i in page], "next_cursor": next_cursor})
+    data = await status_documents(request, page)
+    return json_response({"data": data, "next_cursor": next_cursor})
 
 
 @routes.get("/healthz")

@@ -42,6 +42,16 @@ class Timers(BaseModel):
         30.0, gt=0, description="A sync POST answers 202 after waiting this long."
     )
     ping_interval: float = Field(15.0, gt=0, le=15.0, description="SSE keep-alive comment period.")
+    inline_sleep_max: float = Field(
+        5.0,
+        ge=0,
+        description="ctx.sleep up to this long sleeps in the process; longer ones park the run.",
+    )
+    timer_poll: float = Field(
+        0.25,
+        gt=0,
+        description="How often each worker resumes parked runs whose sleep or wait timeout is due.",
+    )
 
     @model_validator(mode="after")
     def stale_exceeds_heartbeat(self) -> Timers:
