@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from tether.durable import Durable, JournalSink
 from tether.events import user_event_type
@@ -72,9 +72,15 @@ class InvocationContext:
         make the function's external call idempotent (the step may run again after a crash)."""
         return self._durable.step_key
 
+    @overload
     async def step(
-        self, name: str, fn: Callable[..., T | Awaitable[T]], *args: Any, **kwargs: Any
-    ) -> T:
+        self, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+    ) -> T: ...
+
+    @overload
+    async def step(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` (async, or sync on a thread) at most once to completion
         per invocation and return its JSON result; later attempts get the recorded result (or
         :class:`tether.StepFailed` for a recorded error) without calling ``fn``. ``name`` is

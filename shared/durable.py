@@ -17,7 +17,7 @@ import asyncio
 import contextvars
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from tether.jsonvalue import dumps, loads
@@ -111,9 +111,7 @@ class Durable:
     def _replayed(self) -> None:
         self._replays_left = max(0, self._replays_left - 1)
 
-    async def step(
-        self, name: str, fn: Callable[..., T | Awaitable[T]], *args: Any, **kwargs: Any
-    ) -> T:
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
             raise DurableUsageError(f"a step name is a string of 1 to {MAX_STEP_NAME} characters")
         dumps(name)  # JSON-safe: no NUL, no lone surrogate
@@ -123,7 +121,7 @@ class Durable:
             self._replayed()
             if record.error_type is not None:
                 raise StepFailed(name, record.error_type)
-            return record.result  # type: ignore[no-any-return]
+            return record.result
         token = _step_key.set(f"{self._invocation_id}/{name}")
         try:
             result = await _call(fn, args, kwargs)
@@ -134,7 +132,7 @@ class Durable:
             _step_key.reset(token)
         stored = loads(dumps(result))  # what every replay returns, so the first run sees it too
         await self._sink.record_step(name, stored, None)
-        return stored  # type: ignore[no-any-return]
+        return stored
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= self._inline_sleep_max:
