@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -42,6 +43,9 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp:
     if agents_dir:
         from tether.agents import build_app_from_dir
+
+        if not Path(agents_dir).is_dir():
+            raise AppLoadError(f"--agents {agents_dir!r} is not a folder of Markdown agents")
 
         return build_app_from_dir(agents_dir)
     return load_app(settings.app)
@@ -185,18 +189,31 @@ def cmd_run_agent(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """The benchmark suite (bench/ of a source checkout)."""
-    import importlib.util
-
-    if importlib.util.find_spec("bench") is None:
+    if not is_checkout(Path.cwd()):
         print(
             "tether bench: the benchmark suite lives in bench/ of a source checkout; run this "
             "command from the checkout's root (it is not part of the installed package)",
             file=sys.stderr,
         )
         return 2
-    argv = [sys.executable, "-m", "bench", *args.bench_args]
+    argv = [sys.executable, "-m", "bench", *args.bench_args]  # -m: the checkout's bench/
     os.execv(sys.executable, argv)
     return 0  # not reached
+
+
+def is_checkout(folder: Path) -> bool:
+    """Whether ``folder`` is the root of Tether's source checkout (and not a user's project
+    that happens to have a ``bench`` package of its own)."""
+    import tomllib
+
+    pyproject = folder / "pyproject.toml"
+    if not (folder / "bench" / "__main__.py").is_file() or not pyproject.is_file():
+        return False
+    try:
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+    except tomllib.TOMLDecodeError:
+        return False
+    return bool(project.get("name") == "tether")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,11 +257,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; ``tether bench`` hands every argument it does not know to the benchmark
+    (argparse's REMAINDER alone would refuse ``tether bench --quick``)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "bench":
+        args.bench_args = [*args.bench_args, *unknown]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)  # --help has exited by now, before the drivers are imported
+    from tether.cli.service_errors import SERVICE_ERRORS, service_error_message
+
     try:
-        setup_logging(load_settings(args.config).log_level)
-        return int(args.func(args))
+        settings = load_settings(args.config)
+        setup_logging(settings.log_level)
+        try:
+            return int(args.func(args))
+        except SERVICE_ERRORS as exc:
+            message = service_error_message(exc, settings)
+            if message is None:
+                raise
+            print(f"tether {args.command}: {message}", file=sys.stderr)
+            return 1
     except (AppLoadError, ValidationError, OSError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
