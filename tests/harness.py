@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tests.procs import Proc, free_port, http_ok, wait_for
+from tests.procs import LOOPBACK_PROXY_AUTH, Proc, free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,10 +40,10 @@ class Cluster:
             TETHER_REDIS_URL=self.redis_url,
             TETHER_APP=self.app,
             TETHER_WORKER__QUEUE=self.queue,
-            TETHER_AUTH__MODE="forwarded",
             PYTHONPATH=str(ROOT),
             PYTHONUNBUFFERED="1",
         )
+        env.update(LOOPBACK_PROXY_AUTH)
         env.update(self.env_overrides)
         return env
 
@@ -97,7 +97,8 @@ def start_dev(
     """`tether dev` as a real subprocess on the embedded store."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **(env_overrides or {}))
+    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **LOOPBACK_PROXY_AUTH)
+    env.update(env_overrides or {})
     log_path = workdir / f"dev-{port}.log"
     with log_path.open("wb") as handle:
         popen = subprocess.Popen(
