@@ -1,6 +1,7 @@
 """Who is calling: the owner every invocation belongs to, and whom Tether believes about it.
 
-The mode is decided once at start (:func:`resolve_auth`):
+The mode is decided once at start (:func:`resolve_auth`); ``auto`` becomes the one the other
+settings imply:
 
 - ``none``: no authentication; every caller is the one user ``anonymous``. For a single user on
   loopback: the CLI refuses a non-loopback address in this mode unless told ``--insecure``.
@@ -146,7 +147,7 @@ def detect_platform(auth: AuthSettings, environ: Mapping[str, str]) -> str | Non
 def resolve_auth(auth: AuthSettings, environ: Mapping[str, str] = os.environ) -> Authenticator:
     """Decide the mode once, at start; a policy that can identify nobody is an error."""
     platform = detect_platform(auth, environ)
-    mode: Mode = ("forwarded" if platform else "none") if auth.mode == "auto" else auth.mode
+    mode = resolve_mode(auth, platform)
     if mode == "forwarded" and platform is None and not auth.trusted_proxies:
         raise AuthConfigError(
             "auth.mode is forwarded but nothing is trusted to set the identity headers: set "
@@ -163,6 +164,26 @@ def resolve_auth(auth: AuthSettings, environ: Mapping[str, str] = os.environ) ->
         for owner, secret in auth.tokens.items()
     )
     return Authenticator(mode, tuple(auth.trusted_proxies), platform, tokens)
+
+
+def resolve_mode(auth: AuthSettings, platform: str | None) -> Mode:
+    """``auto`` is the mode the other settings imply; settings that a mode would silently
+    ignore while leaving everyone one user are an error, never a quiet downgrade."""
+    forwarded = platform is not None or bool(auth.trusted_proxies)
+    if auth.mode == "none" and (forwarded or auth.tokens):
+        raise AuthConfigError(
+            "auth.mode is none (no authentication) but auth.tokens, auth.trusted_proxies or "
+            "a platform are configured: set auth.mode to bearer or forwarded, or remove them "
+            "(auth.platform: none turns Databricks Apps detection off)"
+        )
+    if auth.mode != "auto":
+        return auth.mode
+    if forwarded and auth.tokens:
+        raise AuthConfigError(
+            "auth.mode is auto but both bearer tokens and a trusted proxy or platform are "
+            "configured: set auth.mode to bearer or forwarded"
+        )
+    return "forwarded" if forwarded else "bearer" if auth.tokens else "none"
 
 
 def unauthenticated(message: str, *, challenge: bool = False) -> ApiError:

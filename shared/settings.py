@@ -105,7 +105,8 @@ class AuthSettings(BaseModel):
     mode: AuthMode = Field(
         "auto",
         description=(
-            "auto: forwarded on a detected platform (Databricks Apps), none elsewhere; "
+            "auto: what the other auth settings imply (forwarded with trusted_proxies or a "
+            "detected platform such as Databricks Apps, bearer with tokens, else none); "
             "none: no authentication, every caller is the one user 'anonymous' (the server "
             "refuses a non-loopback address unless started with --insecure); forwarded: the "
             "owner is X-Forwarded-User (else X-Forwarded-Email) as set by a trusted proxy or "

@@ -55,7 +55,7 @@ def check_listen(command: str, host: str, auth: Authenticator, insecure: bool) -
         )
         return
     raise ListenRefused(
-        f"{command}: refusing to listen on {host or 'all interfaces'} with no authentication "
+        f"refusing to listen on {host or 'all interfaces'} with no authentication "
         "(auth.mode resolves to none, so every caller would be the same user). Configure "
         "bearer tokens (TETHER_AUTH__MODE=bearer, TETHER_AUTH__TOKENS) or a trusted proxy "
         "(TETHER_AUTH__MODE=forwarded, TETHER_AUTH__TRUSTED_PROXIES), listen on 127.0.0.1, "

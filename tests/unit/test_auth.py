@@ -55,9 +55,18 @@ def test_by_default_there_is_one_user_and_no_trust() -> None:
     assert auth.owner(request_from("127.0.0.1")) == SINGLE_USER
 
 
-@pytest.mark.parametrize("mode", ["none", "forwarded", "bearer"])
-def test_identity_headers_from_an_untrusted_peer_are_refused_in_every_mode(mode: str) -> None:
-    auth = authenticator(mode=mode, trusted_proxies=["10.0.0.1"], tokens={"ci": TOKEN})
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"mode": "none"},
+        {"mode": "forwarded", "trusted_proxies": ["10.0.0.1"]},
+        {"mode": "bearer", "trusted_proxies": ["10.0.0.1"], "tokens": {"ci": TOKEN}},
+    ],
+)
+def test_identity_headers_from_an_untrusted_peer_are_refused_in_every_mode(
+    settings: dict[str, Any],
+) -> None:
+    auth = authenticator(**settings)
     headers = {"X-Forwarded-Email": "boss@example.com", "Authorization": f"Bearer {TOKEN}"}
     error = refusal(auth, request_from("192.0.2.7", headers))
     assert error.status == 401 and error.code == "unauthenticated"
@@ -169,3 +178,31 @@ def test_the_start_up_line_names_what_is_trusted_and_never_a_token() -> None:
     assert "10.0.0.0/8" in behind_proxy().describe()
     described = authenticator(mode="bearer", tokens={"ci": TOKEN})
     assert TOKEN not in described.describe() and TOKEN not in repr(described)
+
+
+@pytest.mark.parametrize(
+    ("settings", "mode"),
+    [
+        ({}, "none"),
+        ({"tokens": {"ci": TOKEN}}, "bearer"),
+        ({"trusted_proxies": "10.0.0.1"}, "forwarded"),
+        ({"platform": "databricks_apps"}, "forwarded"),
+    ],
+)
+def test_auto_is_the_mode_the_other_settings_imply(settings: dict[str, Any], mode: str) -> None:
+    assert authenticator(**settings).mode == mode
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"mode": "none", "tokens": {"ci": TOKEN}},
+        {"mode": "none", "trusted_proxies": "10.0.0.1"},
+        {"tokens": {"ci": TOKEN}, "trusted_proxies": "10.0.0.1"},
+    ],
+)
+def test_settings_that_would_be_ignored_or_are_ambiguous_stop_the_start(
+    settings: dict[str, Any],
+) -> None:
+    with pytest.raises(AuthConfigError, match="auth.mode"):
+        authenticator(**settings)

@@ -143,3 +143,13 @@ def test_kubernetes_admits_only_the_ingress_to_the_gateway_and_nobody_to_workers
     for deployment in (d for d in docs if d["kind"] in ("Deployment", "Job")):
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             assert "--insecure" not in container["command"]
+
+
+def test_the_security_page_is_linked_and_covers_every_auth_setting() -> None:
+    page = (ROOT / "docs" / "security.md").read_text()
+    assert "docs/security.md" in (ROOT / "README.md").read_text()
+    for variable in SETTING_NAMES:
+        if variable.startswith("TETHER_AUTH__"):
+            assert variable in page, variable
+    for name in ("DATABRICKS_APP_NAME", "DATABRICKS_APP_PORT", "--insecure"):
+        assert name in page, name
