@@ -43,7 +43,8 @@ Address = IPv4Address | IPv6Address
 
 
 class AuthConfigError(ValueError):
-    """The auth settings cannot identify anyone (e.g. forwarded mode that trusts nobody)."""
+    """The auth settings cannot work as written: they identify nobody, contradict each other,
+    or leave the mode ambiguous. Raised at start, before anything listens."""
 
 
 @dataclass(frozen=True)
