@@ -13,9 +13,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
-from tether.gateway.auth import Unauthorized
+from tether.gateway.auth import resolve_auth
 from tether.gateway.inputs import routes as input_routes
-from tether.gateway.keys import ACCEPTOR, AGENT_APP, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.gateway.keys import (
+    ACCEPTOR,
+    AGENT_APP,
+    AUTH,
+    METRICS,
+    QUEUED,
+    SERVICES,
+    SETTINGS,
+    STREAMS,
+)
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import build_openapi
 from tether.gateway.responses import ApiError, error_response, json_response
@@ -41,10 +50,6 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
         response = await handler(request)
     except ApiError as exc:
         response = exc.response()
-    except Unauthorized:
-        response = error_response(
-            ErrorCode.INVALID_REQUEST, http_status=401, message="missing or unknown bearer token"
-        )
     except web.HTTPException as exc:
         if exc.status >= 400:
             code = ErrorCode.NOT_FOUND if exc.status in (404, 405) else ErrorCode.INVALID_REQUEST
@@ -94,6 +99,7 @@ def create_app(
         client_max_size=settings.limits.max_body_bytes, middlewares=[errors_and_metrics]
     )
     app[SETTINGS] = settings
+    app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()
     open_streams: set[Subscription] = set()

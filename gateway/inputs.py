@@ -43,6 +43,7 @@ ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
 
 @routes.post("/api/invocations/{id}/input")
 async def post_input(request: web.Request) -> web.Response:
+    invocation = await owned_invocation(request)  # who asks, before reading what they send
     body = await read_json(request)
     try:
         answer = InputRequest.model_validate(body)
@@ -51,7 +52,6 @@ async def post_input(request: web.Request) -> web.Response:
         raise ApiError(ErrorCode.INVALID_REQUEST, message=validation_message(exc)) from None
     except InvalidJson as exc:
         raise ApiError(ErrorCode.INVALID_REQUEST, message=str(exc)) from None
-    invocation = await owned_invocation(request)
     services = request.app[SERVICES]
     result = await services.store.journal.resolve_input(invocation.id, answer.wait, answer.value)
     refused = ANSWERS[result]

@@ -13,8 +13,7 @@ from pydantic import ValidationError
 from tether.channels import CANCEL_CHANNEL, events_channel
 from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
-from tether.gateway.auth import resolve_owner
-from tether.gateway.keys import ACCEPTOR, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
 from tether.gateway.models import InvocationRequest, canonical_uuid, urls, view
 from tether.gateway.responses import ApiError, error_response, json_response
 from tether.gateway.sse import SSE_HEADERS, EventStream
@@ -51,13 +50,13 @@ def validation_message(exc: ValidationError) -> str:
 
 async def owned_invocation(request: web.Request) -> Invocation:
     """The invocation named in the path, if the caller owns it; 404 otherwise."""
+    owner = request.app[AUTH].owner(request)  # first: an unknown caller learns nothing
     invocation_id = request.match_info["id"]
     try:
         invocation_id = canonical_uuid(invocation_id)
     except ValueError:
         raise ApiError(ErrorCode.NOT_FOUND) from None
     invocation = await request.app[SERVICES].store.get(invocation_id)
-    owner = resolve_owner(request, request.app[SETTINGS].auth)
     if invocation is None or invocation.owner != owner:
         raise ApiError(ErrorCode.NOT_FOUND)
     return invocation
@@ -65,8 +64,8 @@ async def owned_invocation(request: web.Request) -> Invocation:
 
 @routes.post("/api/invocations")
 async def create_invocation(request: web.Request) -> web.StreamResponse:
-    settings, services = request.app[SETTINGS], request.app[SERVICES]
-    owner = resolve_owner(request, settings.auth)
+    services = request.app[SERVICES]
+    owner = request.app[AUTH].owner(request)
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ApiError(ErrorCode.INVALID_REQUEST, message="body must be a JSON object")
@@ -273,7 +272,7 @@ async def cancel_invocation(request: web.Request) -> web.Response:
 
 @routes.get("/api/invocations")
 async def list_invocations(request: web.Request) -> web.Response:
-    owner = resolve_owner(request, request.app[SETTINGS].auth)
+    owner = request.app[AUTH].owner(request)
     query = request.query
     try:
         status = Status(query["status"]) if "status" in query else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tests.procs import Proc, free_port, http_ok, wait_for
+from tests.procs import LOOPBACK_PROXY_AUTH, Proc, free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ class Cluster:
                 "TETHER_REDIS_URL": self.redis_url,
                 "TETHER_APP": self.app,
                 "TETHER_WORKER__QUEUE": self.queue,
-                "TETHER_AUTH__MODE": "forwarded",
+                **LOOPBACK_PROXY_AUTH,
                 **self.env_overrides,
             }
         )
@@ -127,7 +127,7 @@ def start_dev(
         popen = subprocess.Popen(
             [*launch.command, "dev", *app_args, "--port", str(port), "--db", db],
             cwd=launch.cwd,
-            env=launch.env(env_overrides or {}),
+            env=launch.env({**LOOPBACK_PROXY_AUTH, **(env_overrides or {})}),
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -17,10 +17,16 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from tether.app import AgentApp, AppLoadError, load_app
+from tether.cli.listen import ListenRefused, check_listen
+from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.settings import Settings, load_settings
 
 log = logging.getLogger("tether")
 DEFAULT_APP = "tether.examples.hello:app"
+INSECURE_HELP = (
+    "listen on a non-loopback address even with no authentication (every caller is then the "
+    "same user; see docs/security.md)"
+)
 
 
 def setup_logging(level: str) -> None:
@@ -51,16 +57,24 @@ def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp
     return load_app(settings.app)
 
 
+def auth_for_listening(command: str, settings: Settings, insecure: bool) -> str:
+    """Refuse to serve what anyone could use as anyone; the auth line for the start-up log."""
+    auth = resolve_auth(settings.auth)
+    check_listen(command, settings.host, auth, insecure)
+    return auth.describe()
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
-    """Gateway, worker and reaper in one process on the embedded store."""
+    """Gateway, worker and reaper in one process on the embedded store (one user, loopback)."""
     from tether.cli.compose import dev_app
 
     settings = settings_from(args, embedded_path=args.db)
+    auth = auth_for_listening("tether dev", settings, args.insecure)
     app = agent_app_for(settings, args.agents)
     web_app = dev_app(settings, app)
     print(
         f"Tether dev server on http://{settings.host}:{settings.port} "
-        f"(app {app.name!r}, store {settings.embedded_path})",
+        f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
         flush=True,
     )
     web.run_app(web_app, host=settings.host, port=settings.port, print=None, shutdown_timeout=5)
@@ -72,6 +86,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from tether.cli.compose import gateway_app
 
     settings = settings_from(args)
+    log.info("gateway %s", auth_for_listening("tether gateway", settings, args.insecure))
     app = load_app(settings.app)
     app.warn_if_unrecoverable()
 
@@ -230,12 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int)
     dev.add_argument("--db", help="SQLite file (default tether.db), or :memory:")
     dev.add_argument("--agents", help="serve the Markdown agents in this folder")
+    dev.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     dev.set_defaults(func=cmd_dev)
 
     gw = with_app(sub.add_parser("gateway", help=cmd_gateway.__doc__))
     gw.add_argument("--host")
     gw.add_argument("--port", type=int)
     gw.add_argument("--processes", type=int, default=1)
+    gw.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     gw.set_defaults(func=cmd_gateway)
 
     wk = with_app(sub.add_parser("worker", help=cmd_worker.__doc__))
@@ -284,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             print(f"tether {args.command}: {message}", file=sys.stderr)
             return 1
-    except (AppLoadError, ValidationError, OSError) as exc:
+    except (AppLoadError, ValidationError, OSError, AuthConfigError, ListenRefused) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
 
