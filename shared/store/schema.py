@@ -14,6 +14,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = sa.MetaData()
 Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""A JSON column where None means no value (SQL NULL): output, checkpoint."""
+JsonValue = sa.JSON(none_as_null=False).with_variant(JSONB(none_as_null=False), "postgresql")
+"""A JSON column that always holds a value; None is JSON ``null``, which the contract allows
+(``{"input": null}``)."""
 
 
 class Status(StrEnum):
@@ -29,6 +33,7 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
 OPEN = (Status.QUEUED.value, Status.ACTIVE.value)
 
 invocations = sa.Table(
@@ -38,7 +43,7 @@ invocations = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("session_id", sa.Text),
-    sa.Column("input", Json, nullable=False),
+    sa.Column("input", JsonValue, nullable=False),
     sa.Column("request_hash", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
@@ -62,7 +67,7 @@ events = sa.Table(
     sa.Column("invocation_id", sa.Text, primary_key=True),
     sa.Column("cursor", sa.BigInteger, primary_key=True),
     sa.Column("type", sa.Text, nullable=False),
-    sa.Column("data", Json, nullable=False),
+    sa.Column("data", JsonValue, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
 )
 

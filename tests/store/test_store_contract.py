@@ -12,7 +12,15 @@ import sqlalchemy as sa
 from tether.events import RUN_COMPLETED, Event
 from tether.outcomes import cancelled, completed
 from tether.store.schema import NewInvocation, Status, invocations
-from tether.store.store import Conflict, OwnerLimitReached, Store, Superseded
+from tether.store.store import (
+    AppendRequest,
+    Conflict,
+    FinishRequest,
+    NewEvent,
+    OwnerLimitReached,
+    Store,
+    Superseded,
+)
 
 
 def new(
@@ -75,17 +83,19 @@ async def test_events_continue_the_cursor_and_are_fenced(store: Store) -> None:
     await store.accept(n)
     claim = await store.claim(n.id, "w")
     assert claim is not None
-    stored = await store.append_events(n.id, 1, [("a", {"type": "a"}), ("b", {"type": "b"})])
+    events = [NewEvent("a", {"type": "a"}), NewEvent("b", {"type": "b"})]
+    stored = await store.append(AppendRequest(n.id, 1, events))
     assert [e.cursor for e in stored] == [2, 3]
     with pytest.raises(Superseded):
-        await store.append_events(n.id, 2, [("c", {})])
+        await store.append(AppendRequest(n.id, 2, [NewEvent("c", {})]))
     with pytest.raises(Superseded):
         await store.save_checkpoint(n.id, 2, {"x": 1})
-    finished = await store.finish(n.id, 1, completed({"ok": True}), [("d", {"type": "d"})])
+    pending = [NewEvent("d", {"type": "d"})]
+    finished = await store.finish(FinishRequest(n.id, 1, completed({"ok": True}), pending))
     assert [e.cursor for e in finished.events] == [4, 5]
     assert finished.events[-1].type == RUN_COMPLETED
     with pytest.raises(Superseded):
-        await store.finish(n.id, 1, completed(1))
+        await store.finish(FinishRequest(n.id, 1, completed(1)))
     done = await store.get(n.id)
     assert done is not None and done.status is Status.COMPLETED and done.output == {"ok": True}
     assert done.last_event_id == 5
@@ -98,7 +108,7 @@ async def test_a_session_runs_its_head_only_and_names_the_successor(store: Store
     assert await store.claim(second.id, "w") is None
     assert await store.claim(first.id, "w") is not None
     assert await store.claim(second.id, "w") is None
-    finished = await store.finish(first.id, 1, completed(1))
+    finished = await store.finish(FinishRequest(first.id, 1, completed(1)))
     assert finished.successor_id == second.id
     assert await store.claim(third.id, "w") is None
     assert await store.claim(second.id, "w") is not None
@@ -121,7 +131,7 @@ async def test_cancel_queued_is_immediate_and_active_is_flagged(store: Store) ->
     assert finished is not None and [e.type for e in finished.events] == ["run.cancelled"]
     assert await store.request_cancel(active.id) is None
     assert await store.heartbeat([(active.id, 1)]) == {active.id: True}
-    await store.finish(active.id, 1, cancelled())
+    await store.finish(FinishRequest(active.id, 1, cancelled()))
     state = await store.get(active.id)
     assert state is not None and state.status is Status.CANCELLED
 
@@ -148,7 +158,7 @@ async def test_stale_attempts_are_requeued_once_for_a_replacement(store: Store) 
     replacement = await store.claim(n.id, "w2")
     assert replacement is not None and replacement.attempt == 2 and replacement.started_cursor == 2
     with pytest.raises(Superseded):
-        await store.append_events(n.id, 1, [("late", {})])
+        await store.append(AppendRequest(n.id, 1, [NewEvent("late", {})]))
 
 
 async def test_finish_with_stale_after_skips_a_live_attempt(store: Store) -> None:
@@ -156,7 +166,7 @@ async def test_finish_with_stale_after_skips_a_live_attempt(store: Store) -> Non
     await store.accept(n)
     await store.claim(n.id, "w")
     with pytest.raises(Superseded):
-        await store.finish(n.id, 1, cancelled(), stale_after=5)
+        await store.finish(FinishRequest(n.id, 1, cancelled(), stale_after=5))
 
 
 async def test_unclaimed_queued_work_is_taken_once_per_threshold(store: Store) -> None:
@@ -173,7 +183,7 @@ async def test_retention_deletes_old_terminal_invocations_with_their_events(stor
     for n in (old, recent):
         await store.accept(n)
         await store.claim(n.id, "w")
-        await store.finish(n.id, 1, completed(1))
+        await store.finish(FinishRequest(n.id, 1, completed(1)))
     await age(store, old.id, "finished_at", 3600)
     assert await store.delete_expired(600, limit=10) == 1
     assert await store.get(old.id) is None and await store.events_after(old.id, 0) == []

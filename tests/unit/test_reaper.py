@@ -20,7 +20,7 @@ from tether.queue import Queue
 from tether.services import Services
 from tether.settings import Settings
 from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
-from tether.store.store import Store
+from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 from tether.worker import reaper as reaper_module
 from tether.worker.reaper import Reaper, Recover, decide, recovery_delay
 
@@ -268,8 +268,9 @@ async def test_a_failed_enqueue_does_not_abort_the_pass(store: Store) -> None:
 
 async def finished_long_ago(store: Store, events: int) -> str:
     invocation_id = await running(store)
-    await store.append_events(invocation_id, 1, [("tick", {"type": "tick"})] * events)
-    await store.finish(invocation_id, 1, completed({"ok": True}))
+    ticks = [NewEvent("tick", {"type": "tick"})] * events
+    await store.append(AppendRequest(invocation_id, 1, ticks))
+    await store.finish(FinishRequest(invocation_id, 1, completed({"ok": True})))
     await shift(store, invocation_id, finished_at=3600)
     return invocation_id
 
@@ -285,7 +286,7 @@ async def test_retention_deletes_terminal_invocations_with_their_events_in_batch
     monkeypatch.setattr(reaper_module, "DELETE_BATCHES_PER_PASS", 2)
     expired = [await finished_long_ago(store, events=2) for _ in range(7)]
     recent = await running(store)
-    await store.finish(recent, 1, completed(1))
+    await store.finish(FinishRequest(recent, 1, completed(1)))
     old_but_open = await running(store)
     await shift(store, old_but_open, created_at=3600, started_at=3600)
     reaper = make_reaper(store, Enqueued(), retention=600)
