@@ -18,7 +18,7 @@ from tether.outcomes import completed
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
-from tether.settings import Settings
+from tether.settings import Limits, Settings
 from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 from tether.worker import reaper as reaper_module
@@ -28,7 +28,7 @@ inv = invocations.c
 
 
 def settings(**timers: float) -> Settings:
-    limits = {"max_attempts": int(timers.pop("max_attempts", 0))}
+    limits = {"max_attempts": int(timers.pop("max_attempts"))} if "max_attempts" in timers else {}
     return Settings.model_validate({"timers": {"stale_after": 10, **timers}, "limits": limits})
 
 
@@ -73,7 +73,8 @@ def test_max_attempts_counts_every_attempt_then_fails_recovery_limit_exceeded() 
 
 
 def test_no_max_attempts_means_no_limit() -> None:
-    assert isinstance(decide(stale(10_000), has_recover=True, settings=settings()), Recover)
+    unlimited = settings(max_attempts=0)
+    assert isinstance(decide(stale(10_000), has_recover=True, settings=unlimited), Recover)
 
 
 def test_recovery_backoff_doubles_from_the_second_replacement_up_to_the_cap() -> None:
@@ -234,6 +235,26 @@ async def test_a_stale_attempt_past_max_attempts_fails_recovery_limit_exceeded(
     assert report.failed == 1
     done = await store.get(invocation_id)
     assert done is not None and done.error_code == "recovery_limit_exceeded"
+
+
+async def test_a_poison_run_whose_worker_dies_every_attempt_stops_at_the_default_limit(
+    store: Store,
+) -> None:
+    assert Limits().max_attempts == 5
+    invocation_id = await running(store)
+    enqueued = Enqueued()
+    for attempt in range(1, 5):
+        await shift(store, invocation_id, heartbeat_at=60)  # attempt N's worker died
+        assert (await make_reaper(store, enqueued).reap_once()).recovered == 1
+        replacement = await store.claim(invocation_id, "host:1")
+        assert replacement is not None and replacement.attempt == attempt + 1
+    await shift(store, invocation_id, heartbeat_at=60)  # and the fifth one's too
+    report = await make_reaper(store, enqueued).reap_once()
+    assert report.failed == 1 and report.recovered == 0
+    done = await store.get(invocation_id)
+    assert done is not None and (done.status, done.attempt) == (Status.FAILED, 5)
+    assert done.error_code == "recovery_limit_exceeded"
+    assert [invocation_id] * 4 == [sent for sent, _ in enqueued.calls]
 
 
 async def test_a_stale_attempt_with_a_cancel_request_ends_cancelled(store: Store) -> None:
