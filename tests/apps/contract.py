@@ -3,7 +3,8 @@
 Input keys (all optional): ``emit`` (number of ``tick`` events), ``sleep`` (seconds to await
 before returning), ``block_sleep`` (seconds of time.sleep, blocking the loop), ``fail`` (raise
 with a secret message), ``output`` (what to return), ``nan`` (return NaN), ``wait_cancel`` (await
-forever), ``bad_event`` (emit a reserved event type).
+forever), ``bad_event`` (emit a reserved event type), ``unstorable`` (return half an emoji, a
+lone surrogate no database can store).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ async def behave(input: Any, ctx: InvocationContext) -> Any:
         raise RuntimeError(SECRET)
     if spec.get("nan"):
         return float("nan")
+    if spec.get("unstorable"):
+        return {"text": "half an emoji \ud83d"}
     return {
         "output": spec.get("output", input),
         "attempt": ctx.attempt,
