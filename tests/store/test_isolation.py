@@ -215,3 +215,57 @@ async def test_twenty_runs_beside_one_with_an_unstorable_output_finish_on_their_
             assert (done.status, done.error_code) == (Status.FAILED, "invalid_output")
         else:
             assert done.status is Status.COMPLETED and done.output == {"n": n}
+
+
+async def test_an_unstorable_event_ends_only_its_own_run_with_invalid_output(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tether.context.dumps", lambda value: "")  # emit's check has a gap
+    batches: list[int] = []
+    append_many, appended = store.append_many, asyncio.Event()
+
+    async def recorded(requests: Sequence[AppendRequest]) -> Any:
+        batches.append(len(requests))
+        try:
+            return await append_many(requests)
+        finally:
+            appended.set()
+
+    monkeypatch.setattr(store, "append_many", recorded)
+    app, release, started = AgentApp(), asyncio.Event(), [0]
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        started[0] += 1
+        if started[0] == 5:
+            release.set()
+        await release.wait()
+        await ctx.emit({"type": "tick", "text": HALF_AN_EMOJI if input["bad"] else "ok"})
+        await appended.wait()  # the events were flushed (or refused) before the run ends
+        return {"n": input["n"]}
+
+    runtime = Runtime(
+        services=Services(store, MemoryPubSub(), Queue(NoQueue())),
+        app=app,
+        name="host:1",
+        concurrency=10,
+        max_event_bytes=1 << 20,
+    )
+    requests = [new(input={"n": n, "bad": n == 3}) for n in range(5)]
+    for request in requests:
+        await store.accept(request)
+        assert await runtime.start(request.id)
+    tasks = [running.task for running in runtime.attempts.values() if running.task is not None]
+    await asyncio.wait_for(asyncio.gather(*tasks), 20)
+
+    assert batches == [5]  # the five flushes shared one transaction
+    for n, request in enumerate(requests):
+        done = await store.get(request.id)
+        types = [e.type for e in await store.events_after(request.id, 0)]
+        assert done is not None and done.attempt == 1
+        if n == 3:  # its refused event is dropped, and it ends at once, never run again
+            assert (done.status, done.error_code) == (Status.FAILED, "invalid_output")
+            assert types == ["run.started", "run.failed"]
+        else:
+            assert done.status is Status.COMPLETED
+            assert types == ["run.started", "tick", "run.completed"]
