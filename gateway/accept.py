@@ -12,7 +12,7 @@ import time
 from tether.groupcommit import GroupCommit
 from tether.queue import Queue
 from tether.store.schema import NewInvocation
-from tether.store.store import Accepted, Store
+from tether.store.store import Accepted, AcceptResult, Store
 
 
 class Acceptor:
@@ -26,29 +26,16 @@ class Acceptor:
         self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(self._flush, in_flight=2)
 
     async def accept(self, new: NewInvocation) -> Accepted:
-        """Raises :class:`Conflict` or :class:`OwnerLimitReached` as ``store.accept`` does."""
+        """Raises :class:`Conflict`, :class:`OwnerLimitReached` or :class:`ValueRefused` as
+        ``store.accept`` does."""
         return await self._batch.submit(new)
 
-    async def _flush(self, batch: list[NewInvocation]) -> list[Accepted | Exception]:
-        results: list[Accepted | Exception | None] = [None] * len(batch)
-        remaining = list(range(len(batch)))
-        while remaining:  # one transaction per round; a repeated id waits for the next round
-            seen: set[str] = set()
-            now: list[int] = []
-            later: list[int] = []
-            for i in remaining:
-                (later if batch[i].id in seen else now).append(i)
-                seen.add(batch[i].id)
-            got = await self._store.accept_many(
-                [batch[i] for i in now], max_open_per_owner=self._max_open_per_owner
-            )
-            for i, result in zip(now, got, strict=True):
-                results[i] = result
-            remaining = later
+    async def _flush(self, batch: list[NewInvocation]) -> list[AcceptResult]:
+        results = await self._store.accept_many(batch, max_open_per_owner=self._max_open_per_owner)
         await self._queue.send(
             [r.invocation.id for r in results if isinstance(r, Accepted) and r.created]
         )
-        return [r for r in results if r is not None]
+        return results
 
 
 class QueuedGauge:

@@ -32,6 +32,7 @@ from tether.gateway.routes import routes
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
 from tether.settings import Settings
+from tether.store.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -56,6 +57,13 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
             response = error_response(code, http_status=exc.status, message=exc.reason)
         else:
             raise
+    except StoreUnavailable as exc:  # retryable: the client may try again shortly
+        log.warning("database unavailable on %s %s (%s)", request.method, route, exc)
+        response = error_response(
+            ErrorCode.OVERLOADED,
+            message="the database is unavailable; retry later",
+            headers={"Retry-After": str(request.app[SETTINGS].limits.retry_after)},
+        )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
         response = error_response(

@@ -21,7 +21,7 @@ from tether.jsonvalue import InvalidJson, loads, request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
 from tether.store.schema import Invocation, NewInvocation, Status
-from tether.store.store import Accepted, Conflict, OwnerLimitReached
+from tether.store.store import Accepted, Conflict, OwnerLimitReached, ValueRefused
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -99,6 +99,8 @@ async def accept(request: web.Request, new: NewInvocation, mode: str) -> Accepte
         raise ApiError(ErrorCode.CONFLICT) from None
     except OwnerLimitReached:
         raise ApiError(ErrorCode.RATE_LIMITED, headers=retry_after(request)) from None
+    except ValueRefused as exc:  # this request alone: the others of its batch were accepted
+        raise ApiError(ErrorCode.INVALID_REQUEST, message=exc.public_message) from None
     request.app[METRICS].accepted.labels(mode=mode, new=str(accepted.created).lower()).inc()
     return accepted
 

@@ -85,7 +85,12 @@ class Limits(BaseModel):
         100_000, ge=0, description="Queued invocations the server admits (0: no limit) → 503."
     )
     max_attempts: int = Field(
-        0, ge=0, description="Attempts before recovery_limit_exceeded (0: no limit)."
+        5,
+        ge=0,
+        description=(
+            "Attempts an invocation may have; when the last one dies too, it fails with "
+            "recovery_limit_exceeded (0: no limit, a poison run is replaced forever)."
+        ),
     )
     retry_after: int = Field(1, ge=1, description="Retry-After seconds on 429 and 503.")
 

@@ -16,16 +16,16 @@ from typing import Any
 from tether.events import Event
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
-from tether.store.journal import RESUME, NewWait
-from tether.store.schema import Claim
-from tether.store.store import Store, Superseded
+from tether.store.journal import NewWait
+from tether.store.schema import RESUME, Claim
+from tether.store.store import AppendRequest, NewEvent, Store, StoreError, Superseded
 
 log = logging.getLogger(__name__)
 
 MAX_BUFFERED = 1000
 
-Append = Callable[[str, int, list[tuple[str, Any]]], Awaitable[list[Event]]]
-"""How a writer stores a batch: ``Store.append_events``, or a group commit over many writers."""
+Append = Callable[[AppendRequest], Awaitable[list[Event]]]
+"""How a writer stores a batch: ``Store.append``, or a group commit over many writers."""
 
 
 class EventWriter:
@@ -35,11 +35,11 @@ class EventWriter:
         self, store: Store, pubsub: PubSub, claim: Claim, append: Append | None = None
     ) -> None:
         self._store = store
-        self._append = append or store.append_events
+        self._append = append or store.append
         self._pubsub = pubsub
         self._claim = claim
         self._next_cursor = claim.started_cursor
-        self._buffer: list[tuple[str, Any]] = []
+        self._buffer: list[NewEvent] = []
         self._lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._checkpoint = claim.checkpoint
@@ -50,7 +50,7 @@ class EventWriter:
         if self.superseded:
             raise Superseded(self._claim.invocation_id)
         self._next_cursor += 1
-        self._buffer.append((event_type, data))
+        self._buffer.append(NewEvent(event_type, data))
         if len(self._buffer) >= MAX_BUFFERED:
             await self.flush()
         elif self._flush_task is None or self._flush_task.done():
@@ -62,12 +62,8 @@ class EventWriter:
             await self.flush()
         except Superseded:
             self.superseded = True
-        except Exception as exc:  # the next flush or the finish retries the same events
-            log.warning(
-                "invocation %s: writing events failed (%s)",
-                self._claim.invocation_id,
-                type(exc).__name__,
-            )
+        except StoreError as exc:  # the next flush or the finish retries the same events
+            log.warning("invocation %s: writing events failed (%s)", self._claim.invocation_id, exc)
 
     async def flush(self) -> None:
         """Write and publish every buffered event."""
@@ -77,13 +73,16 @@ class EventWriter:
             batch = self._buffer
             self._buffer = []
             try:
-                stored = await self._append(self._claim.invocation_id, self._claim.attempt, batch)
+                claim = self._claim
+                stored = await self._append(
+                    AppendRequest(claim.invocation_id, claim.attempt, batch)
+                )
             except Exception:
                 self._buffer = batch + self._buffer
                 raise
         await publish_events(self._pubsub, self._claim.invocation_id, stored)
 
-    async def take_pending(self) -> list[tuple[str, Any]]:
+    async def take_pending(self) -> list[NewEvent]:
         """Stop flushing and hand over what is still buffered (the finish writes it)."""
         async with self._lock:
             pending, self._buffer = self._buffer, []

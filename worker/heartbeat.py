@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from tether.store.store import Store
+from tether.store.store import Store, StoreError
 from tether.worker.runtime import Runtime, StopReason
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,11 @@ class Heartbeat(threading.Thread):
             return True
         try:
             alive = await store.heartbeat(owned, claiming, self._runtime.name)
-        except Exception as exc:
-            log.warning("heartbeat failed (%s)", type(exc).__name__)
+        except StoreError as exc:
+            log.warning("heartbeat failed (%s)", exc)
+            return False
+        except Exception:  # never let the thread die: the attempts would be replaced meanwhile
+            log.exception("heartbeat failed unexpectedly")
             return False
         for invocation_id, attempt in owned:
             if invocation_id not in alive:

@@ -19,6 +19,7 @@ from tether.channels import CANCEL_CHANNEL
 from tether.pubsub import PubSub
 from tether.services import Services
 from tether.settings import Settings
+from tether.store.store import StoreError
 from tether.worker.heartbeat import Heartbeat
 from tether.worker.reaper import Reaper
 from tether.worker.runtime import Runtime, StopReason
@@ -84,8 +85,10 @@ async def _reap_forever(reaper: Reaper, interval: float) -> None:
         await asyncio.sleep(interval * random.uniform(0.8, 1.2))
         try:
             await reaper.reap_once()
-        except Exception as exc:
-            log.warning("reaper pass failed (%s)", type(exc).__name__)
+        except StoreError as exc:
+            log.warning("reaper pass failed (%s)", exc)
+        except Exception:  # never let the timer die: the next pass may well succeed
+            log.exception("reaper pass failed unexpectedly")
 
 
 async def _fire_timers(services: Services, interval: float) -> None:

@@ -14,7 +14,7 @@ from tether.outcomes import Outcome, cancelled, failed
 from tether.services import Services
 from tether.settings import Settings
 from tether.store.schema import StaleAttempt
-from tether.store.store import Superseded
+from tether.store.store import FinishRequest, Superseded
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Reaper:
             return
         try:
             finished = await self.store.finish(
-                stale.invocation_id, stale.attempt, decision, stale_after=stale_after
+                FinishRequest(stale.invocation_id, stale.attempt, decision, stale_after=stale_after)
             )
         except Superseded:
             return  # another reaper, or the attempt itself, got there first

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from tether.app import AgentApp, Handler
 from tether.context import InvocationContext
@@ -26,18 +24,22 @@ from tether.pubsub import publish_events
 from tether.services import Services
 from tether.store.journal import Recorded
 from tether.store.schema import Claim
-from tether.store.store import Finished, Superseded
+from tether.store.store import (
+    AppendRequest,
+    Finished,
+    FinishRequest,
+    NewEvent,
+    StoreError,
+    StoreUnavailable,
+    Superseded,
+    ValueRefused,
+)
 from tether.worker.attempt import EventWriter
 
 log = logging.getLogger(__name__)
 
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
-
-AppendRequest = tuple[str, int, Sequence[tuple[str, Any]]]
-"""(invocation id, attempt, events), as ``Store.append_events_many`` takes."""
-FinishRequest = tuple[str, int, Outcome, Sequence[tuple[str, Any]]]
-"""(invocation id, attempt, outcome, events still buffered), as ``Store.finish_many`` takes."""
 
 
 class StopReason(Enum):
@@ -83,7 +85,7 @@ class Runtime:
             services.store.finish_many
         )
         self._appends: GroupCommit[AppendRequest, list[Event]] = GroupCommit(
-            services.store.append_events_many
+            services.store.append_many
         )
         self._max_event_bytes = max_event_bytes
         self._finish_retry = finish_retry
@@ -107,22 +109,16 @@ class Runtime:
             self._claiming.discard(invocation_id)
             self._slots.release()
             return False
-        writer = EventWriter(self.store, self.pubsub, claim, self._append)
+        # an attempt's events, stored with the other attempts' writing meanwhile (group commit)
+        writer = EventWriter(self.store, self.pubsub, claim, self._appends.submit)
         running = RunningAttempt(claim, writer)
         self.attempts[invocation_id] = running
         self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
         return True
 
-    async def _append(
-        self, invocation_id: str, attempt: int, batch: list[tuple[str, Any]]
-    ) -> list[Event]:
-        """An attempt's events, stored with the other attempts' writing meanwhile (group commit)."""
-        return await self._appends.submit((invocation_id, attempt, batch))
-
-    async def _claim_batch(self, invocation_ids: list[str]) -> list[Claim | None]:
-        won = await self.store.claim_many(invocation_ids, self.name)
-        return [won.pop(invocation_id, None) for invocation_id in invocation_ids]  # a repeat loses
+    async def _claim_batch(self, invocation_ids: list[str]) -> list[Claim | None | StoreError]:
+        return await self.store.claim_many(invocation_ids, self.name)
 
     async def _context(self, running: RunningAttempt) -> InvocationContext:
         """The handler's context; a resumed or replacement attempt first reads what earlier
@@ -159,12 +155,12 @@ class Runtime:
         except asyncio.CancelledError:
             if running.stop_reason is None:
                 raise
-        except Exception as exc:
+        except StoreError as exc:
             log.error(
                 "invocation %s: attempt %d could not be finished (%s); recovery will take it",
                 claim.invocation_id,
                 claim.attempt,
-                type(exc).__name__,
+                exc,
             )
         finally:
             self.attempts.pop(claim.invocation_id, None)
@@ -222,12 +218,19 @@ class Runtime:
     async def _finish(self, running: RunningAttempt, outcome: Outcome) -> None:
         claim = running.claim
         pending = await running.writer.take_pending()
-        finished = await self._write_outcome(running, outcome, pending)
+        try:
+            finished = await self._write_outcome(running, outcome, pending)
+        except ValueRefused as exc:
+            # The database refused the output or a buffered event, for this attempt alone (the
+            # others of its batch finished): end it without them, never with a replacement.
+            log.error("invocation %s: the store refused the outcome (%s)", claim.invocation_id, exc)
+            outcome = failed(ErrorCode.INVALID_OUTPUT)
+            finished = await self._write_outcome(running, outcome, [])
         log.info("invocation %s: %s", claim.invocation_id, outcome.status.value)
         await self.services.after_terminal(claim.invocation_id, finished)
 
     async def _write_outcome(
-        self, running: RunningAttempt, outcome: Outcome, pending: list[tuple[str, Any]]
+        self, running: RunningAttempt, outcome: Outcome, pending: list[NewEvent]
     ) -> Finished:
         """The fenced finish, retried through a database outage for up to ``finish_retry`` s, so a
         run that ended during a brief outage is not run again by recovery. Repeating is safe: had
@@ -239,17 +242,15 @@ class Runtime:
         while True:
             try:
                 # with the attempts finishing meanwhile, in one transaction
-                request = (claim.invocation_id, claim.attempt, outcome, pending)
+                request = FinishRequest(claim.invocation_id, claim.attempt, outcome, pending)
                 return await self._finishes.submit(request)
-            except Superseded:
-                raise
-            except Exception as exc:
+            except StoreUnavailable as exc:
                 if running.writer.superseded or loop.time() + delay > give_up:
                     raise
                 log.warning(
                     "invocation %s: writing the outcome failed (%s); retrying",
                     claim.invocation_id,
-                    type(exc).__name__,
+                    exc,
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
@@ -304,11 +305,9 @@ class Runtime:
                 await asyncio.gather(running.task, return_exceptions=True)
             try:
                 await self.store.release(running.claim.invocation_id, running.claim.attempt)
-            except Exception as exc:
+            except StoreError as exc:
                 log.warning(
-                    "could not hand invocation %s back (%s)",
-                    running.claim.invocation_id,
-                    type(exc).__name__,
+                    "could not hand invocation %s back (%s)", running.claim.invocation_id, exc
                 )
         if leftovers:
             log.warning("handed %d unfinished attempts back for recovery", len(leftovers))

@@ -1,51 +1,57 @@
-"""Engines for PostgreSQL (psycopg 3) and the embedded SQLite (aiosqlite)."""
+"""Engines for PostgreSQL (psycopg 3) and the embedded SQLite (aiosqlite), and the one way the
+store opens a connection: with the driver's errors wrapped (:mod:`tether.store.errors`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from tether.jsonvalue import dumps
+from tether.store.dialect import Dialect, dialect_named
+from tether.store.errors import wrapped
 
 
 def create_engine(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine:
+    """``hide_parameters``: on a database error SQLAlchemy would otherwise log and raise the
+    bound parameters of the whole statement, which for a group commit are other users' inputs."""
     parsed = sa.make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed)
-    return create_async_engine(
-        parsed,
-        json_serializer=dumps,
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=True,
-        pool_recycle=300,
-    )
-
-
-def _sqlite_engine(url: sa.URL) -> AsyncEngine:
-    """One connection, WAL, and ``BEGIN IMMEDIATE`` so writers queue instead of failing."""
+    dialect = dialect_named(parsed.get_backend_name())
     engine = create_async_engine(
-        url,
-        json_serializer=dumps,
-        pool_size=1,
-        max_overflow=0,
-        pool_timeout=60,
-        connect_args={"timeout": 30},
+        parsed, json_serializer=dumps, hide_parameters=True, **dialect.engine_options(pool_size)
     )
-
-    @sa.event.listens_for(engine.sync_engine, "connect")
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @sa.event.listens_for(engine.sync_engine, "begin")
-    def on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
+    dialect.prepare(engine)
     return engine
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """An engine and its dialect: what every part of the store queries through."""
+
+    engine: AsyncEngine
+    dialect: Dialect
+
+    @classmethod
+    def of(cls, engine: AsyncEngine) -> Database:
+        return cls(engine, dialect_named(engine.dialect.name))
+
+    @property
+    def now(self) -> sa.ColumnElement[float]:
+        return self.dialect.now
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """One transaction, committed when the block ends, rolled back if it raises."""
+        with wrapped():
+            async with self.engine.begin() as conn:
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads."""
+        with wrapped():
+            async with self.engine.connect() as conn:
+                yield conn

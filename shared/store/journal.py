@@ -16,16 +16,18 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import RUN_WAITING, Event
 from tether.jsonvalue import canonical
 from tether.outcomes import wait_entry, waiting_data
-from tether.store.schema import Status, invocations, steps, waits
+from tether.store.attempts import fence
+from tether.store.engine import Database
+from tether.store.eventlog import advanced, insert_events, numbered
+from tether.store.schema import RESUME, Status, invocations, steps, waits
+from tether.store.writes import NewEvent
 
 inv = invocations.c
-RESUME = "resume"
-"""``resumed_by`` of an attempt that runs because a wait was resolved."""
 
 
 class WaitKind(StrEnum):
@@ -101,13 +103,12 @@ class InputAnswer(StrEnum):
 class Journal:
     """The queries behind durable execution, over the store's engine and database clock."""
 
-    def __init__(self, engine: AsyncEngine, now: sa.ColumnElement[float], dialect: str) -> None:
-        self._engine = engine
-        self._now = now
-        self._postgres = dialect == "postgresql"
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._now = db.now
 
     async def load(self, invocation_id: str) -> Recorded:
-        async with self._engine.connect() as conn:
+        async with self._db.connection() as conn:
             step_rows = await conn.execute(
                 sa.select(steps.c.name, steps.c.result, steps.c.error_type).where(
                     steps.c.invocation_id == invocation_id
@@ -130,15 +131,12 @@ class Journal:
 
         A row already there (an earlier attempt recorded it just before dying) wins: the first
         recorded value is the one every replay returns."""
-        fenced = sa.select(sa.literal(1)).where(
-            inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value
-        )
-        async with self._engine.begin() as conn:
+        fenced = sa.select(sa.literal(1)).where(*fence(invocation_id, attempt))
+        async with self._db.transaction() as conn:
             if await conn.scalar(fenced) is None:
                 return False
             await conn.execute(
-                _insert(self._postgres, steps)
-                .values(
+                self._db.dialect.insert_new(steps, "invocation_id", "name").values(
                     invocation_id=invocation_id,
                     name=name,
                     result=result,
@@ -146,20 +144,26 @@ class Journal:
                     attempt=attempt,
                     created_at=self._now,
                 )
-                .on_conflict_do_nothing(index_elements=["invocation_id", "name"])
             )
         return True
 
-    async def park(
+    async def park(self, *args: Any, **kwargs: Any) -> list[Event] | None:
+        """End the attempt as ``waiting`` (see :meth:`_park`); None: superseded."""
+        try:
+            return await self._park(*args, **kwargs)
+        except _Superseded:
+            return None
+
+    async def _park(
         self,
         invocation_id: str,
         attempt: int,
         new_waits: Sequence[NewWait],
-        pending: Sequence[tuple[str, Any]],
+        pending: Sequence[NewEvent],
     ) -> list[Event] | None:
         """End the attempt as ``waiting`` on ``new_waits``, appending the attempt's ``pending``
         events and then ``run.waiting``. None: the attempt no longer owns the invocation."""
-        async with self._engine.begin() as conn:
+        async with self._db.transaction() as conn:
             now = float(await conn.scalar(sa.select(self._now)) or 0.0)
             records = [
                 WaitRecord(
@@ -174,8 +178,7 @@ class Journal:
             ]
             for record in records:
                 await conn.execute(
-                    _insert(self._postgres, waits)
-                    .values(
+                    self._db.dialect.insert_new(waits, "invocation_id", "name").values(
                         invocation_id=invocation_id,
                         name=record.name,
                         kind=record.kind.value,
@@ -183,36 +186,27 @@ class Journal:
                         wake_at=record.wake_at,
                         created_at=now,
                     )
-                    .on_conflict_do_nothing(index_elements=["invocation_id", "name"])
                 )
-            batch = [*pending, (RUN_WAITING, waiting_data([r.entry() for r in records]))]
+            batch = [*pending, NewEvent(RUN_WAITING, waiting_data([r.entry() for r in records]))]
             last = await conn.scalar(
                 sa.update(invocations)
-                .where(
-                    inv.id == invocation_id,
-                    inv.attempt == attempt,
-                    inv.status == Status.ACTIVE.value,
-                )
+                .where(*fence(invocation_id, attempt))
                 .values(
-                    status=Status.WAITING.value,
-                    worker=None,
-                    last_event_id=inv.last_event_id + len(batch),
+                    status=Status.WAITING.value, worker=None, last_event_id=advanced(len(batch))
                 )
                 .returning(inv.last_event_id)
             )
             if last is None:
-                await conn.rollback()
-                return None
-            first = int(last) - len(batch) + 1
-            stored = [Event(first + i, t, d) for i, (t, d) in enumerate(batch)]
-            await _insert_events(conn, invocation_id, stored, self._now)
+                raise _Superseded
+            stored = numbered(int(last), batch)
+            await insert_events(conn, self._now, {invocation_id: stored})
         return stored
 
     async def waiting_for(self, invocation_ids: Sequence[str]) -> dict[str, list[WaitRecord]]:
         """The unresolved waits of each invocation, oldest first."""
         if not invocation_ids:
             return {}
-        async with self._engine.connect() as conn:
+        async with self._db.connection() as conn:
             rows = await conn.execute(
                 sa.select(waits)
                 .where(
@@ -227,13 +221,13 @@ class Journal:
 
     async def resolve_input(self, invocation_id: str, name: str, value: Any) -> InputAnswer:
         """Record a client's value for an input wait and queue the invocation again."""
-        async with self._engine.begin() as conn:
+        async with self._db.transaction() as conn:
             query = sa.select(waits).where(
                 waits.c.invocation_id == invocation_id,
                 waits.c.name == name,
                 waits.c.kind == WaitKind.INPUT.value,
             )
-            row = (await conn.execute(query.with_for_update() if self._postgres else query)).first()
+            row = (await conn.execute(query.with_for_update())).first()
             if row is None:
                 return InputAnswer.UNKNOWN
             if row.resolution is not None:
@@ -269,9 +263,8 @@ class Journal:
             .order_by(waits.c.wake_at)
             .limit(limit)
         )
-        if self._postgres:
-            due = due.with_for_update(of=waits, skip_locked=True)
-        async with self._engine.begin() as conn:
+        due = due.with_for_update(of=waits, skip_locked=True)  # (SQLite: one writer anyway)
+        async with self._db.transaction() as conn:
             rows = (await conn.execute(due)).all()
             if not rows:
                 return []
@@ -302,6 +295,10 @@ class Journal:
         return [str(r.id) for r in rows]
 
 
+class _Superseded(Exception):
+    """Rolls a park back: the attempt no longer owns the invocation."""
+
+
 def _wait(row: Any) -> WaitRecord:
     return WaitRecord(
         name=row.name,
@@ -311,24 +308,3 @@ def _wait(row: Any) -> WaitRecord:
         value=row.value,
         resolution=None if row.resolution is None else Resolution(row.resolution),
     )
-
-
-def _insert(postgres: bool, table: sa.Table) -> Any:
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    return (postgresql.insert if postgres else sqlite.insert)(table)
-
-
-async def _insert_events(
-    conn: AsyncConnection, invocation_id: str, stored: Sequence[Event], now: Any
-) -> None:
-    from tether.store.schema import events
-
-    if stored:
-        await conn.execute(
-            events.insert().values(created_at=now),
-            [
-                {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
-                for e in stored
-            ],
-        )

@@ -1,8 +1,8 @@
 """Apply the plain-SQL migrations in ``migrations/<dialect>/`` and record them in a ledger.
 
 Each file ``NNNN_name.sql`` runs once, in its own transaction, in version order. The ledger
-table ``tether_schema_migrations`` says what was applied. On PostgreSQL an advisory lock makes
-concurrent ``tether migrate`` runs (several replicas starting at once) safe.
+table ``tether_schema_migrations`` says what was applied. The dialect's migration lock (an
+advisory lock on PostgreSQL) makes concurrent ``tether migrate`` runs safe.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tether.store.dialect import dialect_named
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS_ENV = "TETHER_MIGRATIONS_DIR"
 FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 LEDGER = "tether_schema_migrations"
-ADVISORY_LOCK_KEY = 0x7E7E_0001
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +63,8 @@ def find_migrations(dialect: str, root: Path | None = None) -> list[Migration]:
 
 async def migrate(engine: AsyncEngine) -> list[str]:
     """Apply every pending migration; return the versions applied now."""
-    dialect = engine.dialect.name
-    pending = find_migrations(dialect)
+    dialect = dialect_named(engine.dialect.name)
+    pending = find_migrations(dialect.name)
     applied_now: list[str] = []
     async with engine.begin() as conn:
         await conn.execute(
@@ -74,8 +75,7 @@ async def migrate(engine: AsyncEngine) -> list[str]:
         )
     for migration in pending:
         async with engine.begin() as conn:
-            if dialect == "postgresql":
-                await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
+            await dialect.lock_migrations(conn)
             done = await conn.scalar(
                 sa.text(f"SELECT 1 FROM {LEDGER} WHERE version = :v"), {"v": migration.version}
             )

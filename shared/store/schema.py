@@ -14,8 +14,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = sa.MetaData()
 Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""A JSON column where None means no value (SQL NULL): output, checkpoint."""
 JsonValue = sa.JSON(none_as_null=False).with_variant(JSONB(none_as_null=False), "postgresql")
-"""A column holding any JSON value: Python None is stored as JSON null, not SQL NULL."""
+"""A JSON column that always holds a value; None is JSON ``null``, which the contract allows
+(``{"input": null}``)."""
 
 
 class Status(StrEnum):
@@ -31,7 +33,13 @@ class Status(StrEnum):
         return self in TERMINAL
 
 
+RESUME = "resume"
+"""``resumed_by`` of an attempt that runs because a wait was resolved."""
+CRASH = "crash"
+"""``resumed_by`` of an attempt that replaces one whose worker died."""
+
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
 OPEN = (Status.QUEUED.value, Status.ACTIVE.value, Status.WAITING.value)
 """Statuses that hold their session's turn and count towards the owner's open invocations."""
 
@@ -42,7 +50,7 @@ invocations = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("session_id", sa.Text),
-    sa.Column("input", Json, nullable=False),
+    sa.Column("input", JsonValue, nullable=False),
     sa.Column("request_hash", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
@@ -68,7 +76,7 @@ events = sa.Table(
     sa.Column("invocation_id", sa.Text, primary_key=True),
     sa.Column("cursor", sa.BigInteger, primary_key=True),
     sa.Column("type", sa.Text, nullable=False),
-    sa.Column("data", Json, nullable=False),
+    sa.Column("data", JsonValue, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
@@ -160,7 +168,7 @@ class Claim:
 
     @property
     def is_recovery(self) -> bool:
-        return self.resumed_by == "crash"
+        return self.resumed_by == CRASH
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 Input keys (all optional): ``emit`` (number of ``tick`` events), ``sleep`` (seconds to await
 before returning), ``block_sleep`` (seconds of time.sleep, blocking the loop), ``fail`` (raise
 with a secret message), ``output`` (what to return), ``nan`` (return NaN), ``wait_cancel`` (await
-forever), ``bad_event`` (emit a reserved event type). Durable execution: ``step`` (run a step of
+forever), ``bad_event`` (emit a reserved event type), ``unstorable`` (return half an emoji, a
+lone surrogate no database can store). Durable execution: ``step`` (run a step of
 that name, which emits ``step.ran`` when its function really runs), ``durable_sleep`` (seconds of
 ctx.sleep), ``wait`` (a wait name: the output carries the input value, or ``timed_out``),
 ``wait_timeout`` (its timeout).
@@ -66,6 +67,8 @@ async def behave(input: Any, ctx: InvocationContext) -> Any:
         raise RuntimeError(SECRET)
     if spec.get("nan"):
         return float("nan")
+    if spec.get("unstorable"):
+        return {"text": "half an emoji \ud83d"}
     return {
         "output": spec.get("output", input),
         "attempt": ctx.attempt,

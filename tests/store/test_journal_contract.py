@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from tether.store.journal import InputAnswer, NewWait, Resolution, WaitKind
 from tether.store.schema import Claim, NewInvocation, Status, waits
 from tether.store.store import Store
+from tether.store.writes import NewEvent
 
 
 async def running(store: Store, session: str | None = None, owner: str = "ann") -> Claim:
@@ -28,8 +29,9 @@ def input_wait(name: str = "w", timeout: float | None = None) -> NewWait:
 
 async def parked(store: Store, wait: NewWait | None = None, session: str | None = None) -> Claim:
     claim = await running(store, session)
+    tick = NewEvent("tick", {"type": "tick"})
     stored = await store.journal.park(
-        claim.invocation_id, claim.attempt, [wait or input_wait()], [("tick", {"type": "tick"})]
+        claim.invocation_id, claim.attempt, [wait or input_wait()], [tick]
     )
     assert stored is not None
     return claim

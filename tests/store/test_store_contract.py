@@ -1,4 +1,5 @@
-"""One contract for both stores: accept, claim, fence, finish, sessions, reaper queries."""
+"""One contract for both stores: accept, claim, fence, finish, sessions, reaper queries, and
+the batched form of every verb."""
 
 from __future__ import annotations
 
@@ -9,10 +10,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tether.errors import ErrorCode
 from tether.events import RUN_COMPLETED, Event
-from tether.outcomes import cancelled, completed
-from tether.store.schema import NewInvocation, Status, invocations
-from tether.store.store import Conflict, OwnerLimitReached, Store, Superseded
+from tether.outcomes import cancelled, completed, failed
+from tether.store.schema import Claim, NewInvocation, Status, invocations
+from tether.store.store import (
+    Accepted,
+    AppendRequest,
+    Conflict,
+    Finished,
+    FinishRequest,
+    NewEvent,
+    OwnerLimitReached,
+    Store,
+    Superseded,
+)
 
 
 def new(
@@ -75,17 +87,19 @@ async def test_events_continue_the_cursor_and_are_fenced(store: Store) -> None:
     await store.accept(n)
     claim = await store.claim(n.id, "w")
     assert claim is not None
-    stored = await store.append_events(n.id, 1, [("a", {"type": "a"}), ("b", {"type": "b"})])
+    events = [NewEvent("a", {"type": "a"}), NewEvent("b", {"type": "b"})]
+    stored = await store.append(AppendRequest(n.id, 1, events))
     assert [e.cursor for e in stored] == [2, 3]
     with pytest.raises(Superseded):
-        await store.append_events(n.id, 2, [("c", {})])
+        await store.append(AppendRequest(n.id, 2, [NewEvent("c", {})]))
     with pytest.raises(Superseded):
         await store.save_checkpoint(n.id, 2, {"x": 1})
-    finished = await store.finish(n.id, 1, completed({"ok": True}), [("d", {"type": "d"})])
+    pending = [NewEvent("d", {"type": "d"})]
+    finished = await store.finish(FinishRequest(n.id, 1, completed({"ok": True}), pending))
     assert [e.cursor for e in finished.events] == [4, 5]
     assert finished.events[-1].type == RUN_COMPLETED
     with pytest.raises(Superseded):
-        await store.finish(n.id, 1, completed(1))
+        await store.finish(FinishRequest(n.id, 1, completed(1)))
     done = await store.get(n.id)
     assert done is not None and done.status is Status.COMPLETED and done.output == {"ok": True}
     assert done.last_event_id == 5
@@ -98,7 +112,7 @@ async def test_a_session_runs_its_head_only_and_names_the_successor(store: Store
     assert await store.claim(second.id, "w") is None
     assert await store.claim(first.id, "w") is not None
     assert await store.claim(second.id, "w") is None
-    finished = await store.finish(first.id, 1, completed(1))
+    finished = await store.finish(FinishRequest(first.id, 1, completed(1)))
     assert finished.successor_id == second.id
     assert await store.claim(third.id, "w") is None
     assert await store.claim(second.id, "w") is not None
@@ -121,7 +135,7 @@ async def test_cancel_queued_is_immediate_and_active_is_flagged(store: Store) ->
     assert finished is not None and [e.type for e in finished.events] == ["run.cancelled"]
     assert await store.request_cancel(active.id) is None
     assert await store.heartbeat([(active.id, 1)]) == {active.id: True}
-    await store.finish(active.id, 1, cancelled())
+    await store.finish(FinishRequest(active.id, 1, cancelled()))
     state = await store.get(active.id)
     assert state is not None and state.status is Status.CANCELLED
 
@@ -148,7 +162,7 @@ async def test_stale_attempts_are_requeued_once_for_a_replacement(store: Store) 
     replacement = await store.claim(n.id, "w2")
     assert replacement is not None and replacement.attempt == 2 and replacement.started_cursor == 2
     with pytest.raises(Superseded):
-        await store.append_events(n.id, 1, [("late", {})])
+        await store.append(AppendRequest(n.id, 1, [NewEvent("late", {})]))
 
 
 async def test_finish_with_stale_after_skips_a_live_attempt(store: Store) -> None:
@@ -156,7 +170,7 @@ async def test_finish_with_stale_after_skips_a_live_attempt(store: Store) -> Non
     await store.accept(n)
     await store.claim(n.id, "w")
     with pytest.raises(Superseded):
-        await store.finish(n.id, 1, cancelled(), stale_after=5)
+        await store.finish(FinishRequest(n.id, 1, cancelled(), stale_after=5))
 
 
 async def test_unclaimed_queued_work_is_taken_once_per_threshold(store: Store) -> None:
@@ -173,7 +187,7 @@ async def test_retention_deletes_old_terminal_invocations_with_their_events(stor
     for n in (old, recent):
         await store.accept(n)
         await store.claim(n.id, "w")
-        await store.finish(n.id, 1, completed(1))
+        await store.finish(FinishRequest(n.id, 1, completed(1)))
     await age(store, old.id, "finished_at", 3600)
     assert await store.delete_expired(600, limit=10) == 1
     assert await store.get(old.id) is None and await store.events_after(old.id, 0) == []
@@ -207,3 +221,134 @@ async def test_json_values_round_trip(store: Store) -> None:
     await store.accept(n)
     got = await store.get(n.id)
     assert got is not None and got.input == value
+
+
+# -- batches: one result per item, in order; a single call is a batch of one ----------------
+
+
+async def test_null_input_is_a_json_value_the_store_keeps(store: Store) -> None:
+    n = new(input=None)
+    assert (await store.accept(n)).invocation.input is None
+    assert not (await store.accept(n)).created  # the same request, not a conflict
+    got = await store.get(n.id)
+    assert got is not None and got.input is None
+    claim = await store.claim(n.id, "w")
+    assert claim is not None and claim.input is None
+
+
+async def test_a_batch_of_accepts_answers_each_request_in_order(store: Store) -> None:
+    a, b, c = new(), new(), new()
+    other = NewInvocation(a.id, a.owner, None, 2, "other")
+    results = await store.accept_many([a, b, a, other, c])
+    assert [type(r).__name__ for r in results] == [
+        "Accepted",
+        "Accepted",
+        "Accepted",
+        "Conflict",
+        "Accepted",
+    ]
+    created = [r.created for r in results if isinstance(r, Accepted)]
+    assert created == [True, True, False, True]  # the repeat found the first one's row
+
+
+async def test_the_owner_limit_holds_within_one_batch(store: Store) -> None:
+    mine = [new() for _ in range(4)]
+    results = await store.accept_many([*mine, new(owner="bob")], max_open_per_owner=2)
+    assert [type(r).__name__ for r in results] == [
+        "Accepted",
+        "Accepted",
+        "OwnerLimitReached",
+        "OwnerLimitReached",
+        "Accepted",
+    ]
+    assert {i.id for i in await store.list_owned("ann")} == {mine[0].id, mine[1].id}
+
+
+async def test_a_batch_of_claims_wins_each_invocation_once(store: Store) -> None:
+    a, b, head, next_in_session = new(), new(), new(session="s"), new(session="s")
+    for n in (a, b, head, next_in_session):
+        await store.accept(n)
+    claims = await store.claim_many([a.id, b.id, a.id, head.id, next_in_session.id], "w")
+    won = [c.invocation_id if isinstance(c, Claim) else c for c in claims]
+    assert won == [a.id, b.id, None, head.id, None]
+
+
+async def claimed(store: Store, count: int) -> list[str]:
+    made = [new() for _ in range(count)]
+    for n in made:
+        await store.accept(n)
+        assert await store.claim(n.id, "w") is not None
+    return [n.id for n in made]
+
+
+async def test_a_batch_of_appends_continues_each_log_and_fences_each_attempt(
+    store: Store,
+) -> None:
+    a, b = await claimed(store, 2)
+    tick = NewEvent("tick", {"type": "tick"})
+    results = await store.append_many(
+        [
+            AppendRequest(a, 1, [tick]),
+            AppendRequest(b, 1, [tick, tick]),
+            AppendRequest(a, 1, [tick]),  # the same attempt again: the next transaction
+            AppendRequest(b, 2, [tick]),  # not b's attempt
+        ]
+    )
+    cursors = [[e.cursor for e in r] if isinstance(r, list) else r for r in results]
+    assert cursors[:3] == [[2], [2, 3], [3]]
+    assert isinstance(cursors[3], Superseded)
+
+
+async def test_a_batch_of_finishes_ends_each_attempt_once(store: Store) -> None:
+    a, b = await claimed(store, 2)
+    pending = [NewEvent("last", {"type": "last"})]
+    results = await store.finish_many(
+        [
+            FinishRequest(a, 1, completed("a")),
+            FinishRequest(b, 1, failed(ErrorCode.INVOCATION_FAILED), pending),
+            FinishRequest(a, 1, completed("again")),
+        ]
+    )
+    assert isinstance(results[0], Finished) and isinstance(results[1], Finished)
+    assert [e.type for e in results[1].events] == ["last", "run.failed"]
+    assert isinstance(results[2], Superseded)
+    done = await store.get(a)
+    assert done is not None and done.output == "a"
+
+
+async def test_the_reaper_ends_an_attempt_that_stopped_beating(store: Store) -> None:
+    [n] = await claimed(store, 1)
+    await age(store, n, "heartbeat_at", 60)
+    finished = await store.finish(FinishRequest(n, 1, cancelled(), stale_after=5))
+    assert [e.type for e in finished.events] == ["run.cancelled"]
+
+
+async def test_a_grouped_write_skips_a_held_row_and_writes_it_once_free(store: Store) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite holds no row locks: a transaction holds the whole database")
+    held, free = await claimed(store, 2)
+    async with store.engine.connect() as blocker:
+        transaction = await blocker.begin()
+        await blocker.execute(
+            sa.select(invocations.c.id).where(invocations.c.id == held).with_for_update()
+        )
+        both = asyncio.create_task(
+            store.finish_many([FinishRequest(i, 1, completed(i)) for i in (held, free)])
+        )
+        await wait_for_status(store, free, Status.COMPLETED)  # not held up by the locked row
+        assert not both.done()
+        await transaction.rollback()
+        results = await asyncio.wait_for(both, 10)
+    assert all(isinstance(r, Finished) for r in results)
+    done = await store.get(held)
+    assert done is not None and done.status is Status.COMPLETED
+
+
+async def wait_for_status(store: Store, invocation_id: str, status: Status) -> None:
+    """Poll the database (another session's write wakes nothing here) with a deadline."""
+
+    async def reached() -> None:
+        while (got := await store.get(invocation_id)) is None or got.status is not status:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(reached(), 10)

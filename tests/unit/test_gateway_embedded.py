@@ -7,14 +7,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests.apps.contract import app as contract_app
 from tether import AgentApp, InvocationContext
 from tether.cli.compose import dev_app
-from tether.gateway.keys import STREAMS
+from tether.gateway.keys import SERVICES, STREAMS
 from tether.settings import load_settings
+from tether.store.store import StoreUnavailable
 
 ClientFactory = Any
 
@@ -132,3 +134,22 @@ async def test_shutdown_ends_open_streams_with_a_final_comment(
     await client.app.shutdown()
     rest = await r.content.read()
     assert b": server shutting down, reconnect" in rest
+
+
+async def test_an_unavailable_database_is_a_503_to_retry_with_no_driver_text(
+    aiohttp_client: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await client_for(aiohttp_client, tmp_path, limits={"retry_after": 2})
+
+    async def unavailable(invocation_id: str) -> None:
+        raise StoreUnavailable("OperationalError: connection to server at 10.0.0.7 failed")
+
+    monkeypatch.setattr(client.app[SERVICES].store, "get", unavailable)
+    r = await client.get(f"/api/invocations/{uuid.uuid4()}")
+    assert r.status == 503 and r.headers["Retry-After"] == "2"
+    body = await r.json()
+    assert body["error"] == {
+        "code": "overloaded",
+        "message": "the database is unavailable; retry later",
+    }
+    assert "10.0.0.7" not in await r.text()

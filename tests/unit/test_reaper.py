@@ -18,9 +18,9 @@ from tether.outcomes import completed
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
-from tether.settings import Settings
+from tether.settings import Limits, Settings
 from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
-from tether.store.store import Store
+from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 from tether.worker import reaper as reaper_module
 from tether.worker.reaper import Reaper, Recover, decide, recovery_delay
 
@@ -28,7 +28,7 @@ inv = invocations.c
 
 
 def settings(**timers: float) -> Settings:
-    limits = {"max_attempts": int(timers.pop("max_attempts", 0))}
+    limits = {"max_attempts": int(timers.pop("max_attempts"))} if "max_attempts" in timers else {}
     return Settings.model_validate({"timers": {"stale_after": 10, **timers}, "limits": limits})
 
 
@@ -81,7 +81,8 @@ def test_max_attempts_counts_every_attempt_then_fails_recovery_limit_exceeded() 
 
 
 def test_no_max_attempts_means_no_limit() -> None:
-    assert isinstance(decide(stale(10_000), has_recover=True, settings=settings()), Recover)
+    unlimited = settings(max_attempts=0)
+    assert isinstance(decide(stale(10_000), has_recover=True, settings=unlimited), Recover)
 
 
 def test_recovery_backoff_doubles_from_the_second_replacement_up_to_the_cap() -> None:
@@ -244,6 +245,26 @@ async def test_a_stale_attempt_past_max_attempts_fails_recovery_limit_exceeded(
     assert done is not None and done.error_code == "recovery_limit_exceeded"
 
 
+async def test_a_poison_run_whose_worker_dies_every_attempt_stops_at_the_default_limit(
+    store: Store,
+) -> None:
+    assert Limits().max_attempts == 5
+    invocation_id = await running(store)
+    enqueued = Enqueued()
+    for attempt in range(1, 5):
+        await shift(store, invocation_id, heartbeat_at=60)  # attempt N's worker died
+        assert (await make_reaper(store, enqueued).reap_once()).recovered == 1
+        replacement = await store.claim(invocation_id, "host:1")
+        assert replacement is not None and replacement.attempt == attempt + 1
+    await shift(store, invocation_id, heartbeat_at=60)  # and the fifth one's too
+    report = await make_reaper(store, enqueued).reap_once()
+    assert report.failed == 1 and report.recovered == 0
+    done = await store.get(invocation_id)
+    assert done is not None and (done.status, done.attempt) == (Status.FAILED, 5)
+    assert done.error_code == "recovery_limit_exceeded"
+    assert [invocation_id] * 4 == [sent for sent, _ in enqueued.calls]
+
+
 async def test_a_stale_attempt_with_a_cancel_request_ends_cancelled(store: Store) -> None:
     invocation_id = await running(store)
     await store.request_cancel(invocation_id)
@@ -276,8 +297,9 @@ async def test_a_failed_enqueue_does_not_abort_the_pass(store: Store) -> None:
 
 async def finished_long_ago(store: Store, events: int) -> str:
     invocation_id = await running(store)
-    await store.append_events(invocation_id, 1, [("tick", {"type": "tick"})] * events)
-    await store.finish(invocation_id, 1, completed({"ok": True}))
+    ticks = [NewEvent("tick", {"type": "tick"})] * events
+    await store.append(AppendRequest(invocation_id, 1, ticks))
+    await store.finish(FinishRequest(invocation_id, 1, completed({"ok": True})))
     await shift(store, invocation_id, finished_at=3600)
     return invocation_id
 
@@ -293,7 +315,7 @@ async def test_retention_deletes_terminal_invocations_with_their_events_in_batch
     monkeypatch.setattr(reaper_module, "DELETE_BATCHES_PER_PASS", 2)
     expired = [await finished_long_ago(store, events=2) for _ in range(7)]
     recent = await running(store)
-    await store.finish(recent, 1, completed(1))
+    await store.finish(FinishRequest(recent, 1, completed(1)))
     old_but_open = await running(store)
     await shift(store, old_but_open, created_at=3600, started_at=3600)
     reaper = make_reaper(store, Enqueued(), retention=600)

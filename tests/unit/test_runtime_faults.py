@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
 from tether.store.schema import NewInvocation, Status
-from tether.store.store import Finished, Store
+from tether.store.store import Finished, Store, StoreUnavailable
 from tether.worker.host import REPEAT_SIGNAL_WINDOW, _FirstStopOnly
 from tether.worker.runtime import Runtime, StopReason
 
@@ -32,7 +31,7 @@ class BlippingStore(Store):
     def _blip(self) -> None:
         if self.failures:
             self.failures -= 1
-            raise sa.exc.OperationalError("UPDATE …", {}, ConnectionError("server closed"))
+            raise StoreUnavailable("OperationalError: server closed the connection")
 
     async def finish(self, *args: Any, **kwargs: Any) -> Finished:
         self._blip()

@@ -1,0 +1,234 @@
+"""The worker's side of the store: an attempt's writes, from its claim to its end.
+
+Every write after the claim is fenced: it only lands while the row is still ``active`` under the
+attempt's number. A superseded attempt gets :class:`Superseded` and must stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.events import Event
+from tether.outcomes import started_data
+from tether.store.batching import write_batch
+from tether.store.endings import Ending, write_endings
+from tether.store.engine import Database
+from tether.store.errors import StoreError, Superseded, ValueRefused
+from tether.store.eventlog import advanced, insert_events, numbered
+from tether.store.schema import OPEN, RESUME, Claim, Status, invocations
+from tether.store.writes import AppendRequest, Finished, FinishRequest, NewEvent
+
+inv = invocations.c
+
+
+def opening(won: Any) -> NewEvent:
+    """The event opening a claimed attempt: ``run.resumed`` after a wait, else ``run.started``."""
+    data = started_data(won.attempt, resumed=won.resumed_by == RESUME)
+    return NewEvent(data["type"], data)
+
+
+class Attempts:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim_many(
+        self, invocation_ids: Sequence[str], worker: str
+    ) -> list[Claim | None | StoreError]:
+        """Start the next attempt of each invocation that is queued and heads its session; one
+        result per id, None where it was not won (taken, not its turn, or a repeat)."""
+        results = await write_batch(invocation_ids, str, partial(self._claim, worker))
+        # Refused alone: a racing claim took its session's one active slot (the unique index).
+        return [None if isinstance(r, ValueRefused) else r for r in results]
+
+    async def _claim(
+        self, worker: str, invocation_ids: Sequence[str], alone: bool
+    ) -> dict[int, Claim | None]:
+        older = invocations.alias("older")
+        blocked_by_older = sa.exists().where(
+            older.c.owner == inv.owner,
+            older.c.session_id == inv.session_id,
+            older.c.seq < inv.seq,
+            older.c.status.in_(OPEN),
+        )
+        claim = (
+            sa.update(invocations)
+            .where(
+                inv.id.in_(list(invocation_ids)),
+                inv.status == Status.QUEUED.value,
+                sa.or_(inv.session_id.is_(None), ~blocked_by_older),
+            )
+            .values(
+                status=Status.ACTIVE.value,
+                attempt=inv.attempt + 1,
+                started_at=sa.func.coalesce(inv.started_at, self._db.now),
+                heartbeat_at=self._db.now,
+                worker=worker,
+                last_event_id=advanced(1),
+            )
+            .returning(
+                inv.id,
+                inv.attempt,
+                inv.input,
+                inv.session_id,
+                inv.checkpoint,
+                inv.last_event_id,
+                inv.resumed_by,
+            )
+        )
+        async with self._db.transaction() as conn:
+            won = {r.id: r for r in await conn.execute(claim)}
+            started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in won.values()}
+            await insert_events(conn, self._db.now, started)
+        claims: dict[int, Claim | None] = {}
+        for n, invocation_id in enumerate(invocation_ids):
+            r = won.get(invocation_id)
+            claims[n] = (
+                None
+                if r is None
+                else Claim(
+                    r.id,
+                    r.attempt,
+                    r.input,
+                    r.session_id,
+                    r.checkpoint,
+                    r.last_event_id,
+                    r.resumed_by,
+                )
+            )
+        return claims
+
+    async def append_many(
+        self, requests: Sequence[AppendRequest]
+    ) -> list[list[Event] | Superseded | StoreError]:
+        """Append each attempt's events under its fence; cursors continue the log."""
+        return await write_batch(requests, _invocation_id, self._append)
+
+    async def _append(
+        self, requests: Sequence[AppendRequest], alone: bool
+    ) -> dict[int, list[Event] | Superseded]:
+        async with self._db.transaction() as conn:
+            held = await self._held(conn, [r.invocation_id for r in requests], alone)
+            free = [r for r in requests if r.invocation_id not in held]
+            last = await _advance_logs(conn, free) if free else {}
+            stored = {
+                r.invocation_id: numbered(last[r.invocation_id], r.events)
+                for r in free
+                if r.invocation_id in last
+            }
+            await insert_events(conn, self._db.now, stored)
+        return {
+            n: stored.get(r.invocation_id, Superseded(r.invocation_id))
+            for n, r in enumerate(requests)
+            if r.invocation_id not in held
+        }
+
+    async def finish_many(
+        self, requests: Sequence[FinishRequest]
+    ) -> list[Finished | Superseded | StoreError]:
+        """End each attempt under its fence: its outcome, after the events it still buffered."""
+        return await write_batch(requests, _invocation_id, self._finish)
+
+    async def _finish(
+        self, requests: Sequence[FinishRequest], alone: bool
+    ) -> dict[int, Finished | Superseded]:
+        async with self._db.transaction() as conn:
+            held = await self._held(conn, [r.invocation_id for r in requests], alone)
+            free = [r for r in requests if r.invocation_id not in held]
+            ended = await write_endings(conn, self._db.dialect, [Ending.of(r) for r in free])
+        by_id = {r.invocation_id: f for r, f in zip(free, ended, strict=True)}
+        return {
+            n: by_id[r.invocation_id] or Superseded(r.invocation_id)
+            for n, r in enumerate(requests)
+            if r.invocation_id not in held
+        }
+
+    async def _held(
+        self, conn: AsyncConnection, invocation_ids: Sequence[str], alone: bool
+    ) -> frozenset[str]:
+        """The rows another transaction holds, for a grouped write; a lone write waits."""
+        if alone:
+            return frozenset()
+        return await self._db.dialect.held_rows(conn, invocation_ids)
+
+    async def save_checkpoint(self, invocation_id: str, attempt: int, state: Any) -> None:
+        async with self._db.transaction() as conn:
+            result = await conn.execute(
+                sa.update(invocations)
+                .where(*fence(invocation_id, attempt))
+                .values(checkpoint=state)
+            )
+        if result.rowcount == 0:
+            raise Superseded(invocation_id)
+
+    async def heartbeat(
+        self, attempts: Sequence[tuple[str, int]], claiming: Sequence[str] = (), worker: str = ""
+    ) -> dict[str, bool]:
+        """Beat for every attempt this process runs; returns id → cancel flag for the live ones.
+
+        ``claiming``: ids whose claim by ``worker`` is in flight. A claim can commit while the
+        claimer's event loop is blocked, before the attempt is registered; beating it by worker
+        name keeps it from looking dead meanwhile.
+        """
+        mine: list[sa.ColumnElement[bool]] = []
+        if attempts:
+            mine.append(sa.tuple_(inv.id, inv.attempt).in_(list(attempts)))
+        if claiming and worker:
+            mine.append(sa.and_(inv.id.in_(list(claiming)), inv.worker == worker))
+        if not mine:
+            return {}
+        async with self._db.transaction() as conn:
+            rows = await conn.execute(
+                sa.update(invocations)
+                .where(inv.status == Status.ACTIVE.value, sa.or_(*mine))
+                .values(heartbeat_at=self._db.now)
+                .returning(inv.id, inv.cancel_requested)
+            )
+            return {r.id: bool(r.cancel_requested) for r in rows}
+
+    async def release(self, invocation_id: str, attempt: int) -> None:
+        """A stopping worker hands an attempt back: it looks stale to the next reap pass."""
+        async with self._db.transaction() as conn:
+            await conn.execute(
+                sa.update(invocations)
+                .where(*fence(invocation_id, attempt))
+                .values(heartbeat_at=0.0)
+            )
+
+
+def fence(invocation_id: str, attempt: int) -> tuple[sa.ColumnElement[bool], ...]:
+    """The row as long as ``attempt`` still owns it."""
+    return (inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value)
+
+
+def _invocation_id(request: AppendRequest | FinishRequest) -> str:
+    return request.invocation_id
+
+
+async def _advance_logs(conn: AsyncConnection, requests: Sequence[AppendRequest]) -> dict[str, int]:
+    """Advance each attempt's log past its events, under its fence: the new last cursors."""
+    counts = (
+        sa.values(
+            sa.column("id", sa.Text),
+            sa.column("attempt", sa.Integer),
+            sa.column("events", sa.Integer),
+            name="counts",
+        )
+        .data([(r.invocation_id, r.attempt, len(r.events)) for r in requests])
+        .cte("counts")
+    )
+    advance = (
+        sa.update(invocations)
+        .where(
+            inv.id == counts.c.id,
+            inv.attempt == counts.c.attempt,
+            inv.status == Status.ACTIVE.value,
+        )
+        .values(last_event_id=advanced(counts.c.events))
+        .returning(inv.id, inv.last_event_id)
+    )
+    return {row.id: row.last_event_id for row in await conn.execute(advance)}

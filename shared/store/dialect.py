@@ -1,0 +1,142 @@
+"""Everything that differs between PostgreSQL and the embedded SQLite, in one place.
+
+The queries are written once, against :class:`Dialect`; nothing else in the store asks which
+database it runs on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from tether.store.schema import Json, invocations
+
+inv = invocations.c
+MIGRATION_LOCK_KEY = 0x7E7E_0001
+
+
+class Dialect(ABC):
+    name: str
+    now: sa.ColumnElement[float]
+    """The database clock, in seconds since the epoch: every timestamp and staleness is judged
+    on it, never on a worker's clock."""
+
+    @abstractmethod
+    def engine_options(self, pool_size: int) -> dict[str, Any]:
+        """Keyword arguments for ``create_async_engine``."""
+
+    @abstractmethod
+    def prepare(self, engine: AsyncEngine) -> None:
+        """Set up each new connection of ``engine``."""
+
+    @abstractmethod
+    def insert_new(self, table: sa.Table, *key: str) -> Any:
+        """``INSERT … ON CONFLICT (key) DO NOTHING``: a row whose key exists is skipped."""
+
+    @abstractmethod
+    async def held_rows(
+        self, conn: AsyncConnection, invocation_ids: Sequence[str]
+    ) -> frozenset[str]:
+        """Lock the rows nobody else holds, without waiting; the ids another transaction holds
+        (or that do not exist), to be written later, alone."""
+
+    def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        """A JSON column of a ``VALUES`` list, as the JSON column it is assigned to."""
+        return column
+
+    @abstractmethod
+    async def lock_migrations(self, conn: AsyncConnection) -> None:
+        """Make concurrent migration runs (replicas starting at once) take turns."""
+
+
+class PostgreSQL(Dialect):
+    name = "postgresql"
+    now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
+
+    def engine_options(self, pool_size: int) -> dict[str, Any]:
+        return {
+            "pool_size": pool_size,
+            "max_overflow": pool_size,
+            "pool_pre_ping": True,
+            "pool_recycle": 300,
+        }
+
+    def prepare(self, engine: AsyncEngine) -> None:
+        return None  # psycopg's defaults; the worker adds its own options to the URL
+
+    def insert_new(self, table: sa.Table, *key: str) -> Any:
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    async def held_rows(
+        self, conn: AsyncConnection, invocation_ids: Sequence[str]
+    ) -> frozenset[str]:
+        """``SKIP LOCKED``: a grouped write never waits for a lock while holding others, so it
+        cannot deadlock with the heartbeat, which updates the same rows in another order."""
+        locked = await conn.execute(
+            sa.select(inv.id)
+            .where(inv.id.in_(list(invocation_ids)))
+            .with_for_update(skip_locked=True)
+        )
+        return frozenset(invocation_ids) - {row.id for row in locked}
+
+    def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        return sa.cast(column, Json)  # a VALUES column that is all NULL comes out as text
+
+    async def lock_migrations(self, conn: AsyncConnection) -> None:
+        await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))
+
+
+class SQLite(Dialect):
+    """One connection, WAL, and ``BEGIN IMMEDIATE`` so writers queue instead of failing: a
+    transaction holds the whole database, so no row is ever held by another."""
+
+    name = "sqlite"
+    now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+
+    def engine_options(self, pool_size: int) -> dict[str, Any]:
+        return {
+            "pool_size": 1,
+            "max_overflow": 0,
+            "pool_timeout": 60,
+            "connect_args": {"timeout": 30},
+        }
+
+    def prepare(self, engine: AsyncEngine) -> None:
+        @sa.event.listens_for(engine.sync_engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @sa.event.listens_for(engine.sync_engine, "begin")
+        def on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def insert_new(self, table: sa.Table, *key: str) -> Any:
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    async def held_rows(
+        self, conn: AsyncConnection, invocation_ids: Sequence[str]
+    ) -> frozenset[str]:
+        return frozenset()
+
+    async def lock_migrations(self, conn: AsyncConnection) -> None:
+        return None  # BEGIN IMMEDIATE: a migration's transaction already holds the database
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (PostgreSQL(), SQLite())}
+
+
+def dialect_named(name: str) -> Dialect:
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise ValueError(f"unsupported database: {name} (PostgreSQL or SQLite)") from None

@@ -1,0 +1,143 @@
+"""Terminal transitions, written once for whoever makes them: an attempt finishing, the reaper
+ending a dead attempt, the API cancelling a queued invocation.
+
+One statement ends every row of a batch that still meets its condition, writes its outcome and
+its last events (the terminal one last), and each ended invocation names its session's next
+queued invocation, which may run now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.events import Event
+from tether.outcomes import Outcome
+from tether.store.dialect import Dialect
+from tether.store.eventlog import advanced, insert_events, numbered
+from tether.store.schema import Json, Status, invocations
+from tether.store.writes import Finished, FinishRequest, NewEvent
+
+inv = invocations.c
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """An invocation to end, if it is still ``from_status`` (and still under ``attempt``, and
+    has not beaten for ``stale_after`` seconds, when those are set)."""
+
+    invocation_id: str
+    outcome: Outcome
+    pending: Sequence[NewEvent] = ()
+    from_status: Status = Status.ACTIVE
+    attempt: int | None = None
+    stale_after: float | None = None
+
+    @classmethod
+    def of(cls, request: FinishRequest) -> Ending:
+        return cls(
+            request.invocation_id,
+            request.outcome,
+            request.pending,
+            attempt=request.attempt,
+            stale_after=request.stale_after,
+        )
+
+    @property
+    def events(self) -> list[NewEvent]:
+        return [*self.pending, NewEvent(self.outcome.event_type, self.outcome.event_data)]
+
+
+async def write_endings(
+    conn: AsyncConnection, dialect: Dialect, endings: Sequence[Ending]
+) -> list[Finished | None]:
+    """End every invocation whose condition holds; None for the others. Ids are distinct."""
+    if not endings:
+        return []
+    ended = {row.id: row for row in await conn.execute(_end_all(dialect, endings))}
+    results: list[Finished | None] = []
+    logged: dict[str, list[Event]] = {}
+    for ending in endings:
+        row = ended.get(ending.invocation_id)
+        if row is None:
+            results.append(None)
+            continue
+        logged[ending.invocation_id] = numbered(row.last_event_id, ending.events)
+        successor = await _successor(conn, row.owner, row.session_id)
+        results.append(Finished(logged[ending.invocation_id], successor))
+    await insert_events(conn, dialect.now, logged)
+    return results
+
+
+def _end_all(dialect: Dialect, endings: Sequence[Ending]) -> sa.Update:
+    ends = (
+        sa.values(
+            sa.column("id", sa.Text),
+            sa.column("from_status", sa.Text),
+            sa.column("attempt", sa.Integer),
+            sa.column("stale_after", sa.Float),
+            sa.column("status", sa.Text),
+            sa.column("output", Json),
+            sa.column("error_code", sa.Text),
+            sa.column("error_message", sa.Text),
+            sa.column("events", sa.Integer),
+            name="ends",
+        )
+        .data(
+            [
+                (
+                    e.invocation_id,
+                    e.from_status.value,
+                    e.attempt,
+                    e.stale_after,
+                    e.outcome.status.value,
+                    e.outcome.output,
+                    e.outcome.code,
+                    e.outcome.error_message,
+                    len(e.events),
+                )
+                for e in endings
+            ]
+        )
+        .cte("ends")
+    )
+    attempt = sa.cast(ends.c.attempt, sa.Integer)  # a VALUES column all NULL comes out as text
+    stale_after = sa.cast(ends.c.stale_after, sa.Float)
+    return (
+        sa.update(invocations)
+        .where(
+            inv.id == ends.c.id,
+            inv.status == ends.c.from_status,
+            sa.or_(attempt.is_(None), inv.attempt == attempt),
+            sa.or_(stale_after.is_(None), inv.heartbeat_at < dialect.now - stale_after),
+        )
+        .values(
+            status=ends.c.status,
+            output=dialect.json(ends.c.output),
+            error_code=ends.c.error_code,
+            error_message=ends.c.error_message,
+            finished_at=dialect.now,
+            last_event_id=advanced(ends.c.events),
+        )
+        .returning(inv.id, inv.owner, inv.session_id, inv.last_event_id)
+    )
+
+
+async def _successor(conn: AsyncConnection, owner: str, session_id: str | None) -> str | None:
+    """The session's next queued invocation, which may run now that this one ended."""
+    if session_id is None:
+        return None
+    successor = await conn.scalar(
+        sa.select(inv.id)
+        .where(
+            inv.owner == owner,
+            inv.session_id == session_id,
+            inv.status == Status.QUEUED.value,
+        )
+        .order_by(inv.seq)
+        .limit(1)
+    )
+    return None if successor is None else str(successor)

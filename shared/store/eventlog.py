@@ -1,0 +1,42 @@
+"""The event log: how an invocation's events get their cursors, written once for every writer.
+
+A write advances the row's ``last_event_id`` by the number of events it appends (under the
+writer's fence, in the same statement) and the events take the cursors up to the new value, so
+the log continues across attempts with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.events import Event
+from tether.store.schema import events, invocations
+from tether.store.writes import NewEvent
+
+
+def advanced(count: int | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """``last_event_id`` moved past ``count`` new events (a number or a column)."""
+    return invocations.c.last_event_id + count
+
+
+def numbered(last_event_id: int, new: Sequence[NewEvent]) -> list[Event]:
+    """The events of a write that advanced the log to ``last_event_id``, with their cursors."""
+    first = last_event_id - len(new) + 1
+    return [Event(first + i, event.type, event.data) for i, event in enumerate(new)]
+
+
+async def insert_events(
+    conn: AsyncConnection, now: sa.ColumnElement[float], logged: Mapping[str, Sequence[Event]]
+) -> None:
+    """Store numbered events, by invocation id, in one statement."""
+    rows = [
+        {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
+        for invocation_id, batch in logged.items()
+        for e in batch
+    ]
+    if rows:
+        await conn.execute(events.insert().values(created_at=now), rows)

@@ -1,0 +1,237 @@
+"""The gateway's side of the store: accepting and cancelling invocations, and every read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.events import Event
+from tether.jsonvalue import InvalidJson, check_text, dumps
+from tether.outcomes import cancelled
+from tether.store.batching import write_batch
+from tether.store.endings import Ending, write_endings
+from tether.store.engine import Database
+from tether.store.errors import Conflict, OwnerLimitReached, StoreError, ValueRefused
+from tether.store.schema import (
+    INVOCATION_COLUMNS,
+    OPEN,
+    Invocation,
+    NewInvocation,
+    Status,
+    events,
+    invocations,
+)
+from tether.store.writes import Accepted, Finished
+
+inv = invocations.c
+AcceptResult = Accepted | Conflict | OwnerLimitReached | StoreError
+"""What accepting one request gives: the invocation, or what to raise for that request alone
+(:class:`ValueRefused` for a value no column can hold: the client's error)."""
+
+
+class Invocations:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def accept_many(
+        self, batch: Sequence[NewInvocation], *, max_open_per_owner: int = 0
+    ) -> list[AcceptResult]:
+        """Insert new invocations, or find the existing one of a repeated request: one result
+        per request, in order. A request refused by validation or by the database fails alone;
+        the owner limit (0: none) counts the owner's unfinished invocations."""
+        refusals = [refusal(new) for new in batch]
+        valid = [new for new, refused in zip(batch, refusals, strict=True) if refused is None]
+        write = partial(self._accept, max_open_per_owner)
+        written = iter(await write_batch(valid, lambda new: new.id, write))
+        results: list[AcceptResult] = []
+        for refused in refusals:
+            results.append(next(written) if refused is None else refused)
+        return results
+
+    async def _accept(
+        self, cap: int, batch: Sequence[NewInvocation], alone: bool
+    ) -> dict[int, Accepted | Conflict | OwnerLimitReached]:
+        now = self._db.now
+        insert = (
+            self._db.dialect.insert_new(invocations, "id")
+            .values(created_at=now, enqueued_at=now)
+            .returning(inv.id, inv.seq, inv.created_at)  # the rest is the request's own
+        )
+        news = {new.id: new for new in batch}
+        async with self._db.transaction() as conn:  # executemany: one multi-row INSERT, cached
+            inserted = await conn.execute(insert, [_row(new) for new in batch])
+            created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
+            refused = await _over_owner_limit(conn, [n for n in batch if n.id in created], cap)
+            if refused:  # as if rolled back: nobody ever saw these rows
+                await conn.execute(sa.delete(invocations).where(inv.id.in_(list(refused))))
+            others = [new.id for new in batch if new.id not in created]
+            existing: dict[str, Invocation] = {}
+            if others:
+                rows = await conn.execute(sa.select(*INVOCATION_COLUMNS).where(inv.id.in_(others)))
+                existing = {row["id"]: Invocation.from_row(row) for row in rows.mappings()}
+        verdicts = {n: _verdict(new, created, refused, existing) for n, new in enumerate(batch)}
+        return {n: verdict for n, verdict in verdicts.items() if verdict is not None}
+
+    async def request_cancel(self, invocation_id: str) -> Finished | None:
+        """Cancel a queued or waiting invocation at once, or flag an active one for its worker.
+
+        Returns the terminal transition when it was cancelled here.
+        """
+        async with self._db.transaction() as conn:
+            for status in (Status.QUEUED, Status.WAITING):  # no worker holds it: end it here
+                ending = Ending(invocation_id, cancelled(), from_status=status)
+                [finished] = await write_endings(conn, self._db.dialect, [ending])
+                if finished is not None:
+                    return finished
+            if finished is None:
+                await conn.execute(
+                    sa.update(invocations)
+                    .where(inv.id == invocation_id, inv.status == Status.ACTIVE.value)
+                    .values(cancel_requested=True)
+                )
+        return finished
+
+    async def get(self, invocation_id: str) -> Invocation | None:
+        async with self._db.connection() as conn:
+            return await _get(conn, invocation_id)
+
+    async def list_owned(
+        self,
+        owner: str,
+        *,
+        status: Status | None = None,
+        session_id: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[Invocation]:
+        """The owner's invocations, newest first, ``before_seq`` as the page cursor."""
+        query = sa.select(*INVOCATION_COLUMNS).where(inv.owner == owner)
+        if status is not None:
+            query = query.where(inv.status == status.value)
+        if session_id is not None:
+            query = query.where(inv.session_id == session_id)
+        if before_seq is not None:
+            query = query.where(inv.seq < before_seq)
+        query = query.order_by(inv.seq.desc()).limit(limit)
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [Invocation.from_row(r) for r in rows]
+
+    async def events_after(self, invocation_id: str, after: int, limit: int = 1000) -> list[Event]:
+        query = (
+            sa.select(events.c.cursor, events.c.type, events.c.data)
+            .where(events.c.invocation_id == invocation_id, events.c.cursor > after)
+            .order_by(events.c.cursor)
+            .limit(limit)
+        )
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).all()
+        return [Event(r.cursor, r.type, r.data) for r in rows]
+
+    async def count_queued(self) -> int:
+        async with self._db.connection() as conn:
+            query = sa.select(sa.func.count()).where(inv.status == Status.QUEUED.value)
+            return int(await conn.scalar(query) or 0)
+
+
+def refusal(new: NewInvocation) -> ValueRefused | None:
+    """What no column could hold (NUL, a lone surrogate, NaN, …), refused before the request
+    joins a batch, with a message for its client; None for a storable request."""
+    checks: list[tuple[str, Callable[[Any], object], Any]] = [
+        ("owner", check_text, new.owner),
+        ("session_id", check_text, new.session_id or ""),
+        ("input", dumps, new.input),
+    ]
+    for name, check, value in checks:
+        try:
+            check(value)
+        except InvalidJson as exc:
+            message = f"{name}: {exc}"
+            return ValueRefused(message, message)
+    return None
+
+
+def _verdict(
+    new: NewInvocation,
+    created: dict[str, Invocation],
+    refused: set[str],
+    existing: dict[str, Invocation],
+) -> Accepted | Conflict | OwnerLimitReached | None:
+    """What became of the request; None if its row vanished (deleted by retention between the
+    two statements): it is written again."""
+    if new.id in refused:
+        return OwnerLimitReached(new.owner)
+    if new.id in created:
+        return Accepted(created[new.id], created=True)
+    found = existing.get(new.id)
+    if found is None:
+        return None
+    if found.owner != new.owner or found.request_hash != new.request_hash:
+        return Conflict(new.id)
+    return Accepted(found, created=False)
+
+
+async def _over_owner_limit(
+    conn: AsyncConnection, created: Sequence[NewInvocation], cap: int
+) -> set[str]:
+    """Ids of just-inserted rows that put their owner over ``cap`` open invocations (the latest
+    of the batch first). Every accept enforces the cap, so each count stays near it."""
+    if not cap or not created:
+        return set()
+    counts = await conn.execute(
+        sa.select(inv.owner, sa.func.count())
+        .where(inv.owner.in_(sorted({new.owner for new in created})), inv.status.in_(OPEN))
+        .group_by(inv.owner)
+    )
+    refused: set[str] = set()
+    for owner, open_count in counts.all():
+        excess = int(open_count) - cap
+        if excess > 0:
+            refused.update([new.id for new in created if new.owner == owner][-excess:])
+    return refused
+
+
+async def _get(conn: AsyncConnection, invocation_id: str) -> Invocation | None:
+    result = await conn.execute(sa.select(*INVOCATION_COLUMNS).where(inv.id == invocation_id))
+    row = result.mappings().first()
+    return Invocation.from_row(row) if row is not None else None
+
+
+def _row(new: NewInvocation) -> dict[str, object]:
+    return {
+        "id": new.id,
+        "owner": new.owner,
+        "session_id": new.session_id,
+        "input": new.input,
+        "request_hash": new.request_hash,
+        "status": Status.QUEUED.value,
+        "attempt": 0,
+        "cancel_requested": False,
+        "last_event_id": 0,
+    }
+
+
+def _queued(new: NewInvocation, seq: int, created_at: float) -> Invocation:
+    """A just-inserted invocation, as a read of its row would return it."""
+    return Invocation(
+        id=new.id,
+        seq=seq,
+        owner=new.owner,
+        session_id=new.session_id,
+        input=new.input,
+        request_hash=new.request_hash,
+        status=Status.QUEUED,
+        attempt=0,
+        cancel_requested=False,
+        output=None,
+        error_code=None,
+        error_message=None,
+        last_event_id=0,
+        created_at=created_at,
+        started_at=None,
+        finished_at=None,
+    )

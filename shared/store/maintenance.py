@@ -1,0 +1,97 @@
+"""The reaper's side of the store: dead attempts, lost messages, expired invocations.
+
+Every query is safe to run from many reapers at once: each transition is a conditional update
+that only one of them wins. (A dead attempt that gets no replacement is ended through the
+attempt's own finish, with ``FinishRequest.stale_after``.)
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from tether.store.attempts import fence
+from tether.store.engine import Database
+from tether.store.schema import (
+    CRASH,
+    TERMINAL_VALUES,
+    StaleAttempt,
+    Status,
+    events,
+    invocations,
+    steps,
+    waits,
+)
+
+inv = invocations.c
+
+
+class Maintenance:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def stale_attempts(self, stale_after: float, limit: int = 100) -> list[StaleAttempt]:
+        """Active attempts that have not beaten for ``stale_after`` seconds, oldest first."""
+        query = (
+            sa.select(inv.id, inv.attempt, inv.cancel_requested, inv.crashes)
+            .where(inv.status == Status.ACTIVE.value, inv.heartbeat_at < self._db.now - stale_after)
+            .order_by(inv.heartbeat_at)
+            .limit(limit)
+        )
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).all()
+        return [StaleAttempt(r.id, r.attempt, bool(r.cancel_requested), r.crashes) for r in rows]
+
+    async def requeue_for_recovery(
+        self, invocation_id: str, attempt: int, stale_after: float, delay: float
+    ) -> bool:
+        """Put a dead attempt's invocation back in the queue for a replacement attempt."""
+        async with self._db.transaction() as conn:
+            result = await conn.execute(
+                sa.update(invocations)
+                .where(
+                    *fence(invocation_id, attempt),
+                    inv.heartbeat_at < self._db.now - stale_after,
+                )
+                .values(
+                    status=Status.QUEUED.value,
+                    worker=None,
+                    enqueued_at=self._db.now + delay,
+                    resumed_by=CRASH,
+                    crashes=inv.crashes + 1,
+                )
+            )
+        return result.rowcount == 1
+
+    async def take_unclaimed(self, older_than: float, limit: int = 500) -> list[str]:
+        """Queued invocations nobody claimed for ``older_than`` s; marks them re-enqueued now."""
+        overdue = sa.and_(
+            inv.status == Status.QUEUED.value, inv.enqueued_at < self._db.now - older_than
+        )
+        oldest = sa.select(inv.id).where(overdue).order_by(inv.seq).limit(limit)
+        async with self._db.transaction() as conn:
+            ids = list((await conn.execute(oldest)).scalars().all())
+            if not ids:
+                return []
+            rows = await conn.execute(
+                sa.update(invocations)
+                .where(overdue, inv.id.in_(ids))
+                .values(enqueued_at=self._db.now)
+                .returning(inv.id)
+            )
+            return list(rows.scalars().all())
+
+    async def delete_expired(self, retention: float, limit: int = 500) -> int:
+        """Delete up to ``limit`` terminal invocations finished before the retention period."""
+        expired = (
+            sa.select(inv.id)
+            .where(inv.status.in_(TERMINAL_VALUES), inv.finished_at < self._db.now - retention)
+            .limit(limit)
+        )
+        async with self._db.transaction() as conn:
+            ids = list((await conn.execute(expired)).scalars().all())
+            if not ids:
+                return 0
+            for table in (events, steps, waits):
+                await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(ids)))
+            await conn.execute(sa.delete(invocations).where(inv.id.in_(ids)))
+        return len(ids)
