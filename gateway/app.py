@@ -14,6 +14,7 @@ from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import resolve_auth
+from tether.gateway.body import read_body
 from tether.gateway.inputs import routes as input_routes
 from tether.gateway.keys import (
     ACCEPTOR,
@@ -104,7 +105,8 @@ def create_app(
     """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
     composition root runs a worker node beside it and hands both the same services."""
     app = web.Application(
-        client_max_size=settings.limits.max_body_bytes, middlewares=[errors_and_metrics]
+        client_max_size=settings.limits.max_body_bytes,
+        middlewares=[errors_and_metrics, read_body],
     )
     app[SETTINGS] = settings
     app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens

@@ -30,6 +30,11 @@ class GatewayMetrics:
         self.open_streams = Gauge(
             "tether_open_streams", "SSE streams open now.", registry=self.registry
         )
+        self.slow_readers_closed = Counter(
+            "tether_stream_slow_readers_closed",
+            "SSE streams closed because the reader fell too far behind.",
+            registry=self.registry,
+        )
         self.queued = Gauge(
             "tether_queued_invocations",
             "Queued invocations (as last read for admission control).",

@@ -40,6 +40,7 @@ ERRORS = {
     for code, text in [
         (400, "Invalid JSON"),
         (404, "Unknown id, or another owner's"),
+        (408, "Body not received within timers.body_read_timeout"),
         (409, "Id used for another request"),
         (413, "Body too large"),
         (422, "Validation failed"),

@@ -15,6 +15,7 @@ STATUS_FOR: dict[ErrorCode, int] = {
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.RATE_LIMITED: 429,
     ErrorCode.OVERLOADED: 503,
     ErrorCode.CANCELLED: 409,

@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from tether.channels import CANCEL_CHANNEL, events_channel
 from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
-from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS
 from tether.gateway.models import InvocationRequest, canonical_uuid, urls, view
 from tether.gateway.responses import ApiError, error_response, json_response
-from tether.gateway.sse import SSE_HEADERS, EventStream
+from tether.gateway.sse import serve_stream
 from tether.jsonvalue import InvalidJson, loads, request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
@@ -219,25 +219,7 @@ def last_event_id(request: web.Request) -> int:
 
 
 async def stream(request: web.Request, invocation_id: str, after: int) -> web.StreamResponse:
-    response = web.StreamResponse(status=200, headers=SSE_HEADERS)
-    await response.prepare(request)
-    services, metrics = request.app[SERVICES], request.app[METRICS]
-    events = EventStream(
-        services.store,
-        services.pubsub,
-        invocation_id,
-        response,
-        ping_interval=request.app[SETTINGS].timers.ping_interval,
-        last_sent=after,
-    )
-    metrics.open_streams.inc()
-    try:
-        await events.run(request.app[STREAMS])
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass  # the client went away
-    finally:
-        metrics.open_streams.dec()
-    return response
+    return await serve_stream(request, invocation_id, after)
 
 
 @routes.get("/api/invocations/{id}")

@@ -11,6 +11,7 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
     RATE_LIMITED = "rate_limited"
     OVERLOADED = "overloaded"
     INVOCATION_FAILED = "invocation_failed"
@@ -27,6 +28,7 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.NOT_FOUND: "no such invocation",
     ErrorCode.CONFLICT: "id was already used for another request",
     ErrorCode.PAYLOAD_TOO_LARGE: "the request body is too large",
+    ErrorCode.REQUEST_TIMEOUT: "the request body did not arrive in time",
     ErrorCode.RATE_LIMITED: "too many unfinished invocations for this caller",
     ErrorCode.OVERLOADED: "the server has too much queued work",
     ErrorCode.INVOCATION_FAILED: "the invocation failed",

@@ -2,6 +2,11 @@
 
 Pub/sub is never the truth. A subscriber that may have missed messages (the Redis connection
 dropped) receives :data:`RESYNC` and re-reads what it needs from the store.
+
+Each subscription holds at most ``max_pending_bytes`` of messages its reader has not taken yet.
+A reader that falls further behind (a stalled SSE client) loses them all and gets one
+:data:`RESYNC` in their place: memory stays bounded and nothing is lost, because a message is
+only a wake-up for something already in the store, and the re-read after RESYNC finds it there.
 """
 
 from __future__ import annotations
@@ -9,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
+import sys
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from typing import Final, Protocol
 
@@ -19,6 +25,7 @@ from redis.exceptions import RedisError
 from tether.channels import events_channel
 from tether.events import Event, encode_batch
 from tether.groupcommit import GroupCommit
+from tether.settings import STREAM_BUFFER_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -41,21 +48,54 @@ Message = str | _Resync | _Closing
 
 
 class Subscription:
-    """Messages of one channel, in order, as they arrive."""
+    """Messages of one channel, in order, as they arrive, up to ``max_pending_bytes`` untaken.
 
-    def __init__(self, channel: str) -> None:
+    A message that would pass the bound, and any RESYNC, replaces everything pending with one
+    RESYNC (what it replaces is in the store, which the reader re-reads on RESYNC). CLOSING
+    is kept apart and comes first: a closing process ends its streams without draining them.
+    """
+
+    def __init__(self, channel: str, max_pending_bytes: int = STREAM_BUFFER_BYTES) -> None:
         self.channel = channel
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self.max_pending_bytes = max_pending_bytes
+        self.pending_bytes = 0
+        self.overflows = 0
+        self._pending: deque[str | _Resync] = deque()
+        self._closing = False
+        self._arrived = asyncio.Event()
 
     def put(self, message: Message) -> None:
-        self._queue.put_nowait(message)
+        if isinstance(message, _Closing):
+            self._closing = True
+        elif isinstance(message, _Resync):
+            self._resync()
+        elif self.pending_bytes + sys.getsizeof(message) > self.max_pending_bytes:
+            self.overflows += 1
+            self._resync()
+        else:
+            self._pending.append(message)
+            self.pending_bytes += sys.getsizeof(message)
+        self._arrived.set()
+
+    def _resync(self) -> None:
+        self._pending.clear()
+        self._pending.append(RESYNC)
+        self.pending_bytes = 0
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or None after ``timeout`` seconds without one."""
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
+        if not (self._pending or self._closing):
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout)
+            except TimeoutError:
+                return None
+        if self._closing:
+            return CLOSING
+        message = self._pending.popleft()
+        if isinstance(message, str):
+            self.pending_bytes -= sys.getsizeof(message)
+        return message
 
 
 class PubSub(Protocol):
@@ -87,13 +127,17 @@ class _Fanout:
 class MemoryPubSub(_Fanout):
     """In-process pub/sub for ``tether dev`` and unit tests."""
 
+    def __init__(self, max_pending_bytes: int = STREAM_BUFFER_BYTES) -> None:
+        super().__init__()
+        self.max_pending_bytes = max_pending_bytes
+
     async def publish(self, channel: str, messages: list[str]) -> None:
         for message in messages:
             self.deliver(channel, message)
 
     @contextlib.asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:
-        sub = Subscription(channel)
+        sub = Subscription(channel, self.max_pending_bytes)
         self.subscribers[channel].add(sub)
         try:
             yield sub
@@ -121,8 +165,8 @@ class RedisPubSub(MemoryPubSub):
     and then reads the store cannot miss an event published in between.
     """
 
-    def __init__(self, url: str) -> None:
-        super().__init__()
+    def __init__(self, url: str, max_pending_bytes: int = STREAM_BUFFER_BYTES) -> None:
+        super().__init__(max_pending_bytes)
         self._redis = aioredis.Redis.from_url(url, health_check_interval=10)
         self._pubsub = self._redis.pubsub()
         self._confirmed: dict[str, asyncio.Future[None]] = {}
@@ -145,7 +189,7 @@ class RedisPubSub(MemoryPubSub):
 
     @contextlib.asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:
-        sub = Subscription(channel)
+        sub = Subscription(channel, self.max_pending_bytes)
         self.subscribers[channel].add(sub)
         try:
             try:

@@ -26,6 +26,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from tether.owners import owner_name_problem
 
 CONFIG_ENV = "TETHER_CONFIG"
+STREAM_BUFFER_BYTES = 256 * 1024
+"""Default of ``limits.stream_buffer_bytes``; also what a pub/sub built without settings uses."""
 
 
 class Timers(BaseModel):
@@ -63,6 +65,17 @@ class Timers(BaseModel):
         gt=0,
         description="How often each worker resumes parked runs whose sleep or wait timeout is due.",
     )
+    stream_send_timeout: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "An SSE reader that cannot take one send buffer within this is too far behind: its "
+            "stream is closed, and it reconnects with after=N."
+        ),
+    )
+    body_read_timeout: float = Field(
+        30.0, gt=0, description="A request body must arrive whole within this, else 408."
+    )
 
     @model_validator(mode="after")
     def stale_exceeds_heartbeat(self) -> Timers:
@@ -78,6 +91,15 @@ class Timers(BaseModel):
 class Limits(BaseModel):
     max_body_bytes: int = Field(1024 * 1024, gt=0, description="Largest accepted request body.")
     max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest event a handler may emit.")
+    stream_buffer_bytes: int = Field(
+        STREAM_BUFFER_BYTES,
+        ge=1024,
+        description=(
+            "Per-stream memory bound: pub/sub messages a subscriber has not taken yet (beyond it "
+            "they are dropped for a re-read of the store), a replay page, a chunk written to a "
+            "reader."
+        ),
+    )
     max_active_per_owner: int = Field(
         1000, ge=0, description="Non-terminal invocations one owner may have (0: no limit) → 429."
     )

@@ -26,7 +26,7 @@ async def distributed_services(
     settings: Settings, *, database_url: str | None = None
 ) -> AsyncIterator[Services]:
     store = Store.postgres(database_url or settings.database_url)
-    pubsub = RedisPubSub(settings.redis_url)
+    pubsub = RedisPubSub(settings.redis_url, settings.limits.stream_buffer_bytes)
     queue = Queue(AsyncEnqueuer(settings.redis_url, settings.worker.queue))
     async with opened(store, pubsub, queue) as services:
         yield services
@@ -37,7 +37,8 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
     """The embedded store, migrated, with a worker node running on this loop."""
     store = Store.embedded(settings.embedded_path)
     local = LocalQueue()
-    async with opened(store, MemoryPubSub(), Queue(local)) as services:
+    pubsub = MemoryPubSub(settings.limits.stream_buffer_bytes)
+    async with opened(store, pubsub, Queue(local)) as services:
         await store.migrate()
         async with run_node(settings=settings, services=services, app=app) as runtime:
             local.runtime = runtime

@@ -6,18 +6,12 @@ from __future__ import annotations
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError
 
 from tether.settings import Settings
+from tether.store.errors import SchemaMissing, StoreUnavailable
 
-UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE for a missing table
-SERVICE_ERRORS = (
-    OperationalError,
-    InterfaceError,
-    ProgrammingError,
-    RedisConnectionError,
-    RedisTimeoutError,
-)
+SERVICE_ERRORS = (StoreUnavailable, SchemaMissing, RedisConnectionError, RedisTimeoutError)
 
 
 def without_password(url: str) -> str:
@@ -32,15 +26,13 @@ def service_error_message(error: BaseException, settings: Settings) -> str | Non
     """One line for a service error a command raised, or None when it is not about reaching or
     preparing a service (a bug, to be raised as is)."""
     database = without_password(settings.database_url)
-    if isinstance(error, OperationalError | InterfaceError):
-        cause = type(error.orig or error).__name__
+    if isinstance(error, StoreUnavailable):
+        cause = str(error).split(":", 1)[0]  # the driver's error class, never its text
         return (
             f"cannot use PostgreSQL at {database} ({cause}): start it, or point "
             "TETHER_DATABASE_URL (database_url in --config) at one"
         )
-    if isinstance(error, ProgrammingError):
-        if getattr(error.orig, "sqlstate", None) != UNDEFINED_TABLE:
-            return None
+    if isinstance(error, SchemaMissing):
         return f"the database at {database} has no Tether tables: run `tether migrate` first"
     if isinstance(error, RedisConnectionError | RedisTimeoutError):
         return (

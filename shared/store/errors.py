@@ -22,6 +22,7 @@ MAX_LOGGED_CHARS = 200
 # SQLSTATE classes (PostgreSQL): the value was refused, or the server could not do the work.
 REFUSED_CLASSES = frozenset({"22", "23", "54"})  # data exception, constraint, program limit
 UNAVAILABLE_CLASSES = frozenset({"08", "25", "40", "53", "57", "58"})
+UNDEFINED_TABLE = "42P01"
 
 
 class Superseded(Exception):
@@ -43,6 +44,10 @@ class StoreError(Exception):
 class StoreUnavailable(StoreError):
     """The database could not do the work now (connection lost, timeout, locked, shutting
     down): nothing was written, and the same write may succeed later."""
+
+
+class SchemaMissing(StoreError):
+    """The database has no Tether tables (or not all of them): ``tether migrate`` was not run."""
 
 
 class ValueRefused(StoreError):
@@ -94,6 +99,8 @@ def _from_dbapi(exc: sa.exc.DBAPIError) -> StoreError:
         return StoreUnavailable(logged)
     sqlstate = getattr(driver_error, "sqlstate", None)
     if isinstance(sqlstate, str):  # PostgreSQL says exactly what went wrong
+        if sqlstate == UNDEFINED_TABLE:
+            return SchemaMissing(logged)
         if sqlstate[:2] in REFUSED_CLASSES:
             return ValueRefused(logged, REFUSED_MESSAGE)
         if sqlstate[:2] in UNAVAILABLE_CLASSES:
@@ -101,6 +108,8 @@ def _from_dbapi(exc: sa.exc.DBAPIError) -> StoreError:
         return StoreError(logged)
     if isinstance(exc, (sa.exc.IntegrityError, sa.exc.DataError)):
         return ValueRefused(logged, REFUSED_MESSAGE)
+    if isinstance(exc, sa.exc.OperationalError) and "no such table" in str(driver_error):
+        return SchemaMissing(logged)  # SQLite's way of saying it
     if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
         return StoreUnavailable(logged)
     return StoreError(logged)

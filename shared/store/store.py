@@ -32,6 +32,7 @@ from tether.store.errors import (
     StoreUnavailable,
     Superseded,
     ValueRefused,
+    wrapped,
 )
 from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
@@ -91,7 +92,8 @@ class Store:
         return Store(create_engine(self.engine.url, pool_size=1))
 
     async def migrate(self) -> list[str]:
-        return await migrate(self.engine)
+        with wrapped():
+            return await migrate(self.engine)
 
     async def close(self) -> None:
         await self.engine.dispose()

@@ -1,6 +1,7 @@
 """The app the contract and fault tests run: its behaviour is chosen by the input.
 
-Input keys (all optional): ``emit`` (number of ``tick`` events), ``sleep`` (seconds to await
+Input keys (all optional): ``emit`` (number of ``tick`` events), ``pad`` (characters of filler
+in each tick), ``sleep`` (seconds to await
 before returning), ``block_sleep`` (seconds of time.sleep, blocking the loop), ``fail`` (raise
 with a secret message), ``output`` (what to return), ``nan`` (return NaN), ``wait_cancel`` (await
 forever), ``bad_event`` (emit a reserved event type), ``unstorable`` (return half an emoji, a
@@ -51,8 +52,9 @@ async def durably(spec: dict[str, Any], ctx: InvocationContext) -> dict[str, Any
 async def behave(input: Any, ctx: InvocationContext) -> Any:
     spec = input if isinstance(input, dict) else {}
     durable = await durably(spec, ctx)
+    pad = {"pad": "x" * int(spec["pad"])} if spec.get("pad") else {}
     for i in range(int(spec.get("emit", 0))):
-        await ctx.emit({"type": "tick", "i": i, "attempt": ctx.attempt})
+        await ctx.emit({"type": "tick", "i": i, "attempt": ctx.attempt, **pad})
         if spec.get("emit_sleep"):
             await asyncio.sleep(float(spec["emit_sleep"]))
     if spec.get("bad_event"):

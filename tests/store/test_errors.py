@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from tether.jsonvalue import InvalidJson
 from tether.store.errors import (
+    SchemaMissing,
     StoreError,
     StoreUnavailable,
     ValueRefused,
@@ -42,7 +43,12 @@ class PgError(Exception):
         (dbapi(PgError("08006", "server closed the connection")), StoreUnavailable),
         (dbapi(PgError("57P01", "terminating connection")), StoreUnavailable),
         (dbapi(PgError("40P01", "deadlock detected")), StoreUnavailable),
-        (dbapi(PgError("42P01", "relation does not exist")), StoreError),
+        (dbapi(PgError("42P01", "relation does not exist")), SchemaMissing),
+        (dbapi(PgError("42601", "syntax error")), StoreError),
+        (
+            dbapi(sqlite3.OperationalError("no such table: x"), sa.exc.OperationalError),
+            SchemaMissing,
+        ),
         (dbapi(sqlite3.IntegrityError("NOT NULL"), sa.exc.IntegrityError), ValueRefused),
         (dbapi(sqlite3.OperationalError("locked"), sa.exc.OperationalError), StoreUnavailable),
         (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), ValueRefused),

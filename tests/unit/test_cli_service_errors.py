@@ -8,6 +8,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from tether.cli.service_errors import service_error_message, without_password
 from tether.settings import Settings
+from tether.store.errors import SchemaMissing, StoreUnavailable, store_error
 
 SETTINGS = Settings(
     database_url="postgresql+psycopg://app:s3cret@db.internal:5432/tether",
@@ -25,7 +26,10 @@ def test_a_url_loses_its_password_and_an_unparsable_one_is_hidden() -> None:
 
 
 def test_an_unreachable_database_is_named_without_its_password() -> None:
-    error = OperationalError("SELECT 1", {}, psycopg.OperationalError("refused s3cret"))
+    error = store_error(
+        OperationalError("SELECT 1", {}, psycopg.OperationalError("refused s3cret"))
+    )
+    assert isinstance(error, StoreUnavailable)
     message = service_error_message(error, SETTINGS)
     assert message is not None
     assert "postgresql+psycopg://app:***@db.internal:5432/tether (OperationalError)" in message
@@ -40,6 +44,8 @@ def test_an_unreachable_redis_is_named_without_its_password() -> None:
 
 
 def test_a_missing_table_says_to_migrate_and_other_sql_errors_are_not_explained_away() -> None:
-    missing = ProgrammingError("SELECT", {}, UndefinedTable())
+    missing = store_error(ProgrammingError("SELECT", {}, UndefinedTable()))
+    assert isinstance(missing, SchemaMissing)
     assert "run `tether migrate` first" in (service_error_message(missing, SETTINGS) or "")
-    assert service_error_message(ProgrammingError("SELECT", {}, Exception()), SETTINGS) is None
+    other = store_error(ProgrammingError("SELECT", {}, Exception()))
+    assert other is not None and service_error_message(other, SETTINGS) is None

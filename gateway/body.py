@@ -1,0 +1,64 @@
+"""Request bodies, read whole and in time before any handler runs; a client that leaves is no error.
+
+Every request that has a body gets it read here, within ``timers.body_read_timeout`` and
+``limits.max_body_bytes`` (aiohttp's ``client_max_size``); handlers then find it cached
+(``request.read()``, ``.json()``, ``.post()``), custom routes included.
+
+- too slow (a silent or trickling upload): 408 ``request_timeout``, and the connection closes
+  instead of waiting for the rest;
+- too large: 413 ``payload_too_large``;
+- the client disconnected, mid-upload or while its request was being answered: nobody is left to
+  answer, so this is a normal event: logged at DEBUG without a traceback, and counted as 499
+  (nginx's "client closed request") instead of a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from tether.errors import ErrorCode
+from tether.gateway.keys import SETTINGS
+from tether.gateway.responses import ApiError, error_response
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLIENT_CLOSED_REQUEST = 499
+
+
+@web.middleware
+async def read_body(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.body_exists:
+        timeout = request.app[SETTINGS].timers.body_read_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                await request.read()
+        except TimeoutError:
+            log.info(
+                "%s %s: request body not received within %gs", request.method, request.path, timeout
+            )
+            response = error_response(ErrorCode.REQUEST_TIMEOUT)
+            response.force_close()  # the rest of the body is never read
+            return response
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE) from None
+        except ConnectionResetError:
+            return client_left(request, "mid-upload")
+    try:
+        return await handler(request)
+    except ConnectionResetError:
+        if not is_gone(request):
+            raise
+        return client_left(request, "before its answer")
+
+
+def is_gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+def client_left(request: web.Request, when: str) -> web.Response:
+    log.debug("%s %s: the client disconnected %s", request.method, request.path, when)
+    return web.Response(status=CLIENT_CLOSED_REQUEST, reason="Client Closed Request")
