@@ -16,8 +16,8 @@ from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import Unauthorized
 from tether.gateway.keys import ACCEPTOR, AGENT_APP, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
 from tether.gateway.metrics import GatewayMetrics
-from tether.gateway.openapi import build_openapi
-from tether.gateway.responses import ApiError, error_response, json_response
+from tether.gateway.openapi import openapi_text
+from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
@@ -25,6 +25,28 @@ from tether.settings import Settings
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+HTTP_ERROR_CODES: dict[int, ErrorCode] = {
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.NOT_FOUND,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+}
+"""aiohttp's own refusals (no route, wrong method, too large), in the one error shape."""
+KEPT_HEADERS = ("Allow",)
+
+
+def http_error(exc: web.HTTPException) -> web.Response:
+    if exc.status >= 500:
+        return internal_error()
+    headers = {name: exc.headers[name] for name in KEPT_HEADERS if name in exc.headers}
+    code = HTTP_ERROR_CODES.get(exc.status, ErrorCode.INVALID_REQUEST)
+    return error_response(code, http_status=exc.status, message=exc.reason, headers=headers)
+
+
+def internal_error() -> web.Response:
+    return error_response(ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error")
 
 
 @web.middleware
@@ -45,16 +67,12 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
             ErrorCode.INVALID_REQUEST, http_status=401, message="missing or unknown bearer token"
         )
     except web.HTTPException as exc:
-        if exc.status >= 400:
-            code = ErrorCode.NOT_FOUND if exc.status in (404, 405) else ErrorCode.INVALID_REQUEST
-            response = error_response(code, http_status=exc.status, message=exc.reason)
-        else:
+        if exc.status < 400:
             raise
+        response = http_error(exc)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
-        response = error_response(
-            ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error"
-        )
+        response = internal_error()
     metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
     metrics.requests.labels(request.method, route, str(response.status)).inc()
     return response
@@ -70,7 +88,7 @@ async def metrics_view(request: web.Request) -> web.Response:
 
 
 async def openapi_view(request: web.Request) -> web.Response:
-    return json_response(build_openapi())
+    return web.Response(text=openapi_text(), content_type="application/json")
 
 
 async def close_streams(app: web.Application) -> None:

@@ -1,158 +1,343 @@
-"""The OpenAPI document, generated from the pydantic models that validate requests."""
+"""``/openapi.json``, generated from the models the gateway validates requests with and builds
+every JSON answer from (:mod:`tether.gateway.models`)."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
+from pydantic.json_schema import models_json_schema
 
+from tether.errors import ErrorCode
 from tether.gateway.models import (
     AcceptedResponse,
+    CompletedResponse,
+    Cursor,
     ErrorResponse,
+    HealthResponse,
+    InvocationErrorResponse,
     InvocationPage,
     InvocationRequest,
     InvocationView,
+    ListQuery,
+    ReadyResponse,
 )
+from tether.jsonvalue import MAX_DEPTH
 
-MODELS: list[type[BaseModel]] = [
-    InvocationRequest,
-    InvocationView,
+REF = "#/components/schemas/{model}"
+REQUESTS: list[type[BaseModel]] = [InvocationRequest]
+ANSWERS: list[type[BaseModel]] = [
+    CompletedResponse,
     AcceptedResponse,
+    InvocationView,
     InvocationPage,
     ErrorResponse,
+    InvocationErrorResponse,
+    HealthResponse,
+    ReadyResponse,
 ]
+Json = dict[str, Any]
 
 
-def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{model.__name__}"}
+def ref(model: type[BaseModel]) -> Json:
+    return {"$ref": REF.format(model=model.__name__)}
 
 
-def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+def error_schema(*codes: ErrorCode) -> Json:
+    """The error shape, narrowed to the codes an answer can carry."""
+    if not codes:
+        return ref(ErrorResponse)
+    narrowed = {"enum": [code.value for code in codes]}
+    return {"allOf": [ref(ErrorResponse), _with_code(narrowed)]}
 
 
-SSE: dict[str, Any] = {
-    "description": "Server-sent events",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+def ended_schema(status: str, code: Json) -> Json:
+    """A sync caller's answer for a run that ended without output, narrowed to one status."""
+    narrowed = {"properties": {"status": {"const": status}, **_with_code(code)["properties"]}}
+    return {"allOf": [ref(InvocationErrorResponse), narrowed]}
+
+
+def _with_code(code: Json) -> Json:
+    return {"properties": {"error": {"properties": {"code": code}}}}
+
+
+def json_content(schema: Json) -> Json:
+    return {"application/json": {"schema": schema}}
+
+
+def answer(description: str, schema: Json, headers: Json | None = None) -> Json:
+    body: Json = {"description": description, "content": json_content(schema)}
+    return body if headers is None else {**body, "headers": headers}
+
+
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    }
 }
-ERRORS = {
-    str(code): _json(ErrorResponse, text)
-    for code, text in [
-        (400, "Invalid JSON"),
-        (404, "Unknown id, or another owner's"),
-        (409, "Id used for another request"),
-        (413, "Body too large"),
-        (422, "Validation failed"),
-        (429, "Owner over its concurrency limit"),
-        (503, "Queue over its admission limit"),
+ALLOW = {
+    "Allow": {
+        "description": "The methods the path serves",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+}
+
+
+def use(name: str) -> Json:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+RESPONSES: Json = {
+    "BadJson": answer(
+        f"Not JSON, or JSON that cannot be stored: NaN, Infinity, NUL characters, lone "
+        f"surrogates, nesting deeper than {MAX_DEPTH} levels",
+        error_schema(ErrorCode.INVALID_REQUEST),
+    ),
+    "Unauthorized": answer("Bearer mode: a missing or unknown token", error_schema()),
+    "NotFound": answer("No such invocation, or another owner's", error_schema(ErrorCode.NOT_FOUND)),
+    "MethodNotAllowed": answer(
+        "A method this path does not serve", error_schema(ErrorCode.NOT_FOUND), ALLOW
+    ),
+    "PayloadTooLarge": answer(
+        "Body over limits.max_body_bytes", error_schema(ErrorCode.PAYLOAD_TOO_LARGE)
+    ),
+    "UnsupportedMediaType": answer(
+        "A POST whose Content-Type is not application/json (or application/*+json); a browser "
+        "form cannot start or cancel a run",
+        error_schema(ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+    ),
+    "Invalid": answer(
+        "Validation failed (the message names the field)", error_schema(ErrorCode.INVALID_REQUEST)
+    ),
+    "RateLimited": answer(
+        "The caller has limits.max_active_per_owner unfinished invocations",
+        error_schema(ErrorCode.RATE_LIMITED),
+        RETRY_AFTER,
+    ),
+    "Overloaded": answer(
+        "The queue holds limits.max_queued invocations",
+        error_schema(ErrorCode.OVERLOADED),
+        RETRY_AFTER,
+    ),
+    "InternalError": answer("An unexpected server error (details only in the log)", error_schema()),
+}
+SSE: Json = {
+    "schema": {"type": "string"},
+    "description": "Frames `id: <cursor>\\nevent: <type>\\ndata: <json>\\n\\n` and `: ping` "
+    "comments, closed after the terminal event (run.completed, run.failed or run.cancelled)",
+}
+ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+
+def cursor_parameters() -> list[Json]:
+    schema = TypeAdapter(Cursor).json_schema()
+    text = schema.pop("description")
+    return [
+        {"name": "after", "in": "query", "required": False, "schema": schema, "description": text},
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "required": False,
+            "schema": schema,
+            "description": f"Used when `after` is absent (EventSource reconnects). {text}",
+        },
     ]
-}
-ID_PARAM = {
-    "name": "id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "format": "uuid"},
-}
 
 
-def build_openapi() -> dict[str, Any]:
-    schemas: dict[str, Any] = {}
-    for model in MODELS:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-    invocation = "/api/invocations/{id}"
-    paths: dict[str, Any] = {
-        "/api/invocations": {
-            "post": {
-                "summary": "Submit an invocation (sync, stream or background)",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref(InvocationRequest)}},
+def query_parameters(model: type[BaseModel], schemas: Json) -> list[Json]:
+    """One query parameter per field of ``model``; ``X | None`` fields become optional X."""
+    schema = model.model_json_schema(ref_template=REF)
+    schemas.update(schema.pop("$defs", {}))
+    out = []
+    for name, prop in schema["properties"].items():
+        prop.pop("title", None)
+        if prop.get("default", 0) is None:
+            del prop["default"]
+        variants = [v for v in prop.pop("anyOf", []) if v != {"type": "null"}]
+        if len(variants) == 1:
+            prop.update(variants[0])
+        text = prop.pop("description", None)
+        parameter = {"name": name, "in": "query", "required": False, "schema": prop}
+        out.append(parameter if text is None else {**parameter, "description": text})
+    return out
+
+
+def component_schemas() -> Json:
+    _, top = models_json_schema(
+        [(m, "validation") for m in REQUESTS] + [(m, "serialization") for m in ANSWERS],
+        ref_template=REF,
+    )
+    schemas: Json = top["$defs"]
+    return schemas
+
+
+def invocations_path(schemas: Json) -> Json:
+    return {
+        "post": {
+            "summary": "Submit an invocation: sync (default), stream or background",
+            "parameters": cursor_parameters(),
+            "requestBody": {"required": True, "content": json_content(ref(InvocationRequest))},
+            "responses": {
+                "200": {
+                    "description": "Sync: the run completed. Stream: the events, even when the "
+                    "run fails",
+                    "content": {**json_content(ref(CompletedResponse)), "text/event-stream": SSE},
                 },
-                "responses": {
-                    "200": {
-                        "description": "Completed (sync), or an SSE stream (stream)",
-                        "content": {
-                            "application/json": {"schema": _ref(InvocationView)},
-                            "text/event-stream": {"schema": {"type": "string"}},
-                        },
+                "202": answer(
+                    "Background, or sync still running after timers.sync_timeout",
+                    ref(AcceptedResponse),
+                ),
+                "400": use("BadJson"),
+                "401": use("Unauthorized"),
+                "409": answer(
+                    "The id was used for another request or by another owner (one answer for "
+                    "both), or (sync) the run was cancelled",
+                    {
+                        "oneOf": [
+                            error_schema(ErrorCode.CONFLICT),
+                            ended_schema("cancelled", {"const": ErrorCode.CANCELLED.value}),
+                        ]
                     },
-                    "202": _json(
-                        AcceptedResponse, "Accepted (background, or sync past sync_timeout)"
-                    ),
-                    "500": _json(ErrorResponse, "The invocation failed (sync)"),
-                    **ERRORS,
-                },
-            },
-            "get": {
-                "summary": "The caller's invocations, newest first",
-                "parameters": [
-                    {"name": n, "in": "query", "required": False, "schema": {"type": t}}
-                    for n, t in (
-                        ("status", "string"),
-                        ("session_id", "string"),
-                        ("limit", "integer"),
-                        ("cursor", "string"),
-                    )
-                ],
-                "responses": {"200": _json(InvocationPage, "A page"), **ERRORS},
+                ),
+                "413": use("PayloadTooLarge"),
+                "415": use("UnsupportedMediaType"),
+                "422": use("Invalid"),
+                "429": use("RateLimited"),
+                "500": answer(
+                    "Sync: the run failed (a fixed message, never the exception text); or an "
+                    "unexpected server error",
+                    {"oneOf": [ended_schema("failed", {}), error_schema()]},
+                ),
+                "503": use("Overloaded"),
             },
         },
-        invocation: {
+        "get": {
+            "summary": "The caller's invocations, newest first",
+            "parameters": query_parameters(ListQuery, schemas),
+            "responses": {
+                "200": answer("A page", ref(InvocationPage)),
+                "401": use("Unauthorized"),
+                "422": use("Invalid"),
+                "500": use("InternalError"),
+            },
+        },
+    }
+
+
+def invocation_paths() -> Json:
+    one = "/api/invocations/{id}"
+    status = answer("The status document", ref(InvocationView))
+    return {
+        one: {
             "get": {
                 "summary": "Status and result",
-                "parameters": [ID_PARAM],
-                "responses": {"200": _json(InvocationView, "The invocation"), **ERRORS},
-            },
+                "parameters": [ID],
+                "responses": {
+                    "200": status,
+                    "401": use("Unauthorized"),
+                    "404": use("NotFound"),
+                    "500": use("InternalError"),
+                },
+            }
         },
-        f"{invocation}/events": {
+        f"{one}/events": {
             "get": {
-                "summary": "Replay events after a cursor, then tail live events",
-                "parameters": [
-                    ID_PARAM,
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "integer", "minimum": 0},
+                "summary": "Replay the events after a cursor, then tail the live ones",
+                "parameters": [ID, *cursor_parameters()],
+                "responses": {
+                    "200": {
+                        "description": "Server-sent events",
+                        "content": {"text/event-stream": SSE},
                     },
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "integer"},
-                    },
-                ],
-                "responses": {"200": SSE, **ERRORS},
+                    "401": use("Unauthorized"),
+                    "404": use("NotFound"),
+                    "422": use("Invalid"),
+                    "500": use("InternalError"),
+                },
             }
         },
-        f"{invocation}/cancel": {
+        f"{one}/cancel": {
             "post": {
-                "summary": "Cancel (idempotent)",
-                "parameters": [ID_PARAM],
-                "responses": {"200": _json(InvocationView, "The invocation"), **ERRORS},
+                "summary": "Cancel (idempotent); a finished invocation is returned unchanged",
+                "parameters": [ID],
+                "requestBody": {
+                    "required": False,
+                    "description": "Ignored; the Content-Type must still be JSON",
+                    "content": json_content({"type": "object"}),
+                },
+                "responses": {
+                    "200": status,
+                    "401": use("Unauthorized"),
+                    "404": use("NotFound"),
+                    "415": use("UnsupportedMediaType"),
+                    "500": use("InternalError"),
+                },
             }
         },
+    }
+
+
+def service_paths() -> Json:
+    ready = ref(ReadyResponse)
+    return {
         "/healthz": {
-            "get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}
+            "get": {
+                "summary": "Liveness",
+                "responses": {"200": answer("Alive", ref(HealthResponse))},
+            }
         },
         "/readyz": {
             "get": {
                 "summary": "Database and pub/sub reachable",
-                "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+                "responses": {
+                    "200": answer("Ready", ready),
+                    "503": answer("Not ready (the same body)", ready),
+                },
             }
         },
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics",
-                "responses": {"200": {"description": "text format"}},
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "responses": {"200": answer("OpenAPI 3.1", {"type": "object"})},
             }
         },
     }
+
+
+def build_openapi() -> Json:
+    schemas = component_schemas()
+    paths = {"/api/invocations": invocations_path(schemas), **invocation_paths(), **service_paths()}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Tether", "version": "0.1.0", "description": "Durable agent server"},
+        "info": {
+            "title": "Tether",
+            "version": "0.1.0",
+            "description": "Durable agent server. Every error answer has one shape "
+            "(ErrorResponse); a method a path does not serve gets 405 with `Allow` "
+            "(components/responses/MethodNotAllowed), and an unknown path 404.",
+        },
         "paths": paths,
-        "components": {"schemas": schemas},
+        "components": {"schemas": schemas, "responses": RESPONSES},
     }
+
+
+@functools.cache
+def openapi_text() -> str:
+    """The document as served (built once per process)."""
+    return json.dumps(build_openapi(), separators=(",", ":"))

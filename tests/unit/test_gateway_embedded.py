@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests.apps.contract import app as contract_app
+from tests.openapi_check import checked_trace
 from tether import AgentApp, InvocationContext
 from tether.cli.compose import dev_app
 from tether.gateway.keys import STREAMS
@@ -28,7 +29,7 @@ async def client_for(
     aiohttp_client: ClientFactory, tmp_path: Path, app: AgentApp = contract_app, **overrides: Any
 ) -> TestClient[Any, Any]:
     client: TestClient[Any, Any] = await aiohttp_client(
-        dev_app(settings_for(tmp_path, **overrides), app)
+        dev_app(settings_for(tmp_path, **overrides), app), trace_configs=[checked_trace()]
     )
     return client
 
