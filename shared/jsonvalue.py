@@ -1,10 +1,7 @@
 """JSON values at the edge: strict encoding, canonical form, validation.
 
-PostgreSQL's JSONB rejects ``\\u0000``, JSON itself has no NaN or Infinity, and UTF-8 cannot carry
-a lone surrogate (``"\\ud800"`` parses, but no database or client can take it), so every value
-that will be stored passes through :func:`dumps` first and is refused with a clear error. What
-clients send is also refused past :data:`MAX_DEPTH` levels of nesting: every encoder on the way
-(``json``, pydantic, the database drivers) recurses, and each has its own, lower, limit.
+PostgreSQL's JSONB rejects ``\\u0000`` and JSON itself has no NaN or Infinity, so every value that
+will be stored passes through :func:`dumps` first and is refused with a clear error.
 """
 
 from __future__ import annotations
@@ -16,9 +13,6 @@ from typing import Any
 
 # JSON always escapes a real NUL as \u0000; an even run of backslashes before it is literal text.
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-MAX_DEPTH = 100
-"""Arrays and objects nested deeper than this are refused by :func:`loads`."""
-TOO_DEEP = f"JSON nested more than {MAX_DEPTH} levels deep is not accepted"
 
 
 class InvalidJson(ValueError):
@@ -30,38 +24,15 @@ def _reject_constant(name: str) -> Any:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text, refusing NaN/Infinity, NUL characters, lone surrogates and nesting
-    deeper than :data:`MAX_DEPTH`."""
+    """Parse JSON text, refusing NaN/Infinity and NUL characters."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except InvalidJson:
         raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidJson("body is not valid JSON") from exc
-    except RecursionError:
-        raise InvalidJson(TOO_DEEP) from None
-    if _may_nest_deeper(text) and _deeper_than(value, MAX_DEPTH):
-        raise InvalidJson(TOO_DEEP)
-    dumps(value)  # NUL and surrogate check
+    dumps(value)  # NUL check
     return value
-
-
-def _may_nest_deeper(text: str | bytes) -> bool:
-    """A cheap bound: fewer opening brackets than the limit cannot nest past it."""
-    if isinstance(text, bytes):
-        return text.count(b"[") + text.count(b"{") > MAX_DEPTH
-    return text.count("[") + text.count("{") > MAX_DEPTH
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
 
 
 def dumps(value: Any) -> str:
@@ -72,15 +43,8 @@ def dumps(value: Any) -> str:
         raise InvalidJson("NaN and Infinity are not valid JSON") from exc
     except TypeError as exc:
         raise InvalidJson(f"value is not JSON-serialisable: {type(value).__name__}") from exc
-    except RecursionError:
-        raise InvalidJson("the value is nested too deeply to encode") from None
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise InvalidJson("NUL characters (\\u0000) are not allowed")
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            raise InvalidJson("lone surrogates (\\ud800-\\udfff) are not allowed") from None
     return text
 
 
