@@ -1,7 +1,16 @@
-"""JSON values at the edge: strict encoding, canonical form, validation.
+"""JSON values and text at the edge: strict encoding, canonical form, validation.
 
-PostgreSQL's JSONB rejects ``\\u0000`` and JSON itself has no NaN or Infinity, so every value that
-will be stored passes through :func:`dumps` first and is refused with a clear error.
+Everything a column or an encoding could refuse is refused here first, with a clear error, so a
+bad value never reaches a database write it would share with other requests:
+
+- JSON has no NaN or Infinity, and Python refuses integers of more than 4,300 digits;
+- PostgreSQL rejects NUL (``\\u0000``) in ``text`` and ``jsonb``;
+- UTF-8 cannot encode a lone surrogate (``\\ud800``, half of a UTF-16 pair such as half an emoji),
+  which JSON text may spell and Python strings may hold;
+- nesting deeper than Python's recursion limit cannot be encoded at all.
+
+Every value that will be stored passes through :func:`dumps`, and every text through
+:func:`check_text`.
 """
 
 from __future__ import annotations
@@ -13,10 +22,16 @@ from typing import Any
 
 # JSON always escapes a real NUL as \u0000; an even run of backslashes before it is literal text.
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# In a Python string every surrogate code point is a lone one: a valid pair decodes to one
+# character.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+NUL_MESSAGE = "NUL characters (\\u0000) are not allowed"
+SURROGATE_MESSAGE = "lone surrogates (\\ud800-\\udfff, half of a character) are not allowed"
 
 
 class InvalidJson(ValueError):
-    """A value that cannot be stored as JSON (NaN, Infinity, NUL, or not JSON at all)."""
+    """A value that cannot be stored (NaN, Infinity, NUL, a lone surrogate, or not JSON)."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -24,28 +39,52 @@ def _reject_constant(name: str) -> Any:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text, refusing NaN/Infinity and NUL characters."""
+    """Parse JSON text, refusing what :func:`dumps` refuses."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except InvalidJson:
         raise
+    except RecursionError:
+        raise InvalidJson("JSON is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidJson("body is not valid JSON") from exc
-    dumps(value)  # NUL check
+    dumps(value)  # NUL and surrogate checks
     return value
 
 
 def dumps(value: Any) -> str:
-    """Encode a value as compact JSON, refusing what PostgreSQL or JSON cannot hold."""
+    """Encode a value as compact JSON, refusing what PostgreSQL, UTF-8 or JSON cannot hold."""
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise InvalidJson("value is nested too deeply") from None
     except ValueError as exc:
-        raise InvalidJson("NaN and Infinity are not valid JSON") from exc
+        raise InvalidJson(_value_error_message(exc)) from exc
     except TypeError as exc:
         raise InvalidJson(f"value is not JSON-serialisable: {type(value).__name__}") from exc
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
-        raise InvalidJson("NUL characters (\\u0000) are not allowed")
+        raise InvalidJson(NUL_MESSAGE)
+    if _SURROGATE.search(text):
+        raise InvalidJson(SURROGATE_MESSAGE)
     return text
+
+
+def check_text(text: str) -> None:
+    """Refuse a string that a ``text`` column cannot hold (NUL, lone surrogates)."""
+    if "\x00" in text:
+        raise InvalidJson(NUL_MESSAGE)
+    if _SURROGATE.search(text):
+        raise InvalidJson(SURROGATE_MESSAGE)
+
+
+def _value_error_message(exc: ValueError) -> str:
+    """Python's reason, in our own words (its text is not for clients)."""
+    reason = str(exc)
+    if "Circular reference" in reason:
+        return "value contains a circular reference"
+    if "digits" in reason:
+        return "integers of more than 4300 digits are not supported"
+    return "NaN and Infinity are not valid JSON"
 
 
 def canonical(value: Any) -> str:

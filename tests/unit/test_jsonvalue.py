@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tether.jsonvalue import InvalidJson, canonical, dumps, loads, request_hash
+from tether.jsonvalue import InvalidJson, canonical, check_text, dumps, loads, request_hash
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,42 @@ def test_canonical_form_ignores_key_order_and_whitespace() -> None:
     assert canonical({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == '{"a":[1,{"c":3,"d":2}],"b":1}'
     assert request_hash({"a": 1, "b": 2}, None) == request_hash({"b": 2, "a": 1}, None)
     assert request_hash(1, "s") != request_hash(1, None)
+
+
+@pytest.mark.parametrize("value", ["half an emoji \ud83d", {"k": ["\udc00"]}, {"\ud800": 1}])
+def test_dumps_refuses_lone_surrogates(value: object) -> None:
+    with pytest.raises(InvalidJson, match="surrogate"):
+        dumps(value)
+
+
+def test_dumps_refuses_integers_python_will_not_print() -> None:
+    with pytest.raises(InvalidJson, match="digits"):
+        dumps([10**5000])
+
+
+def test_a_whole_emoji_is_fine_whichever_way_json_spells_it() -> None:
+    assert loads('"\\ud83d\\ude00"') == "\U0001f600" == loads('"\U0001f600"')
+    assert dumps("\U0001f600") == '"\U0001f600"'
+
+
+@pytest.mark.parametrize("text", ['"\\ud800"', '["a", "\\udfff b"]', '{"\\udc00": 1}'])
+def test_loads_refuses_a_lone_surrogate_spelled_in_json(text: str) -> None:
+    with pytest.raises(InvalidJson, match="surrogate"):
+        loads(text)
+
+
+def test_nesting_too_deep_to_encode_is_refused_not_crashed() -> None:
+    with pytest.raises(InvalidJson, match="nested"):
+        loads("[" * 200_000 + "]" * 200_000)
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(InvalidJson, match="nested"):
+        dumps(deep)
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "\ud800", "x\udfffy"])
+def test_check_text_refuses_what_a_text_column_cannot_hold(text: str) -> None:
+    with pytest.raises(InvalidJson):
+        check_text(text)
+    check_text("ann@example.com ✓ \U0001f600")
