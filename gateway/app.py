@@ -17,6 +17,7 @@ from tether.gateway.auth import Unauthorized
 from tether.gateway.keys import ACCEPTOR, AGENT_APP, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import openapi_text
+from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
 from tether.pubsub import CLOSING, Subscription
@@ -107,8 +108,10 @@ def create_app(
 ) -> web.Application:
     """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
     composition root runs a worker node beside it and hands both the same services."""
+    json_posts = {r.handler for r in routes if isinstance(r, web.RouteDef) and r.method == "POST"}
     app = web.Application(
-        client_max_size=settings.limits.max_body_bytes, middlewares=[errors_and_metrics]
+        client_max_size=settings.limits.max_body_bytes,
+        middlewares=[errors_and_metrics, json_only(json_posts)],
     )
     app[SETTINGS] = settings
     app[AGENT_APP] = agent_app

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from tether.errors import MESSAGES, ErrorCode
+from tether.jsonvalue import check_text
 from tether.store.schema import Invocation, Status
 
 MAX_CURSOR = 2**63 - 1
@@ -50,9 +51,9 @@ def ascii_integer(value: object) -> object:
     return value
 
 
-def no_nul(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
+def storable_text(value: str) -> str:
+    """Text a column can hold (no NUL, no lone surrogate); InvalidJson is a ValueError."""
+    check_text(value)
     return value
 
 
@@ -66,7 +67,7 @@ Cursor = Annotated[
 ]
 SessionId = Annotated[
     StrictStr,
-    AfterValidator(no_nul),
+    AfterValidator(storable_text),
     Field(
         min_length=1,
         max_length=256,

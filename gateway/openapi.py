@@ -24,7 +24,7 @@ from tether.gateway.models import (
     ListQuery,
     ReadyResponse,
 )
-from tether.jsonvalue import MAX_DEPTH
+from tether.gateway.parsing import MAX_DEPTH
 
 REF = "#/components/schemas/{model}"
 REQUESTS: list[type[BaseModel]] = [InvocationRequest]

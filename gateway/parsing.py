@@ -5,6 +5,7 @@ Each refusal is a clear 4xx in the one error shape, raised before anything is st
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -16,7 +17,12 @@ from tether.gateway.responses import ApiError
 from tether.jsonvalue import InvalidJson, loads
 
 M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CURSOR: TypeAdapter[int] = TypeAdapter(Cursor)
+MAX_DEPTH = 100
+"""Request bodies nested deeper than this are refused: every encoder a value meets later (json,
+pydantic, the database drivers) recurses, each with its own limit, pydantic's near 250."""
+TOO_DEEP = f"JSON nested more than {MAX_DEPTH} levels deep is not accepted"
 
 
 def is_json_media_type(content_type: str) -> bool:
@@ -25,12 +31,21 @@ def is_json_media_type(content_type: str) -> bool:
     return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def require_json(request: web.Request) -> None:
-    """415 for a POST that is not declared JSON. Browsers send forms (``text/plain``,
+def json_only(posts: Collection[Handler]) -> Any:
+    """Middleware: 415 for a POST to one of ``posts`` (Tether's own routes, not custom ones)
+    that is not declared JSON, before its body is read. Browsers send forms (``text/plain``,
     ``application/x-www-form-urlencoded``, ``multipart/form-data``) and body-less ``fetch``
     calls cross-site without asking first; none of them may start or cancel a run."""
-    if "Content-Type" not in request.headers or not is_json_media_type(request.content_type):
-        raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "POST" and request.match_info.route.handler in posts:
+            declared = "Content-Type" in request.headers
+            if not declared or not is_json_media_type(request.content_type):
+                raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE)
+        return await handler(request)
+
+    return middleware
 
 
 async def read_json(request: web.Request) -> Any:
@@ -40,9 +55,29 @@ async def read_json(request: web.Request) -> Any:
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE) from None
     try:
-        return loads(raw)
+        value = loads(raw)
     except InvalidJson as exc:
         raise ApiError(ErrorCode.INVALID_REQUEST, status=400, message=str(exc)) from None
+    if may_nest_deeper(raw) and deeper_than(value, MAX_DEPTH):
+        raise ApiError(ErrorCode.INVALID_REQUEST, status=400, message=TOO_DEEP)
+    return value
+
+
+def may_nest_deeper(raw: bytes) -> bool:
+    """A cheap bound: fewer opening brackets than the limit cannot nest past it."""
+    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels deep (without recursing)."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 def validated(model: type[M], data: Any, what: str = "body") -> M:

@@ -26,7 +26,7 @@ from tether.gateway.models import (
     error_of,
     view,
 )
-from tether.gateway.parsing import cursor, read_json, require_json, validated
+from tether.gateway.parsing import cursor, read_json, validated
 from tether.gateway.responses import ApiError, json_response
 from tether.gateway.sse import SSE_HEADERS, EventStream
 from tether.jsonvalue import request_hash
@@ -56,7 +56,6 @@ async def owned_invocation(request: web.Request, owner: str) -> Invocation:
 async def create_invocation(request: web.Request) -> web.StreamResponse:
     settings, services = request.app[SETTINGS], request.app[SERVICES]
     owner = resolve_owner(request, settings.auth)
-    require_json(request)
     after = last_event_id(request)  # a stream's cursor is refused before anything is accepted
     req = validated(InvocationRequest, await read_json(request))
     await admit(request, req.id, owner)
@@ -220,7 +219,6 @@ async def get_events(request: web.Request) -> web.StreamResponse:
 @routes.post("/api/invocations/{id}/cancel")
 async def cancel_invocation(request: web.Request) -> web.Response:
     owner = resolve_owner(request, request.app[SETTINGS].auth)
-    require_json(request)
     invocation = await owned_invocation(request, owner)
     if invocation.status.is_terminal:
         return json_response(view(invocation))

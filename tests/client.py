@@ -97,7 +97,7 @@ class Api:
         ) as r:
             return r.status, await r.json()
 
-    async def list(self, **params: str) -> tuple[int, Any]:
+    async def page(self, **params: str) -> tuple[int, Any]:
         async with self.session.get(
             f"{self.base}/api/invocations", params=params, headers=self.headers
         ) as r:
