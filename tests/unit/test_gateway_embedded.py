@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from tests.apps.contract import app as contract_app
 from tests.openapi_check import checked_trace
 from tether import AgentApp, InvocationContext
 from tether.cli.compose import dev_app
-from tether.gateway.keys import STREAMS
+from tether.gateway.keys import QUEUED, STREAMS
 from tether.settings import load_settings
 
 ClientFactory = Any
@@ -68,12 +69,25 @@ async def test_queue_over_its_admission_limit_gets_503(
     assert (await client.post("/api/invocations", json=first)).status == 202
     queued = body(input=1, background=True)
     assert (await client.post("/api/invocations", json=queued)).status == 202
-    await asyncio.sleep(1.1)  # the admission gauge is read at most once a second
+    await wait_until(lambda: client.app[QUEUED].value(), 1)  # the gauge is read once a second
     r = await client.post("/api/invocations", json=body(input=2, background=True))
     assert r.status == 503 and "Retry-After" in r.headers
     assert (await r.json())["error"]["code"] == "overloaded"
     again = await client.post("/api/invocations", json=queued)  # a known id still answers
     assert again.status == 202
+    # ... but only to its owner: to anyone else it is as unknown as a fresh id
+    stranger = await client.post(
+        "/api/invocations", json=queued, headers={"X-Forwarded-User": "mallory"}
+    )
+    assert stranger.status == 503 and (await stranger.json())["error"]["code"] == "overloaded"
+
+
+async def wait_until(read: Callable[[], Awaitable[int]], at_least: int, within: float = 10) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while await read() < at_least:
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
 
 
 async def test_bearer_mode_requires_a_known_token(
