@@ -34,10 +34,11 @@ async def cancelled_while_queued(api: Api, session: str) -> tuple[dict[str, Any]
 
 async def cancelled_while_running(api: Api) -> tuple[dict[str, Any], Any]:
     """A sync caller waits on a running invocation, and its worker cancels the handler."""
-    body = {"id": new_id(), "input": {"emit": 1, "wait_cancel": True}}
+    invocation_id = new_id()
+    body = {"id": invocation_id, "input": {"emit": 1, "wait_cancel": True}}
     waiting = asyncio.create_task(api.post(body))
-    await api.wait_status(body["id"], {"active"})
-    assert (await api.cancel(body["id"]))[0] == 200
+    await api.wait_status(invocation_id, {"active"})
+    assert (await api.cancel(invocation_id))[0] == 200
     return body, await waiting
 
 

@@ -63,10 +63,11 @@ async def assert_nothing_stored(api: Api, invocation_id: str) -> None:
     ],
 )
 async def test_a_post_that_is_not_json_starts_nothing(api: Api, content_type: str | None) -> None:
-    body = {"id": new_id(), "input": 1}
+    invocation_id = new_id()
+    body = {"id": invocation_id, "input": 1}
     answer = await call(api, "POST", "/api/invocations", body=body, content_type=content_type)
     assert_refused(answer, 415, "unsupported_media_type")
-    await assert_nothing_stored(api, body["id"])
+    await assert_nothing_stored(api, invocation_id)
 
 
 async def test_json_media_types_with_parameters_or_a_suffix_are_json(api: Api) -> None:
@@ -153,10 +154,11 @@ BAD_CURSORS = [
 async def test_a_stream_with_a_bad_cursor_is_refused_before_it_is_accepted(
     api: Api, query: str, headers: dict[str, str]
 ) -> None:
-    body = {"id": new_id(), "input": 1, "stream": True}
+    invocation_id = new_id()
+    body = {"id": invocation_id, "input": 1, "stream": True}
     answer = await call(api, "POST", f"/api/invocations{query}", body=body, headers=headers)
     assert_refused(answer, 422, "invalid_request")
-    await assert_nothing_stored(api, body["id"])
+    await assert_nothing_stored(api, invocation_id)
     existing = new_id()
     await api.post({"id": existing, "input": 1})
     answer = await call(api, "GET", f"/api/invocations/{existing}/events{query}", headers=headers)
