@@ -11,6 +11,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from tether.errors import ErrorCode
+from tether.events import EVENT_TYPE
 from tether.gateway.models import (
     AcceptedResponse,
     CompletedResponse,
@@ -127,9 +128,18 @@ RESPONSES: Json = {
     "InternalError": answer("An unexpected server error (details only in the log)", error_schema()),
 }
 SSE: Json = {
-    "schema": {"type": "string"},
-    "description": "Frames `id: <cursor>\\nevent: <type>\\ndata: <json>\\n\\n` and `: ping` "
-    "comments, closed after the terminal event (run.completed, run.failed or run.cancelled)",
+    "schema": {
+        "description": "One event; frames `id: <cursor>\\nevent: <type>\\ndata: <json>\\n\\n` "
+        "and `: ping` comments, closed after the terminal event (run.completed, run.failed or "
+        "run.cancelled)",
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[1-9][0-9]*$", "description": "The cursor"},
+            "event": {"type": "string", "pattern": EVENT_TYPE.pattern},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+        },
+    }
 }
 ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
