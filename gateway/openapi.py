@@ -3,6 +3,7 @@ every JSON answer from (:mod:`tether.gateway.models`)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from typing import Any
@@ -187,107 +188,117 @@ def component_schemas() -> Json:
 
 
 def invocations_path(schemas: Json) -> Json:
+    return {"post": submit_operation(), "get": list_operation(schemas)}
+
+
+def submit_operation() -> Json:
     return {
-        "post": {
-            "summary": "Submit an invocation: sync (default), stream or background",
-            "parameters": cursor_parameters(),
-            "requestBody": {"required": True, "content": json_content(ref(InvocationRequest))},
-            "responses": {
-                "200": {
-                    "description": "Sync: the run completed. Stream: the events, even when the "
-                    "run fails",
-                    "content": {**json_content(ref(CompletedResponse)), "text/event-stream": SSE},
+        "summary": "Submit an invocation: sync (default), stream or background",
+        "parameters": cursor_parameters(),
+        "requestBody": {"required": True, "content": json_content(ref(InvocationRequest))},
+        "responses": {
+            "200": {
+                "description": "Sync: the run completed. Stream: the events, even when the "
+                "run fails",
+                "content": {**json_content(ref(CompletedResponse)), "text/event-stream": SSE},
+            },
+            "202": answer(
+                "Background, or sync still running after timers.sync_timeout",
+                ref(AcceptedResponse),
+            ),
+            "400": use("BadJson"),
+            "401": use("Unauthorized"),
+            "409": answer(
+                "The id was used for another request or by another owner (one answer for "
+                "both), or (sync) the run was cancelled",
+                {
+                    "oneOf": [
+                        error_schema(ErrorCode.CONFLICT),
+                        ended_schema("cancelled", {"const": ErrorCode.CANCELLED.value}),
+                    ]
                 },
-                "202": answer(
-                    "Background, or sync still running after timers.sync_timeout",
-                    ref(AcceptedResponse),
-                ),
-                "400": use("BadJson"),
-                "401": use("Unauthorized"),
-                "409": answer(
-                    "The id was used for another request or by another owner (one answer for "
-                    "both), or (sync) the run was cancelled",
-                    {
-                        "oneOf": [
-                            error_schema(ErrorCode.CONFLICT),
-                            ended_schema("cancelled", {"const": ErrorCode.CANCELLED.value}),
-                        ]
-                    },
-                ),
-                "413": use("PayloadTooLarge"),
-                "415": use("UnsupportedMediaType"),
-                "422": use("Invalid"),
-                "429": use("RateLimited"),
-                "500": answer(
-                    "Sync: the run failed (a fixed message, never the exception text); or an "
-                    "unexpected server error",
-                    {"oneOf": [ended_schema("failed", {}), error_schema()]},
-                ),
-                "503": use("Overloaded"),
-            },
+            ),
+            "413": use("PayloadTooLarge"),
+            "415": use("UnsupportedMediaType"),
+            "422": use("Invalid"),
+            "429": use("RateLimited"),
+            "500": answer(
+                "Sync: the run failed (a fixed message, never the exception text); or an "
+                "unexpected server error",
+                {"oneOf": [ended_schema("failed", {}), error_schema()]},
+            ),
+            "503": use("Overloaded"),
         },
-        "get": {
-            "summary": "The caller's invocations, newest first",
-            "parameters": query_parameters(ListQuery, schemas),
-            "responses": {
-                "200": answer("A page", ref(InvocationPage)),
-                "401": use("Unauthorized"),
-                "422": use("Invalid"),
-                "500": use("InternalError"),
-            },
+    }
+
+
+def list_operation(schemas: Json) -> Json:
+    return {
+        "summary": "The caller's invocations, newest first",
+        "parameters": query_parameters(ListQuery, schemas),
+        "responses": {
+            "200": answer("A page", ref(InvocationPage)),
+            "401": use("Unauthorized"),
+            "422": use("Invalid"),
+            "500": use("InternalError"),
         },
     }
 
 
 def invocation_paths() -> Json:
     one = "/api/invocations/{id}"
-    status = answer("The status document", ref(InvocationView))
     return {
-        one: {
-            "get": {
-                "summary": "Status and result",
-                "parameters": [ID],
-                "responses": {
-                    "200": status,
-                    "401": use("Unauthorized"),
-                    "404": use("NotFound"),
-                    "500": use("InternalError"),
-                },
-            }
+        one: {"get": status_operation()},
+        f"{one}/events": {"get": events_operation()},
+        f"{one}/cancel": {"post": cancel_operation()},
+    }
+
+
+STATUS = answer("The status document", ref(InvocationView))
+
+
+def status_operation() -> Json:
+    return {
+        "summary": "Status and result",
+        "parameters": [ID],
+        "responses": {
+            "200": STATUS,
+            "401": use("Unauthorized"),
+            "404": use("NotFound"),
+            "500": use("InternalError"),
         },
-        f"{one}/events": {
-            "get": {
-                "summary": "Replay the events after a cursor, then tail the live ones",
-                "parameters": [ID, *cursor_parameters()],
-                "responses": {
-                    "200": {
-                        "description": "Server-sent events",
-                        "content": {"text/event-stream": SSE},
-                    },
-                    "401": use("Unauthorized"),
-                    "404": use("NotFound"),
-                    "422": use("Invalid"),
-                    "500": use("InternalError"),
-                },
-            }
+    }
+
+
+def events_operation() -> Json:
+    return {
+        "summary": "Replay the events after a cursor, then tail the live ones",
+        "parameters": [ID, *cursor_parameters()],
+        "responses": {
+            "200": {"description": "Server-sent events", "content": {"text/event-stream": SSE}},
+            "401": use("Unauthorized"),
+            "404": use("NotFound"),
+            "422": use("Invalid"),
+            "500": use("InternalError"),
         },
-        f"{one}/cancel": {
-            "post": {
-                "summary": "Cancel (idempotent); a finished invocation is returned unchanged",
-                "parameters": [ID],
-                "requestBody": {
-                    "required": False,
-                    "description": "Ignored; the Content-Type must still be JSON",
-                    "content": json_content({"type": "object"}),
-                },
-                "responses": {
-                    "200": status,
-                    "401": use("Unauthorized"),
-                    "404": use("NotFound"),
-                    "415": use("UnsupportedMediaType"),
-                    "500": use("InternalError"),
-                },
-            }
+    }
+
+
+def cancel_operation() -> Json:
+    return {
+        "summary": "Cancel (idempotent); a finished invocation is returned unchanged",
+        "parameters": [ID],
+        "requestBody": {
+            "required": False,
+            "description": "Ignored; the Content-Type must still be JSON",
+            "content": json_content({"type": "object"}),
+        },
+        "responses": {
+            "200": STATUS,
+            "401": use("Unauthorized"),
+            "404": use("NotFound"),
+            "415": use("UnsupportedMediaType"),
+            "500": use("InternalError"),
         },
     }
 
@@ -331,9 +342,10 @@ def service_paths() -> Json:
 
 
 def build_openapi() -> Json:
+    """A fresh document (deep-copied: the constants it is made of stay untouched by its users)."""
     schemas = component_schemas()
     paths = {"/api/invocations": invocations_path(schemas), **invocation_paths(), **service_paths()}
-    return {
+    document = {
         "openapi": "3.1.0",
         "info": {
             "title": "Tether",
@@ -345,6 +357,7 @@ def build_openapi() -> Json:
         "paths": paths,
         "components": {"schemas": schemas, "responses": RESPONSES},
     }
+    return copy.deepcopy(document)
 
 
 @functools.cache
