@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.procs import Proc, cpu_seconds, free_port, http_ok, pids_named, wait_for
+from tests.procs import (
+    LOOPBACK_PROXY_AUTH,
+    Proc,
+    cpu_seconds,
+    free_port,
+    http_ok,
+    pids_named,
+    wait_for,
+)
 
 __all__ = ["Proc", "cpu_seconds", "free_port", "http_ok", "pids_named", "wait_for"]
 
@@ -148,6 +156,7 @@ class Launcher:
             PYTHONPATH=str(ROOT),
             PYTHONUNBUFFERED="1",
         )
+        env.update(LOOPBACK_PROXY_AUTH)  # bench/load.py sends X-Forwarded-User per owner
         env.update(self.env_overrides)
         env.update(extra or {})
         return env

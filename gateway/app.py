@@ -13,8 +13,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
-from tether.gateway.auth import Unauthorized
-from tether.gateway.keys import ACCEPTOR, AGENT_APP, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.gateway.auth import resolve_auth
+from tether.gateway.inputs import routes as input_routes
+from tether.gateway.keys import (
+    ACCEPTOR,
+    AGENT_APP,
+    AUTH,
+    METRICS,
+    QUEUED,
+    SERVICES,
+    SETTINGS,
+    STREAMS,
+)
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
@@ -63,10 +73,6 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
         response = await handler(request)
     except ApiError as exc:
         response = exc.response()
-    except Unauthorized:
-        response = error_response(
-            ErrorCode.INVALID_REQUEST, http_status=401, message="missing or unknown bearer token"
-        )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -108,12 +114,18 @@ def create_app(
 ) -> web.Application:
     """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
     composition root runs a worker node beside it and hands both the same services."""
-    json_posts = {r.handler for r in routes if isinstance(r, web.RouteDef) and r.method == "POST"}
+    json_posts = {
+        r.handler
+        for table in (routes, input_routes)
+        for r in table
+        if isinstance(r, web.RouteDef) and r.method == "POST"
+    }
     app = web.Application(
         client_max_size=settings.limits.max_body_bytes,
         middlewares=[errors_and_metrics, json_only(json_posts)],
     )
     app[SETTINGS] = settings
+    app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()
     open_streams: set[Subscription] = set()
@@ -130,6 +142,7 @@ def create_app(
     app.cleanup_ctx.append(services_ctx)
     app.on_shutdown.append(close_streams)
     app.add_routes(routes)
+    app.add_routes(input_routes)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     for route in agent_app.routes:

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from tether.app import AgentApp
 from tether.gateway.accept import Acceptor, QueuedGauge
+from tether.gateway.auth import Authenticator
 from tether.gateway.metrics import GatewayMetrics
 from tether.pubsub import Subscription
 from tether.services import Services
@@ -13,6 +14,7 @@ from tether.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)
+AUTH = web.AppKey("auth", Authenticator)
 AGENT_APP = web.AppKey("agent_app", AgentApp)
 METRICS = web.AppKey("metrics", GatewayMetrics)
 ACCEPTOR = web.AppKey("acceptor", Acceptor)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +24,7 @@ from pydantic import (
 
 from tether.errors import MESSAGES, ErrorCode
 from tether.jsonvalue import check_text
+from tether.outcomes import iso_utc
 from tether.store.schema import Invocation, Status
 
 MAX_CURSOR = 2**63 - 1
@@ -95,6 +95,15 @@ class InvocationRequest(BaseModel):
     background: StrictBool = Field(False, description="Answer 202 at once (wins over stream).")
 
 
+class InputRequest(BaseModel):
+    """``POST /api/invocations/{id}/input``: resolve what a parked invocation waits for."""
+
+    model_config = STRICT
+
+    wait: StrictStr = Field(min_length=1, max_length=128, description="The wait's name.")
+    value: Any = Field(description='Any JSON value; for an approval, {"decision": ...}.')
+
+
 class ListQuery(BaseModel):
     """The query of ``GET /api/invocations``."""
 
@@ -161,6 +170,24 @@ class OpenView(_StatusDocument):
     status: Literal[Status.QUEUED, Status.ACTIVE]
 
 
+class WaitEntry(BaseModel):
+    """One wait of a parked invocation; an approval adds ``approval_id``, ``tool_name``, ``args``
+    and ``annotations``, an input wait its ``prompt``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    wait: str
+    kind: Literal["input", "sleep"]
+    expires_at: Timestamp | None
+
+
+class WaitingView(_StatusDocument):
+    """Parked: holds no worker until what it waits for is resolved."""
+
+    status: Literal[Status.WAITING]
+    waiting_for: list[WaitEntry]
+
+
 class CompletedView(_StatusDocument):
     status: Literal[Status.COMPLETED]
     output: Any = Field(description="What the handler returned (any JSON value).")
@@ -181,7 +208,8 @@ class CancelledView(_StatusDocument):
 class InvocationView(
     RootModel[
         Annotated[
-            OpenView | CompletedView | FailedView | CancelledView, Field(discriminator="status")
+            OpenView | WaitingView | CompletedView | FailedView | CancelledView,
+            Field(discriminator="status"),
         ]
     ]
 ):
@@ -199,6 +227,19 @@ class CompletedResponse(BaseModel):
     output: Any = Field(description="What the handler returned (any JSON value).")
 
 
+class ParkedResponse(WaitingView):
+    """A sync caller's 202 for a run that parked: what it waits for, and where to follow it."""
+
+    status_url: str
+    events_url: str
+
+    @classmethod
+    def of(cls, parked: WaitingView) -> ParkedResponse:
+        where = status_url(parked.id)
+        fields = {**parked.model_dump(), "status_url": where, "events_url": f"{where}/events"}
+        return cls.model_validate(fields)
+
+
 class AcceptedResponse(BaseModel):
     """202: background mode, or a sync caller still waiting after ``sync_timeout``."""
 
@@ -211,13 +252,17 @@ class AcceptedResponse(BaseModel):
 
     @classmethod
     def of(cls, invocation: Invocation) -> AcceptedResponse:
-        status_url = f"/api/invocations/{invocation.id}"
+        where = status_url(invocation.id)
         return cls(
             id=invocation.id,
             status=invocation.status,
-            status_url=status_url,
-            events_url=f"{status_url}/events",
+            status_url=where,
+            events_url=f"{where}/events",
         )
+
+
+def status_url(invocation_id: str) -> str:
+    return f"/api/invocations/{invocation_id}"
 
 
 class InvocationPage(BaseModel):
@@ -254,12 +299,6 @@ class ReadyResponse(BaseModel):
 # -- from rows ------------------------------------------------------------------------------
 
 
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
-
-
 def error_of(invocation: Invocation) -> ErrorDetail:
     """The error a failed or cancelled invocation reports: its stored code and fixed message."""
     if invocation.status is Status.CANCELLED:
@@ -271,19 +310,21 @@ def error_of(invocation: Invocation) -> ErrorDetail:
     return ErrorDetail(code=code, message=invocation.error_message or MESSAGES[code])
 
 
-def view(invocation: Invocation) -> InvocationView:
-    """The status document of an invocation."""
+def view(invocation: Invocation, waiting_for: list[dict[str, Any]] | None = None) -> InvocationView:
+    """The status document of an invocation (``waiting_for``: the waits of a parked one)."""
     fields: dict[str, Any] = {
         "id": invocation.id,
         "status": invocation.status,
         "session_id": invocation.session_id,
         "attempt": invocation.attempt,
-        "created_at": _iso(invocation.created_at),
-        "started_at": _iso(invocation.started_at),
-        "finished_at": _iso(invocation.finished_at),
+        "created_at": iso_utc(invocation.created_at),
+        "started_at": iso_utc(invocation.started_at),
+        "finished_at": iso_utc(invocation.finished_at),
         "last_event_id": invocation.last_event_id,
     }
-    if invocation.status is Status.COMPLETED:
+    if invocation.status is Status.WAITING:
+        fields["waiting_for"] = waiting_for or []
+    elif invocation.status is Status.COMPLETED:
         fields["output"] = invocation.output
     elif invocation.status.is_terminal:
         fields["error"] = error_of(invocation)

@@ -19,20 +19,23 @@ from tether.gateway.models import (
     Cursor,
     ErrorResponse,
     HealthResponse,
+    InputRequest,
     InvocationErrorResponse,
     InvocationPage,
     InvocationRequest,
     InvocationView,
     ListQuery,
+    ParkedResponse,
     ReadyResponse,
 )
 from tether.gateway.parsing import MAX_DEPTH
 
 REF = "#/components/schemas/{model}"
-REQUESTS: list[type[BaseModel]] = [InvocationRequest]
+REQUESTS: list[type[BaseModel]] = [InvocationRequest, InputRequest]
 ANSWERS: list[type[BaseModel]] = [
     CompletedResponse,
     AcceptedResponse,
+    ParkedResponse,
     InvocationView,
     InvocationPage,
     ErrorResponse,
@@ -97,10 +100,18 @@ def use(name: str) -> Json:
 RESPONSES: Json = {
     "BadJson": answer(
         f"Not JSON, or JSON that cannot be stored: NaN, Infinity, NUL characters, lone "
-        f"surrogates, nesting deeper than {MAX_DEPTH} levels",
+        f"surrogates, nesting deeper than {MAX_DEPTH} levels; or an identity header sent twice "
+        f"or malformed",
         error_schema(ErrorCode.INVALID_REQUEST),
     ),
-    "Unauthorized": answer("Bearer mode: a missing or unknown token", error_schema()),
+    "BadIdentity": answer(
+        "An identity header sent twice or malformed", error_schema(ErrorCode.INVALID_REQUEST)
+    ),
+    "Unauthorized": answer(
+        "No trusted identity: a missing or unknown bearer token, or forwarded identity headers "
+        "from an untrusted peer (docs/security.md)",
+        error_schema(ErrorCode.UNAUTHENTICATED),
+    ),
     "NotFound": answer("No such invocation, or another owner's", error_schema(ErrorCode.NOT_FOUND)),
     "MethodNotAllowed": answer(
         "A method this path does not serve", error_schema(ErrorCode.NOT_FOUND), ALLOW
@@ -203,8 +214,9 @@ def submit_operation() -> Json:
                 "content": {**json_content(ref(CompletedResponse)), "text/event-stream": SSE},
             },
             "202": answer(
-                "Background, or sync still running after timers.sync_timeout",
-                ref(AcceptedResponse),
+                "Background, or sync still running after timers.sync_timeout, or (sync) parked "
+                "with what it waits for",
+                {"oneOf": [ref(AcceptedResponse), ref(ParkedResponse)]},
             ),
             "400": use("BadJson"),
             "401": use("Unauthorized"),
@@ -238,6 +250,7 @@ def list_operation(schemas: Json) -> Json:
         "parameters": query_parameters(ListQuery, schemas),
         "responses": {
             "200": answer("A page", ref(InvocationPage)),
+            "400": use("BadIdentity"),
             "401": use("Unauthorized"),
             "422": use("Invalid"),
             "500": use("InternalError"),
@@ -251,6 +264,7 @@ def invocation_paths() -> Json:
         one: {"get": status_operation()},
         f"{one}/events": {"get": events_operation()},
         f"{one}/cancel": {"post": cancel_operation()},
+        f"{one}/input": {"post": input_operation()},
     }
 
 
@@ -263,6 +277,7 @@ def status_operation() -> Json:
         "parameters": [ID],
         "responses": {
             "200": STATUS,
+            "400": use("BadIdentity"),
             "401": use("Unauthorized"),
             "404": use("NotFound"),
             "500": use("InternalError"),
@@ -276,6 +291,7 @@ def events_operation() -> Json:
         "parameters": [ID, *cursor_parameters()],
         "responses": {
             "200": {"description": "Server-sent events", "content": {"text/event-stream": SSE}},
+            "400": use("BadIdentity"),
             "401": use("Unauthorized"),
             "404": use("NotFound"),
             "422": use("Invalid"),
@@ -295,9 +311,32 @@ def cancel_operation() -> Json:
         },
         "responses": {
             "200": STATUS,
+            "400": use("BadIdentity"),
             "401": use("Unauthorized"),
             "404": use("NotFound"),
             "415": use("UnsupportedMediaType"),
+            "500": use("InternalError"),
+        },
+    }
+
+
+def input_operation() -> Json:
+    return {
+        "summary": "Resolve a wait of a parked invocation (owner only, idempotent)",
+        "parameters": [ID],
+        "requestBody": {"required": True, "content": json_content(ref(InputRequest))},
+        "responses": {
+            "200": STATUS,
+            "400": use("BadJson"),
+            "401": use("Unauthorized"),
+            "404": use("NotFound"),
+            "409": answer(
+                "The wait was resolved otherwise, or the invocation is not waiting for it",
+                error_schema(ErrorCode.CONFLICT),
+            ),
+            "413": use("PayloadTooLarge"),
+            "415": use("UnsupportedMediaType"),
+            "422": use("Invalid"),
             "500": use("InternalError"),
         },
     }

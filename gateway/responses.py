@@ -11,6 +11,7 @@ from tether.jsonvalue import dumps
 
 STATUS_FOR: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 422,
+    ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,

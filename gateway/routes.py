@@ -10,9 +10,8 @@ from aiohttp import web
 
 from tether.channels import CANCEL_CHANNEL, events_channel
 from tether.errors import ErrorCode
-from tether.events import Event, decode_batch
-from tether.gateway.auth import resolve_owner
-from tether.gateway.keys import ACCEPTOR, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
+from tether.events import RUN_WAITING, Event, decode_batch
+from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS, STREAMS
 from tether.gateway.models import (
     AcceptedResponse,
     CompletedResponse,
@@ -20,8 +19,11 @@ from tether.gateway.models import (
     InvocationErrorResponse,
     InvocationPage,
     InvocationRequest,
+    InvocationView,
     ListQuery,
+    ParkedResponse,
     ReadyResponse,
+    WaitingView,
     canonical_uuid,
     error_of,
     view,
@@ -40,8 +42,9 @@ routes = web.RouteTableDef()
 WAIT_RECHECK = 5.0
 
 
-async def owned_invocation(request: web.Request, owner: str) -> Invocation:
-    """The invocation named in the path, if ``owner`` owns it; 404 otherwise."""
+async def owned_invocation(request: web.Request) -> Invocation:
+    """The invocation named in the path, if the caller owns it; 404 otherwise."""
+    owner = request.app[AUTH].owner(request)  # first: an unknown caller learns nothing
     try:
         invocation_id = canonical_uuid(request.match_info["id"])
     except ValueError:
@@ -54,8 +57,8 @@ async def owned_invocation(request: web.Request, owner: str) -> Invocation:
 
 @routes.post("/api/invocations")
 async def create_invocation(request: web.Request) -> web.StreamResponse:
-    settings, services = request.app[SETTINGS], request.app[SERVICES]
-    owner = resolve_owner(request, settings.auth)
+    services = request.app[SERVICES]
+    owner = request.app[AUTH].owner(request)
     after = last_event_id(request)  # a stream's cursor is refused before anything is accepted
     req = validated(InvocationRequest, await read_json(request))
     await admit(request, req.id, owner)
@@ -111,7 +114,8 @@ async def answer_sync(
     request: web.Request, invocation: Invocation, sub: Subscription
 ) -> web.Response:
     """200 with the output; 500 failed, 409 cancelled (one answer whoever cancelled it); 202
-    with the URLs to follow when it is still running after ``sync_timeout``."""
+    with what it waits for when it parked; 202 with the URLs to follow when it is still running
+    after ``sync_timeout``."""
     limit = request.app[SETTINGS].timers.sync_timeout
     invocation = await wait_until_terminal(request, invocation, sub, limit)
     if invocation.status is Status.COMPLETED:
@@ -125,7 +129,22 @@ async def answer_sync(
             error=error, detail=error.message, id=invocation.id, status=invocation.status
         )
         return json_response(ended, 409 if invocation.status is Status.CANCELLED else 500)
+    if invocation.status is Status.WAITING:  # parked: the caller can act on what it waits for
+        parked = (await status_document(request, invocation)).root
+        assert isinstance(parked, WaitingView)
+        return json_response(ParkedResponse.of(parked), 202)
     return json_response(AcceptedResponse.of(invocation), 202)
+
+
+async def status_document(request: web.Request, invocation: Invocation) -> InvocationView:
+    """``view`` of one invocation, with its waits when it is parked."""
+    return (await status_documents(request, [invocation]))[0]
+
+
+async def status_documents(request: web.Request, page: list[Invocation]) -> list[InvocationView]:
+    parked = [i.id for i in page if i.status is Status.WAITING]
+    waits = await request.app[SERVICES].store.journal.waiting_for(parked) if parked else {}
+    return [view(i, [w.entry() for w in waits.get(i.id, [])]) for i in page]
 
 
 async def wait_until_terminal(
@@ -133,19 +152,24 @@ async def wait_until_terminal(
 ) -> Invocation:
     """Woken by the terminal event on ``sub`` (subscribed before ``invocation`` was read); the
     outcome comes from that event when it carries it all, else from the store, which is also
-    re-read on a resync or a quiet spell."""
+    re-read on a resync or a quiet spell. A run that parks (``run.waiting``) ends the wait too."""
     store = request.app[SERVICES].store
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     current: Invocation | None = invocation
     while current is not None and not current.status.is_terminal:
+        if current.status is Status.WAITING:
+            break
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
         message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
         if isinstance(message, str):
-            terminal = [e for e in decode_batch(message) if e.is_terminal]
+            batch = decode_batch(message)
+            terminal = [e for e in batch if e.is_terminal]
             if not terminal:
+                if any(e.type == RUN_WAITING for e in batch):
+                    current = await store.get(invocation.id)
                 continue
             ended = ended_by(current, terminal[-1])
             if ended is not None:
@@ -204,22 +228,19 @@ async def stream(request: web.Request, invocation_id: str, after: int) -> web.St
 
 @routes.get("/api/invocations/{id}")
 async def get_invocation(request: web.Request) -> web.Response:
-    owner = resolve_owner(request, request.app[SETTINGS].auth)
-    return json_response(view(await owned_invocation(request, owner)))
+    return json_response(await status_document(request, await owned_invocation(request)))
 
 
 @routes.get("/api/invocations/{id}/events")
 async def get_events(request: web.Request) -> web.StreamResponse:
-    owner = resolve_owner(request, request.app[SETTINGS].auth)
+    invocation = await owned_invocation(request)
     after = last_event_id(request)
-    invocation = await owned_invocation(request, owner)
     return await stream(request, invocation.id, after)
 
 
 @routes.post("/api/invocations/{id}/cancel")
 async def cancel_invocation(request: web.Request) -> web.Response:
-    owner = resolve_owner(request, request.app[SETTINGS].auth)
-    invocation = await owned_invocation(request, owner)
+    invocation = await owned_invocation(request)
     if invocation.status.is_terminal:
         return json_response(view(invocation))
     services = request.app[SERVICES]
@@ -234,12 +255,12 @@ async def cancel_invocation(request: web.Request) -> web.Response:
                 "invocation %s: cancel publish failed (%s)", invocation.id, type(exc).__name__
             )
     current = await services.store.get(invocation.id)
-    return json_response(view(current or invocation))
+    return json_response(await status_document(request, current or invocation))
 
 
 @routes.get("/api/invocations")
 async def list_invocations(request: web.Request) -> web.Response:
-    owner = resolve_owner(request, request.app[SETTINGS].auth)
+    owner = request.app[AUTH].owner(request)
     query = validated(ListQuery, dict(request.query), "query")
     page = await request.app[SERVICES].store.list_owned(
         owner,
@@ -249,7 +270,8 @@ async def list_invocations(request: web.Request) -> web.Response:
         limit=query.limit,
     )
     next_cursor = page[-1].seq if len(page) == query.limit else None
-    return json_response(InvocationPage(data=[view(i) for i in page], next_cursor=next_cursor))
+    data = await status_documents(request, page)
+    return json_response(InvocationPage(data=data, next_cursor=next_cursor))
 
 
 @routes.get("/healthz")

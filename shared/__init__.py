@@ -2,5 +2,6 @@
 
 from tether.app import AgentApp
 from tether.context import InvocationContext
+from tether.durable import StepFailed, WaitTimeout
 
-__all__ = ["AgentApp", "InvocationContext"]
+__all__ = ["AgentApp", "InvocationContext", "StepFailed", "WaitTimeout"]

@@ -63,11 +63,11 @@ class AgentApp:
                 self.name,
             )
 
-    def handler_for(self, attempt: int) -> Handler | None:
-        """The handler that runs a given attempt; ``None`` means the attempt cannot run."""
-        if attempt <= 1:
-            return self.invoke_handler
-        return self.recover_handler
+    def handler_for(self, is_recovery: bool) -> Handler | None:
+        """The handler that runs an attempt: ``@app.invoke`` for the first one and for one resumed
+        after a wait (it replays what was recorded), ``@app.recover`` for a replacement after a
+        crash; ``None`` means the attempt cannot run."""
+        return self.recover_handler if is_recovery else self.invoke_handler
 
 
 class AppLoadError(RuntimeError):

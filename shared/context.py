@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from tether.durable import Durable, JournalSink
 from tether.events import user_event_type
 from tether.jsonvalue import dumps
+from tether.store.journal import Recorded
 
 if TYPE_CHECKING:
     from databricks.sdk import WorkspaceClient
 
+T = TypeVar("T")
 
-class AttemptSink(Protocol):
+
+class AttemptSink(JournalSink, Protocol):
     """Where one attempt's writes go; every write is fenced on the attempt number."""
 
     async def emit(self, event_type: str, data: Any) -> int: ...
+
+    def last_cursor(self) -> int: ...
 
     async def save_checkpoint(self, state: Any) -> None: ...
 
@@ -39,19 +45,68 @@ class InvocationContext:
         sink: AttemptSink,
         max_event_bytes: int = 1024 * 1024,
         request_auth: RequestAuth | None = None,
+        is_recovery: bool | None = None,
+        recorded: Recorded | None = None,
+        inline_sleep_max: float = 5.0,
     ) -> None:
         self.invocation_id = invocation_id
         self.session_id = session_id
         self.attempt = attempt
         self.request_auth = request_auth
         self.cancel_requested = asyncio.Event()
+        self._is_recovery = attempt > 1 if is_recovery is None else is_recovery
         self._sink = sink
         self._max_event_bytes = max_event_bytes
+        self._durable = Durable(
+            sink, invocation_id, recorded or Recorded(), inline_sleep_max=inline_sleep_max
+        )
 
     @property
     def is_recovery(self) -> bool:
-        """True for a replacement attempt after a crash."""
-        return self.attempt > 1
+        """True for a replacement attempt after a crash (not for one resumed after a wait)."""
+        return self._is_recovery
+
+    @property
+    def step_key(self) -> str:
+        """Inside a function run by :meth:`step`: a key stable per invocation and step name, to
+        make the function's external call idempotent (the step may run again after a crash)."""
+        return self._durable.step_key
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+    ) -> T: ...
+
+    @overload
+    async def step(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` (async, or sync on a thread) at most once to completion
+        per invocation and return its JSON result; later attempts get the recorded result (or
+        :class:`tether.StepFailed` for a recorded error) without calling ``fn``. ``name`` is
+        unique within a run. A step cut short by a crash runs again."""
+        return await self._durable.step(name, fn, *args, **kwargs)
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable sleep: short ones sleep here; longer ones park the invocation and a timer
+        resumes it, whatever dies in between."""
+        await self._durable.sleep(seconds)
+
+    async def wait_for_input(
+        self,
+        name: str,
+        *,
+        prompt: Any = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable timeout, not an asyncio one)
+        details: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Park until a client posts a value for wait ``name``
+        (``POST /api/invocations/{id}/input``) and return it; raises
+        :class:`tether.WaitTimeout` after ``timeout`` seconds. ``prompt`` and ``details`` are
+        shown to clients in ``waiting_for``."""
+        return await self._durable.wait_for_input(
+            name, prompt=prompt, timeout=timeout, details=details
+        )
 
     async def emit(self, event: Mapping[str, Any]) -> int:
         """Append an event to the invocation's log and return its cursor.
@@ -63,6 +118,8 @@ class InvocationContext:
         data = dict(event)
         if len(dumps(data).encode()) > self._max_event_bytes:
             raise ValueError(f"event is larger than {self._max_event_bytes} bytes")
+        if self._durable.replaying:  # stored by the attempt that first ran this far
+            return self._sink.last_cursor()
         return await self._sink.emit(event_type, data)
 
     def load_checkpoint(self) -> Any:

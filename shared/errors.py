@@ -7,6 +7,7 @@ from enum import StrEnum
 
 class ErrorCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
+    UNAUTHENTICATED = "unauthenticated"
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     PAYLOAD_TOO_LARGE = "payload_too_large"
@@ -23,6 +24,7 @@ class ErrorCode(StrEnum):
 
 MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.INVALID_REQUEST: "the request is invalid",
+    ErrorCode.UNAUTHENTICATED: "the caller is not authenticated",
     ErrorCode.NOT_FOUND: "no such invocation",
     ErrorCode.CONFLICT: "id was already used for another request",
     ErrorCode.PAYLOAD_TOO_LARGE: "the request body is too large",

@@ -14,6 +14,8 @@ RUN_STARTED = "run.started"
 RUN_COMPLETED = "run.completed"
 RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
+RUN_WAITING = "run.waiting"
+RUN_RESUMED = "run.resumed"
 TERMINAL_EVENTS = frozenset({RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED})
 
 

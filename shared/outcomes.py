@@ -6,10 +6,19 @@ and its sync wait) goes through here, so a cancelled invocation looks the same w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from tether.errors import MESSAGES, ErrorCode
-from tether.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, RUN_STARTED, Event
+from tether.events import (
+    RUN_CANCELLED,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    RUN_WAITING,
+    Event,
+)
 from tether.store.schema import Status
 
 
@@ -62,9 +71,33 @@ def cancelled() -> Outcome:
     return Outcome(Status.CANCELLED, error_code=ErrorCode.CANCELLED)
 
 
-def started_data(attempt: int) -> dict[str, Any]:
-    """The payload of ``run.started``."""
-    return {"type": RUN_STARTED, "attempt": attempt}
+def started_data(attempt: int, *, resumed: bool = False) -> dict[str, Any]:
+    """The payload of the event that opens an attempt: ``run.started``, or ``run.resumed`` when
+    the attempt runs because a wait was resolved."""
+    return {"type": RUN_RESUMED if resumed else RUN_STARTED, "attempt": attempt}
+
+
+def iso_utc(epoch: float | None) -> str | None:
+    """A database-clock time as the API shows it: ISO 8601 in UTC with a ``Z``."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+
+
+RESERVED_WAIT_KEYS = frozenset({"wait", "kind", "expires_at"})
+
+
+def wait_entry(
+    name: str, kind: str, details: dict[str, Any], wake_at: float | None
+) -> dict[str, Any]:
+    """One entry of ``waiting_for`` (in the status document and in ``run.waiting``)."""
+    extra = {k: v for k, v in details.items() if k not in RESERVED_WAIT_KEYS}
+    return {"wait": name, "kind": kind, **extra, "expires_at": iso_utc(wake_at)}
+
+
+def waiting_data(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payload of ``run.waiting``: what the invocation parked on."""
+    return {"type": RUN_WAITING, "waiting_for": entries}
 
 
 def outcome_of(event: Event) -> Outcome | None:

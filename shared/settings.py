@@ -6,13 +6,24 @@ highest first: explicit overrides (command-line flags), environment, YAML file, 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from tether.owners import owner_name_problem
 
 CONFIG_ENV = "TETHER_CONFIG"
 
@@ -42,6 +53,16 @@ class Timers(BaseModel):
         30.0, gt=0, description="A sync POST answers 202 after waiting this long."
     )
     ping_interval: float = Field(15.0, gt=0, le=15.0, description="SSE keep-alive comment period.")
+    inline_sleep_max: float = Field(
+        5.0,
+        ge=0,
+        description="ctx.sleep up to this long sleeps in the process; longer ones park the run.",
+    )
+    timer_poll: float = Field(
+        0.25,
+        gt=0,
+        description="How often each worker resumes parked runs whose sleep or wait timeout is due.",
+    )
 
     @model_validator(mode="after")
     def stale_exceeds_heartbeat(self) -> Timers:
@@ -81,25 +102,90 @@ class WorkerSettings(BaseModel):
     queue: str = Field("tether", description="Dramatiq queue name.")
 
 
+AuthMode = Literal["auto", "none", "forwarded", "bearer"]
+Platform = Literal["auto", "databricks_apps", "none"]
+MIN_TOKEN_CHARS = 16
+
+
 class AuthSettings(BaseModel):
-    mode: Literal["forwarded", "none", "bearer"] = Field(
-        "forwarded",
+    """Who the caller is, and whom Tether believes about it (docs/security.md)."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # errors must not echo a token
+
+    mode: AuthMode = Field(
+        "auto",
         description=(
-            "forwarded: owner from X-Forwarded-User/X-Forwarded-Email (Databricks Apps), else "
-            "anonymous; none: everyone is 'anonymous'; bearer: Authorization: Bearer <token> "
-            "must be one of `tokens` (the owner is the token's name)."
+            "auto: what the other auth settings imply (forwarded with trusted_proxies or a "
+            "detected platform such as Databricks Apps, bearer with tokens, else none); "
+            "none: no authentication, every caller is the one user 'anonymous' (the server "
+            "refuses a non-loopback address unless started with --insecure); forwarded: the "
+            "owner is X-Forwarded-User (else X-Forwarded-Email) as set by a trusted proxy or "
+            "platform, and a request without one is refused; bearer: Authorization: Bearer "
+            "<token> must be one of `tokens`, and the owner is the token's name."
         ),
     )
-    tokens: dict[str, str] = Field(
-        default_factory=dict, description="bearer mode: owner name → token."
+    tokens: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description=(
+            "bearer mode: owner name → token (at least 16 visible ASCII characters, each "
+            'token unique); in the environment as JSON, e.g. {"ci": "<token>"}.'
+        ),
     )
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Addresses or CIDRs (IPv4, IPv6) of the proxies whose X-Forwarded-User/-Email "
+            "headers are believed, matched against the TCP peer address (never against "
+            "X-Forwarded-For); comma-separated in the environment. Those headers from any "
+            "other peer are refused with 401."
+        ),
+    )
+    platform: Platform = Field(
+        "auto",
+        description=(
+            "A platform whose own proxy sets the identity headers and is the only way in: "
+            "auto detects Databricks Apps (DATABRICKS_APP_NAME and DATABRICKS_APP_PORT set); "
+            "databricks_apps asserts it; none turns detection off."
+        ),
+    )
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def usable_tokens(cls, tokens: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        # Messages name the owner, never the token: settings errors reach the terminal.
+        seen: set[str] = set()
+        for owner, secret in tokens.items():
+            problem = owner_name_problem(owner)
+            if problem:
+                raise ValueError(f"a token's owner name {problem}")
+            token = secret.get_secret_value()
+            if len(token) < MIN_TOKEN_CHARS or not all("!" <= ch <= "~" for ch in token):
+                raise ValueError(
+                    f"the token of {owner!r} must be at least {MIN_TOKEN_CHARS} visible ASCII "
+                    "characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe())')"
+                )
+            if token in seen:
+                raise ValueError(f"the token of {owner!r} is also another owner's token")
+            seen.add(token)
+        return tokens
 
 
 class Settings(BaseSettings):
     """Everything Tether reads at start. Every field has a documented default."""
 
+    # Errors name the setting, never echo its value: tokens and database passwords live here.
     model_config = SettingsConfigDict(
-        env_prefix="TETHER_", env_nested_delimiter="__", extra="forbid"
+        env_prefix="TETHER_", env_nested_delimiter="__", extra="forbid", hide_input_in_errors=True
     )
 
     app: str = Field(

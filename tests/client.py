@@ -103,6 +103,14 @@ class Api:
         ) as r:
             return r.status, await r.json()
 
+    async def send_input(self, invocation_id: str, wait: str, value: Any) -> tuple[int, Any]:
+        async with self.session.post(
+            f"{self.base}/api/invocations/{invocation_id}/input",
+            json={"wait": wait, "value": value},
+            headers=self.headers,
+        ) as r:
+            return r.status, await r.json()
+
     async def events(
         self,
         invocation_id: str,

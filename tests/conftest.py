@@ -11,6 +11,9 @@ import pytest
 from tests.harness import Cluster, start_dev
 from tests.services import PG_ADMIN_URL, REDIS_URL, create_database, drop_database, require
 
+CONTRACT_ENV = {"TETHER_TIMERS__SYNC_TIMEOUT": "2", "TETHER_TIMERS__INLINE_SLEEP_MAX": "0.2"}
+"""The servers of the contract suite: sync POSTs give up quickly; ctx.sleep parks past 0.2 s."""
+
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
@@ -54,7 +57,7 @@ def cluster(
         migrated_pg,
         redis_url,
         tmp_path_factory.mktemp("cluster"),
-        env_overrides={"TETHER_TIMERS__SYNC_TIMEOUT": "2"},
+        env_overrides=CONTRACT_ENV,
     )
     try:
         _, base = c.start_gateway()
@@ -69,7 +72,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc, base = start_dev(
         tmp_path_factory.mktemp("dev"),
         "tests.apps.contract:app",
-        {"TETHER_TIMERS__SYNC_TIMEOUT": "2"},
+        CONTRACT_ENV,
     )
     try:
         yield base

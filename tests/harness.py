@@ -13,12 +13,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tests.procs import Proc, free_port, http_ok, wait_for
+from tests.procs import LOOPBACK_PROXY_AUTH, Proc, free_port, http_ok, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Cluster", "Proc", "free_port", "http_ok", "start_dev", "wait_for"]
+__all__ = ["Cluster", "Launch", "Proc", "free_port", "http_ok", "start_dev", "wait_for"]
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the tests start ``tether``: by default the checkout's code, from the checkout (the
+    tests' own apps import from it). The install tests run an installed ``tether`` script from a
+    user's project instead, with nothing of the checkout importable."""
+
+    command: tuple[str, ...] = (sys.executable, "-m", "tether.cli")
+    cwd: Path = ROOT
+    pythonpath: str | None = str(ROOT)
+
+    def env(self, overrides: dict[str, str]) -> dict[str, str]:
+        """The parent's environment without its TETHER_* settings and PYTHONPATH, plus ours."""
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "PYTHONPATH"
+        }
+        if self.pythonpath is not None:
+            env["PYTHONPATH"] = self.pythonpath
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(overrides)
+        return env
 
 
 @dataclass
@@ -32,27 +54,26 @@ class Cluster:
     env_overrides: dict[str, str] = field(default_factory=dict)
     queue: str = field(default_factory=lambda: f"tether-test-{uuid.uuid4().hex[:8]}")
     procs: list[Proc] = field(default_factory=list)
+    launch: Launch = field(default_factory=Launch)
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-        env.update(
-            TETHER_DATABASE_URL=self.database_url,
-            TETHER_REDIS_URL=self.redis_url,
-            TETHER_APP=self.app,
-            TETHER_WORKER__QUEUE=self.queue,
-            TETHER_AUTH__MODE="forwarded",
-            PYTHONPATH=str(ROOT),
-            PYTHONUNBUFFERED="1",
+        return self.launch.env(
+            {
+                "TETHER_DATABASE_URL": self.database_url,
+                "TETHER_REDIS_URL": self.redis_url,
+                "TETHER_APP": self.app,
+                "TETHER_WORKER__QUEUE": self.queue,
+                **LOOPBACK_PROXY_AUTH,
+                **self.env_overrides,
+            }
         )
-        env.update(self.env_overrides)
-        return env
 
     def _spawn(self, name: str, args: list[str]) -> Proc:
         log_path = self.workdir / f"{name}-{len(self.procs)}.log"
         with log_path.open("wb") as handle:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "tether.cli", *args],
-                cwd=ROOT,
+                [*self.launch.command, *args],
+                cwd=self.launch.cwd,
                 env=self.env(),
                 stdout=handle,
                 stderr=subprocess.STDOUT,
@@ -92,29 +113,21 @@ class Cluster:
 
 
 def start_dev(
-    workdir: Path, app: str, env_overrides: dict[str, str] | None = None, db: str = ":memory:"
+    workdir: Path,
+    app: str | None,
+    env_overrides: dict[str, str] | None = None,
+    db: str = ":memory:",
+    launch: Launch = Launch(),
 ) -> tuple[Proc, str]:
-    """`tether dev` as a real subprocess on the embedded store."""
+    """`tether dev` as a real subprocess on the embedded store (``app`` None: its default app)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **(env_overrides or {}))
+    app_args = [] if app is None else ["--app", app]
     log_path = workdir / f"dev-{port}.log"
     with log_path.open("wb") as handle:
         popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tether.cli",
-                "dev",
-                "--app",
-                app,
-                "--port",
-                str(port),
-                "--db",
-                db,
-            ],
-            cwd=ROOT,
-            env=env,
+            [*launch.command, "dev", *app_args, "--port", str(port), "--db", db],
+            cwd=launch.cwd,
+            env=launch.env({**LOOPBACK_PROXY_AUTH, **(env_overrides or {})}),
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -17,6 +17,14 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+LOOPBACK_PROXY_AUTH = {
+    "TETHER_AUTH__MODE": "forwarded",
+    "TETHER_AUTH__TRUSTED_PROXIES": "127.0.0.1/32",
+}
+"""Servers started by the tests and the benchmark believe X-Forwarded-User / -Email from
+127.0.0.1, where the test clients connect from, standing in for a trusted proxy: each test can
+then be a different owner."""
+
 
 def free_port() -> int:
     with socket.socket() as sock:

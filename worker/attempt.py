@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from tether.events import RUN_STARTED, Event
+from tether.events import Event
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
+from tether.store.journal import RESUME, NewWait
 from tether.store.schema import Claim
 from tether.store.store import Store, Superseded
 
@@ -43,6 +44,7 @@ class EventWriter:
         self._flush_task: asyncio.Task[None] | None = None
         self._checkpoint = claim.checkpoint
         self.superseded = False
+        self.parked = False
 
     async def emit(self, event_type: str, data: Any) -> int:
         if self.superseded:
@@ -87,6 +89,29 @@ class EventWriter:
             pending, self._buffer = self._buffer, []
             return pending
 
+    def last_cursor(self) -> int:
+        return self._next_cursor
+
+    async def record_step(self, name: str, result: Any, error_type: str | None) -> None:
+        claim = self._claim
+        if not await self._store.journal.record_step(
+            claim.invocation_id, claim.attempt, name, result, error_type
+        ):
+            self.superseded = True
+            raise Superseded(claim.invocation_id)
+
+    async def park(self, waits: Sequence[NewWait]) -> None:
+        """End this attempt as ``waiting`` (with its buffered events) and tell the readers."""
+        claim = self._claim
+        await self.flush()
+        pending = await self.take_pending()
+        stored = await self._store.journal.park(claim.invocation_id, claim.attempt, waits, pending)
+        self.superseded = True  # nothing more may be written by this attempt
+        if stored is None:
+            raise Superseded(claim.invocation_id)
+        self.parked = True
+        await publish_events(self._pubsub, claim.invocation_id, stored)
+
     def checkpoint(self) -> Any:
         return self._checkpoint
 
@@ -96,4 +121,6 @@ class EventWriter:
         self._checkpoint = state
 
     def started_event(self) -> Event:
-        return Event(self._claim.started_cursor, RUN_STARTED, started_data(self._claim.attempt))
+        resumed = self._claim.resumed_by == RESUME
+        data = started_data(self._claim.attempt, resumed=resumed)
+        return Event(self._claim.started_cursor, data["type"], data)

@@ -43,6 +43,7 @@ async def run_node(
         concurrency=settings.worker.concurrency,
         max_event_bytes=settings.limits.max_event_bytes,
         finish_retry=settings.timers.stale_after,
+        inline_sleep_max=settings.timers.inline_sleep_max,
     )
     app.warn_if_unrecoverable()
     reaper = reaper_for(settings, runtime)
@@ -57,6 +58,7 @@ async def run_node(
     tasks = [
         asyncio.create_task(_reap_forever(reaper, settings.timers.reaper_interval), name="reaper"),
         asyncio.create_task(_listen_for_cancels(pubsub, runtime), name="cancel-listener"),
+        asyncio.create_task(_fire_timers(services, settings.timers.timer_poll), name="timers"),
     ]
     try:
         yield runtime
@@ -84,6 +86,21 @@ async def _reap_forever(reaper: Reaper, interval: float) -> None:
             await reaper.reap_once()
         except Exception as exc:
             log.warning("reaper pass failed (%s)", type(exc).__name__)
+
+
+async def _fire_timers(services: Services, interval: float) -> None:
+    """Resume parked invocations whose durable sleep or wait timeout is due. Every node polls
+    (with jitter); the conditional ``waiting → queued`` lets exactly one of them win each."""
+    while True:
+        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        try:
+            resumed = await services.store.journal.fire_due()
+        except Exception as exc:
+            log.warning("timer pass failed (%s)", type(exc).__name__)
+            continue
+        if resumed:
+            log.info("timers resumed %d parked invocation(s)", len(resumed))
+            await services.queue.send(resumed)
 
 
 async def _listen_for_cancels(pubsub: PubSub, runtime: Runtime) -> None:

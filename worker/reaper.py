@@ -44,7 +44,7 @@ def decide(stale: StaleAttempt, *, has_recover: bool, settings: Settings) -> Out
     if not has_recover:
         return failed(ErrorCode.WORKER_LOST)
     max_attempts = settings.limits.max_attempts
-    if max_attempts and stale.attempt >= max_attempts:
+    if max_attempts and stale.crashes + 1 >= max_attempts:
         return failed(ErrorCode.RECOVERY_LIMIT_EXCEEDED)
     return Recover(recovery_delay(stale.attempt, settings))
 

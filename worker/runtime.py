@@ -16,6 +16,7 @@ from typing import Any
 
 from tether.app import AgentApp, Handler
 from tether.context import InvocationContext
+from tether.durable import Suspend
 from tether.errors import ErrorCode
 from tether.events import Event
 from tether.groupcommit import GroupCommit
@@ -23,6 +24,7 @@ from tether.jsonvalue import InvalidJson, dumps
 from tether.outcomes import Outcome, cancelled, completed, failed
 from tether.pubsub import publish_events
 from tether.services import Services
+from tether.store.journal import Recorded
 from tether.store.schema import Claim
 from tether.store.store import Finished, Superseded
 from tether.worker.attempt import EventWriter
@@ -47,8 +49,8 @@ class StopReason(Enum):
 @dataclass
 class RunningAttempt:
     claim: Claim
-    ctx: InvocationContext
     writer: EventWriter
+    ctx: InvocationContext | None = None
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
     in_handler: bool = False
@@ -66,6 +68,7 @@ class Runtime:
         concurrency: int,
         max_event_bytes: int,
         finish_retry: float = 0.0,
+        inline_sleep_max: float = 5.0,
     ) -> None:
         self.services = services
         self.store = services.store
@@ -84,6 +87,7 @@ class Runtime:
         )
         self._max_event_bytes = max_event_bytes
         self._finish_retry = finish_retry
+        self._inline_sleep_max = inline_sleep_max
         self._closing = False
 
     async def start(self, invocation_id: str) -> bool:
@@ -104,14 +108,7 @@ class Runtime:
             self._slots.release()
             return False
         writer = EventWriter(self.store, self.pubsub, claim, self._append)
-        ctx = InvocationContext(
-            invocation_id=claim.invocation_id,
-            session_id=claim.session_id,
-            attempt=claim.attempt,
-            sink=writer,
-            max_event_bytes=self._max_event_bytes,
-        )
-        running = RunningAttempt(claim, ctx, writer)
+        running = RunningAttempt(claim, writer)
         self.attempts[invocation_id] = running
         self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
@@ -127,12 +124,31 @@ class Runtime:
         won = await self.store.claim_many(invocation_ids, self.name)
         return [won.pop(invocation_id, None) for invocation_id in invocation_ids]  # a repeat loses
 
+    async def _context(self, running: RunningAttempt) -> InvocationContext:
+        """The handler's context; a resumed or replacement attempt first reads what earlier
+        attempts recorded, to replay it."""
+        claim = running.claim
+        recorded = Recorded()
+        if claim.resumed_by is not None:
+            recorded = await self.store.journal.load(claim.invocation_id)
+        return InvocationContext(
+            invocation_id=claim.invocation_id,
+            session_id=claim.session_id,
+            attempt=claim.attempt,
+            sink=running.writer,
+            max_event_bytes=self._max_event_bytes,
+            is_recovery=claim.is_recovery,
+            recorded=recorded,
+            inline_sleep_max=self._inline_sleep_max,
+        )
+
     async def _run(self, running: RunningAttempt) -> None:
         claim = running.claim
         try:
             await publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
             log.info("invocation %s: attempt %d started", claim.invocation_id, claim.attempt)
-            outcome = await self._execute(running, self.app.handler_for(claim.attempt))
+            running.ctx = await self._context(running)
+            outcome = await self._execute(running, self.app.handler_for(claim.is_recovery))
             if outcome is None:
                 self._log_stopped(running)
             else:
@@ -156,7 +172,14 @@ class Runtime:
 
     @staticmethod
     def _log_stopped(running: RunningAttempt) -> None:
-        """An attempt that ends without writing an outcome: superseded, or handed back."""
+        """An attempt that ends without writing an outcome: parked, superseded, or handed back."""
+        if running.writer.parked:
+            log.info(
+                "invocation %s: attempt %d parked; waiting",
+                running.claim.invocation_id,
+                running.claim.attempt,
+            )
+            return
         reason = StopReason.SUPERSEDED if running.writer.superseded else running.stop_reason
         log.info(
             "invocation %s: attempt %d stopped without finishing (%s)",
@@ -166,14 +189,16 @@ class Runtime:
         )
 
     async def _execute(self, running: RunningAttempt, handler: Handler | None) -> Outcome | None:
-        claim = running.claim
+        claim, ctx = running.claim, running.ctx
         if handler is None:
             return failed(ErrorCode.WORKER_LOST)
-        if running.stop_reason is not None:  # stopped before its handler even began
+        if running.stop_reason is not None or ctx is None:  # stopped before its handler began
             return cancelled() if running.stop_reason is StopReason.CANCEL else None
         running.in_handler = True
         try:
-            output = await handler(claim.input, running.ctx)
+            output = await handler(claim.input, ctx)
+        except Suspend:
+            return None  # parked: the invocation is waiting, its attempt is over
         except asyncio.CancelledError:
             if running.stop_reason is StopReason.CANCEL:
                 return cancelled()
@@ -255,7 +280,8 @@ class Runtime:
                     invocation_id,
                     running.claim.attempt,
                 )
-            running.ctx.cancel_requested.set()
+            if running.ctx is not None:
+                running.ctx.cancel_requested.set()
             if running.in_handler:
                 running.task.cancel()
 

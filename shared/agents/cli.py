@@ -26,13 +26,21 @@ def run_agent_command(
     tools: str | None = None,
     out: TextIO | None = None,
 ) -> int:
-    """Print each event as a JSON line, then the final text; 0 on success, 1 on an error.
+    """Print each event as a JSON line, then the final text; 0 on success, 1 on an error, 2 when
+    there is no agents folder.
 
     ``agents_dir`` defaults to $TETHER_AGENTS_DIR, then ``./agents``; ``tools`` (a module name or
     a ``.py`` path) defaults to ``<agents_dir>/tools.py``. Errors print a safe message to stderr.
     """
     stream = out or sys.stdout
     folder = Path(agents_dir or os.environ.get(AGENTS_DIR_ENV) or DEFAULT_AGENTS_DIR)
+    if not folder.is_dir():
+        print(
+            f"error: no agents folder at {str(folder)!r}: pass --agents DIR (a folder of "
+            f"Markdown agents) or set {AGENTS_DIR_ENV}",
+            file=sys.stderr,
+        )
+        return 2
 
     async def show(event: AgentEvent) -> None:
         print(json.dumps(event, ensure_ascii=False), file=stream, flush=True)

@@ -10,16 +10,23 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from tether.app import AgentApp, AppLoadError, load_app
+from tether.cli.listen import ListenRefused, check_listen
+from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.settings import Settings, load_settings
 
 log = logging.getLogger("tether")
 DEFAULT_APP = "tether.examples.hello:app"
+INSECURE_HELP = (
+    "listen on a non-loopback address even with no authentication (every caller is then the "
+    "same user; see docs/security.md)"
+)
 
 
 def setup_logging(level: str) -> None:
@@ -43,20 +50,31 @@ def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp
     if agents_dir:
         from tether.agents import build_app_from_dir
 
+        if not Path(agents_dir).is_dir():
+            raise AppLoadError(f"--agents {agents_dir!r} is not a folder of Markdown agents")
+
         return build_app_from_dir(agents_dir)
     return load_app(settings.app)
 
 
+def auth_for_listening(command: str, settings: Settings, insecure: bool) -> str:
+    """Refuse to serve what anyone could use as anyone; the auth line for the start-up log."""
+    auth = resolve_auth(settings.auth)
+    check_listen(command, settings.host, auth, insecure)
+    return auth.describe()
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
-    """Gateway, worker and reaper in one process on the embedded store."""
+    """Gateway, worker and reaper in one process on the embedded store (one user, loopback)."""
     from tether.cli.compose import dev_app
 
     settings = settings_from(args, embedded_path=args.db)
+    auth = auth_for_listening("tether dev", settings, args.insecure)
     app = agent_app_for(settings, args.agents)
     web_app = dev_app(settings, app)
     print(
         f"Tether dev server on http://{settings.host}:{settings.port} "
-        f"(app {app.name!r}, store {settings.embedded_path})",
+        f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
         flush=True,
     )
     web.run_app(web_app, host=settings.host, port=settings.port, print=None, shutdown_timeout=5)
@@ -68,6 +86,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from tether.cli.compose import gateway_app
 
     settings = settings_from(args)
+    log.info("gateway %s", auth_for_listening("tether gateway", settings, args.insecure))
     app = load_app(settings.app)
     app.warn_if_unrecoverable()
 
@@ -185,18 +204,31 @@ def cmd_run_agent(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """The benchmark suite (bench/ of a source checkout)."""
-    import importlib.util
-
-    if importlib.util.find_spec("bench") is None:
+    if not is_checkout(Path.cwd()):
         print(
             "tether bench: the benchmark suite lives in bench/ of a source checkout; run this "
             "command from the checkout's root (it is not part of the installed package)",
             file=sys.stderr,
         )
         return 2
-    argv = [sys.executable, "-m", "bench", *args.bench_args]
+    argv = [sys.executable, "-m", "bench", *args.bench_args]  # -m: the checkout's bench/
     os.execv(sys.executable, argv)
     return 0  # not reached
+
+
+def is_checkout(folder: Path) -> bool:
+    """Whether ``folder`` is the root of Tether's source checkout (and not a user's project
+    that happens to have a ``bench`` package of its own)."""
+    import tomllib
+
+    pyproject = folder / "pyproject.toml"
+    if not (folder / "bench" / "__main__.py").is_file() or not pyproject.is_file():
+        return False
+    try:
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+    except tomllib.TOMLDecodeError:
+        return False
+    return bool(project.get("name") == "tether")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,12 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int)
     dev.add_argument("--db", help="SQLite file (default tether.db), or :memory:")
     dev.add_argument("--agents", help="serve the Markdown agents in this folder")
+    dev.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     dev.set_defaults(func=cmd_dev)
 
     gw = with_app(sub.add_parser("gateway", help=cmd_gateway.__doc__))
     gw.add_argument("--host")
     gw.add_argument("--port", type=int)
     gw.add_argument("--processes", type=int, default=1)
+    gw.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     gw.set_defaults(func=cmd_gateway)
 
     wk = with_app(sub.add_parser("worker", help=cmd_worker.__doc__))
@@ -240,12 +274,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; ``tether bench`` hands every argument it does not know to the benchmark
+    (argparse's REMAINDER alone would refuse ``tether bench --quick``)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "bench":
+        args.bench_args = [*args.bench_args, *unknown]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)  # --help has exited by now, before the drivers are imported
+    from tether.cli.service_errors import SERVICE_ERRORS, service_error_message
+
     try:
-        setup_logging(load_settings(args.config).log_level)
-        return int(args.func(args))
-    except (AppLoadError, ValidationError, OSError) as exc:
+        settings = load_settings(args.config)
+        setup_logging(settings.log_level)
+        try:
+            return int(args.func(args))
+        except SERVICE_ERRORS as exc:
+            message = service_error_message(exc, settings)
+            if message is None:
+                raise
+            print(f"tether {args.command}: {message}", file=sys.stderr)
+            return 1
+    except (AppLoadError, ValidationError, OSError, AuthConfigError, ListenRefused) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
 

@@ -14,11 +14,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = sa.MetaData()
 Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+JsonValue = sa.JSON(none_as_null=False).with_variant(JSONB(none_as_null=False), "postgresql")
+"""A column holding any JSON value: Python None is stored as JSON null, not SQL NULL."""
 
 
 class Status(StrEnum):
     QUEUED = "queued"
     ACTIVE = "active"
+    WAITING = "waiting"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,7 +32,8 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
-OPEN = (Status.QUEUED.value, Status.ACTIVE.value)
+OPEN = (Status.QUEUED.value, Status.ACTIVE.value, Status.WAITING.value)
+"""Statuses that hold their session's turn and count towards the owner's open invocations."""
 
 invocations = sa.Table(
     "tether_invocations",
@@ -54,6 +58,8 @@ invocations = sa.Table(
     sa.Column("started_at", sa.Float),
     sa.Column("heartbeat_at", sa.Float),
     sa.Column("finished_at", sa.Float),
+    sa.Column("resumed_by", sa.Text),
+    sa.Column("crashes", sa.Integer, nullable=False),
 )
 
 events = sa.Table(
@@ -63,6 +69,32 @@ events = sa.Table(
     sa.Column("cursor", sa.BigInteger, primary_key=True),
     sa.Column("type", sa.Text, nullable=False),
     sa.Column("data", Json, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+
+steps = sa.Table(
+    "tether_steps",
+    metadata,
+    sa.Column("invocation_id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("result", JsonValue),
+    sa.Column("error_type", sa.Text),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+waits = sa.Table(
+    "tether_waits",
+    metadata,
+    sa.Column("invocation_id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("details", Json, nullable=False),
+    sa.Column("wake_at", sa.Float),
+    sa.Column("value", JsonValue),
+    sa.Column("resolution", sa.Text),
+    sa.Column("resolved_at", sa.Float),
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
@@ -123,6 +155,12 @@ class Claim:
     session_id: str | None
     checkpoint: Any
     started_cursor: int
+    resumed_by: str | None = None
+    """Why this attempt runs: None (the first), ``crash`` or ``resume`` (a wait resolved)."""
+
+    @property
+    def is_recovery(self) -> bool:
+        return self.resumed_by == "crash"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +168,8 @@ class StaleAttempt:
     invocation_id: str
     attempt: int
     cancel_requested: bool
+    crashes: int = 0
+    """Attempts of this invocation lost to crashes before this one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tether.events import RUN_STARTED, Event
+from tether.events import RUN_RESUMED, RUN_STARTED, Event
 from tether.outcomes import Outcome, cancelled, started_data
 from tether.store.engine import create_engine
+from tether.store.journal import RESUME, Journal
 from tether.store.migrate import migrate
 from tether.store.schema import (
     INVOCATION_COLUMNS,
@@ -32,6 +33,8 @@ from tether.store.schema import (
     Status,
     events,
     invocations,
+    steps,
+    waits,
 )
 
 inv = invocations.c
@@ -78,6 +81,8 @@ class Store:
             )
         else:
             self._now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+
+        self.journal = Journal(engine, self._now, self.dialect)
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:
@@ -318,7 +323,10 @@ class Store:
         async with self.engine.begin() as conn:
             finished = await self._finish(
                 conn,
-                sa.and_(inv.id == invocation_id, inv.status == Status.QUEUED.value),
+                sa.and_(
+                    inv.id == invocation_id,
+                    inv.status.in_([Status.QUEUED.value, Status.WAITING.value]),
+                ),
                 cancelled(),
             )
             if finished is not None:
@@ -372,7 +380,13 @@ class Store:
                 last_event_id=inv.last_event_id + 1,
             )
             .returning(
-                inv.id, inv.attempt, inv.input, inv.session_id, inv.checkpoint, inv.last_event_id
+                inv.id,
+                inv.attempt,
+                inv.input,
+                inv.session_id,
+                inv.checkpoint,
+                inv.last_event_id,
+                inv.resumed_by,
             )
         )
         async with self.engine.begin() as conn:
@@ -384,14 +398,22 @@ class Store:
                         {
                             "invocation_id": r.id,
                             "cursor": r.last_event_id,
-                            "type": RUN_STARTED,
-                            "data": started_data(r.attempt),
+                            "type": RUN_RESUMED if r.resumed_by == RESUME else RUN_STARTED,
+                            "data": started_data(r.attempt, resumed=r.resumed_by == RESUME),
                         }
                         for r in rows
                     ],
                 )
         return {
-            r.id: Claim(r.id, r.attempt, r.input, r.session_id, r.checkpoint, r.last_event_id)
+            r.id: Claim(
+                r.id,
+                r.attempt,
+                r.input,
+                r.session_id,
+                r.checkpoint,
+                r.last_event_id,
+                r.resumed_by,
+            )
             for r in rows
         }
 
@@ -740,14 +762,14 @@ class Store:
 
     async def stale_attempts(self, stale_after: float, limit: int = 100) -> list[StaleAttempt]:
         query = (
-            sa.select(inv.id, inv.attempt, inv.cancel_requested)
+            sa.select(inv.id, inv.attempt, inv.cancel_requested, inv.crashes)
             .where(inv.status == Status.ACTIVE.value, inv.heartbeat_at < self._now - stale_after)
             .order_by(inv.heartbeat_at)
             .limit(limit)
         )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [StaleAttempt(r.id, r.attempt, bool(r.cancel_requested)) for r in rows]
+        return [StaleAttempt(r.id, r.attempt, bool(r.cancel_requested), r.crashes) for r in rows]
 
     async def requeue_for_recovery(
         self, invocation_id: str, attempt: int, stale_after: float, delay: float
@@ -760,7 +782,13 @@ class Store:
                     *self._fence(invocation_id, attempt),
                     inv.heartbeat_at < self._now - stale_after,
                 )
-                .values(status=Status.QUEUED.value, worker=None, enqueued_at=self._now + delay)
+                .values(
+                    status=Status.QUEUED.value,
+                    worker=None,
+                    enqueued_at=self._now + delay,
+                    resumed_by="crash",
+                    crashes=inv.crashes + 1,
+                )
             )
             return result.rowcount == 1
 
@@ -807,6 +835,7 @@ class Store:
             )
             if not ids:
                 return 0
-            await conn.execute(sa.delete(events).where(events.c.invocation_id.in_(ids)))
+            for table in (events, steps, waits):
+                await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(ids)))
             await conn.execute(sa.delete(invocations).where(inv.id.in_(ids)))
             return len(ids)

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 from databricks.sdk.config import Config
 
+from tests.fakes import MemoryJournal
 from tether.jsonvalue import dumps
 
 
@@ -128,10 +129,11 @@ def sse(event_type: str, data: Any) -> str:
     return f"event: {event_type}\ndata: {dumps(data)}\n\n"
 
 
-class FakeSink:
+class FakeSink(MemoryJournal):
     """The AttemptSink seam: events and checkpoints in memory; an optional crash after a save."""
 
     def __init__(self, checkpoint: Any = None, crash_after_saves: int | None = None) -> None:
+        super().__init__()
         self.events: list[dict[str, Any]] = []
         self.saved: list[Any] = []
         self._checkpoint = checkpoint
@@ -140,7 +142,8 @@ class FakeSink:
 
     async def emit(self, event_type: str, data: Any) -> int:
         self.events.append(data)
-        return len(self.events)
+        self.cursor = len(self.events)
+        return self.cursor
 
     async def save_checkpoint(self, state: Any) -> None:
         self._checkpoint = json.loads(dumps(state))

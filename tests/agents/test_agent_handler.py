@@ -45,7 +45,7 @@ def context(sink: FakeSink, attempt: int = 1) -> InvocationContext:
 
 
 async def invoke(app: AgentApp, value: Any, sink: FakeSink, attempt: int = 1) -> Any:
-    handler = app.handler_for(attempt)
+    handler = app.handler_for(attempt > 1)
     assert handler is not None
     return await handler(value, context(sink, attempt))
 

@@ -20,7 +20,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         url = request.getfixturevalue("migrated_pg")
         s = Store.postgres(url, pool_size=5)
         async with s.engine.begin() as conn:
-            await conn.execute(sa.text("TRUNCATE tether_invocations, tether_events"))
+            await conn.execute(
+                sa.text("TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits")
+            )
     try:
         yield s
     finally:

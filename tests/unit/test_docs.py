@@ -14,7 +14,7 @@ def test_configuration_reference_matches_the_settings_model() -> None:
     table = text.split("<!-- settings:begin -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
     expected = ["| variable | default | meaning |", "| --- | --- | --- |"]
     expected += [f"| `{v}` | `{d}` | {m} |" for v, d, m in reference()]
-    assert table.strip().splitlines() == expected, "regenerate with: python -m shared.settings"
+    assert table.strip().splitlines() == expected, "regenerate with: python -m tether.settings"
 
 
 def test_readme_commands_exist() -> None:

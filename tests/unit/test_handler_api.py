@@ -6,20 +6,23 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import MemoryJournal
 from tether import AgentApp, InvocationContext
 from tether.app import AppLoadError, load_app
 from tether.events import InvalidEvent
 from tether.jsonvalue import InvalidJson
 
 
-class Sink:
+class Sink(MemoryJournal):
     def __init__(self) -> None:
+        super().__init__()
         self.events: list[tuple[str, Any]] = []
         self.state: Any = None
 
     async def emit(self, event_type: str, data: Any) -> int:
         self.events.append((event_type, data))
-        return len(self.events) + 1
+        self.cursor = len(self.events) + 1
+        return self.cursor
 
     async def save_checkpoint(self, state: Any) -> None:
         self.state = state
@@ -70,7 +73,7 @@ def test_handlers_per_attempt() -> None:
     async def run(input: Any, ctx: InvocationContext) -> Any:
         return input
 
-    assert app.handler_for(1) is run and app.handler_for(2) is None
+    assert app.handler_for(False) is run and app.handler_for(True) is None
 
 
 def test_load_app_from_a_module_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

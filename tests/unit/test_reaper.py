@@ -35,8 +35,10 @@ def settings(**timers: float) -> Settings:
 # -- decide and recovery_delay: pure ---------------------------------------------------------
 
 
-def stale(attempt: int = 1, cancel_requested: bool = False) -> StaleAttempt:
-    return StaleAttempt("inv", attempt, cancel_requested)
+def stale(attempt: int = 1, cancel_requested: bool = False, parks: int = 0) -> StaleAttempt:
+    """An attempt that stopped beating, after ``parks`` earlier attempts that parked (waited)
+    and the rest that crashed."""
+    return StaleAttempt("inv", attempt, cancel_requested, crashes=attempt - 1 - parks)
 
 
 def test_a_dead_first_attempt_is_replaced_at_once() -> None:
@@ -60,6 +62,12 @@ def test_a_cancel_request_wins_over_recovery_and_over_the_attempt_limit() -> Non
         )
         assert not isinstance(outcome, Recover)
         assert outcome.status is Status.CANCELLED and outcome.event_type == "run.cancelled"
+
+
+def test_attempts_that_parked_do_not_count_towards_max_attempts() -> None:
+    limited = settings(max_attempts=3)
+    assert isinstance(decide(stale(50, parks=48), has_recover=True, settings=limited), Recover)
+    assert not isinstance(decide(stale(50, parks=47), has_recover=True, settings=limited), Recover)
 
 
 def test_max_attempts_counts_every_attempt_then_fails_recovery_limit_exceeded() -> None:

@@ -1,0 +1,334 @@
+"""Durable execution's rows: recorded steps, waits, parking and waking.
+
+A handler's ``ctx.step`` results and ``ctx.sleep`` / ``ctx.wait_for_input`` waits are rows keyed
+by ``(invocation, name)``. Parking ends the attempt: in one fenced transaction the waits are
+written, the invocation goes ``active → waiting`` (holding no worker, no heartbeat) and
+``run.waiting`` is appended. Whoever resolves a wait (a client's input, or a due timer) flips the
+invocation ``waiting → queued`` in the same transaction, conditionally, so exactly one of them
+wins and exactly one resumed attempt is claimed. Times come from the database clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from tether.events import RUN_WAITING, Event
+from tether.jsonvalue import canonical
+from tether.outcomes import wait_entry, waiting_data
+from tether.store.schema import Status, invocations, steps, waits
+
+inv = invocations.c
+RESUME = "resume"
+"""``resumed_by`` of an attempt that runs because a wait was resolved."""
+
+
+class WaitKind(StrEnum):
+    INPUT = "input"
+    SLEEP = "sleep"
+
+
+class Resolution(StrEnum):
+    INPUT = "input"
+    TIMEOUT = "timeout"
+    ELAPSED = "elapsed"
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    name: str
+    result: Any
+    error_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    name: str
+    kind: WaitKind
+    details: dict[str, Any]
+    wake_at: float | None
+    value: Any
+    resolution: Resolution | None
+
+    @property
+    def resolved(self) -> bool:
+        return self.resolution is not None
+
+    def entry(self) -> dict[str, Any]:
+        """How clients see this wait in ``waiting_for``."""
+        return wait_entry(self.name, self.kind.value, self.details, self.wake_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """Everything earlier attempts of one invocation recorded, read once per attempt."""
+
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    waits: dict[str, WaitRecord] = field(default_factory=dict)
+    now: float = 0.0
+    """The database clock when this was read (sleeps are measured against it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewWait:
+    name: str
+    kind: WaitKind
+    details: dict[str, Any]
+    wake_in: float | None
+    """Seconds from now (database clock) until the wait resolves by itself; None: never."""
+
+
+class InputAnswer(StrEnum):
+    """What ``resolve_input`` did."""
+
+    RESUMED = "resumed"
+    """The value was recorded and the invocation queued again."""
+    ALREADY = "already"
+    """The same value was recorded before: nothing changed (idempotent)."""
+    CONFLICT = "conflict"
+    """The wait was resolved otherwise (another value, or its timeout)."""
+    NOT_WAITING = "not_waiting"
+    """The wait exists but the invocation is not parked on it."""
+    UNKNOWN = "unknown"
+    """No such input wait."""
+
+
+class Journal:
+    """The queries behind durable execution, over the store's engine and database clock."""
+
+    def __init__(self, engine: AsyncEngine, now: sa.ColumnElement[float], dialect: str) -> None:
+        self._engine = engine
+        self._now = now
+        self._postgres = dialect == "postgresql"
+
+    async def load(self, invocation_id: str) -> Recorded:
+        async with self._engine.connect() as conn:
+            step_rows = await conn.execute(
+                sa.select(steps.c.name, steps.c.result, steps.c.error_type).where(
+                    steps.c.invocation_id == invocation_id
+                )
+            )
+            wait_rows = await conn.execute(
+                sa.select(waits).where(waits.c.invocation_id == invocation_id)
+            )
+            now = float(await conn.scalar(sa.select(self._now)) or 0.0)
+            return Recorded(
+                steps={r.name: StepRecord(r.name, r.result, r.error_type) for r in step_rows},
+                waits={r.name: _wait(r) for r in wait_rows},
+                now=now,
+            )
+
+    async def record_step(
+        self, invocation_id: str, attempt: int, name: str, result: Any, error_type: str | None
+    ) -> bool:
+        """Record a finished step under the attempt's fence; False if the attempt was superseded.
+
+        A row already there (an earlier attempt recorded it just before dying) wins: the first
+        recorded value is the one every replay returns."""
+        fenced = sa.select(sa.literal(1)).where(
+            inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value
+        )
+        async with self._engine.begin() as conn:
+            if await conn.scalar(fenced) is None:
+                return False
+            await conn.execute(
+                _insert(self._postgres, steps)
+                .values(
+                    invocation_id=invocation_id,
+                    name=name,
+                    result=result,
+                    error_type=error_type,
+                    attempt=attempt,
+                    created_at=self._now,
+                )
+                .on_conflict_do_nothing(index_elements=["invocation_id", "name"])
+            )
+        return True
+
+    async def park(
+        self,
+        invocation_id: str,
+        attempt: int,
+        new_waits: Sequence[NewWait],
+        pending: Sequence[tuple[str, Any]],
+    ) -> list[Event] | None:
+        """End the attempt as ``waiting`` on ``new_waits``, appending the attempt's ``pending``
+        events and then ``run.waiting``. None: the attempt no longer owns the invocation."""
+        async with self._engine.begin() as conn:
+            now = float(await conn.scalar(sa.select(self._now)) or 0.0)
+            records = [
+                WaitRecord(
+                    name=w.name,
+                    kind=w.kind,
+                    details=w.details,
+                    wake_at=None if w.wake_in is None else now + w.wake_in,
+                    value=None,
+                    resolution=None,
+                )
+                for w in new_waits
+            ]
+            for record in records:
+                await conn.execute(
+                    _insert(self._postgres, waits)
+                    .values(
+                        invocation_id=invocation_id,
+                        name=record.name,
+                        kind=record.kind.value,
+                        details=record.details,
+                        wake_at=record.wake_at,
+                        created_at=now,
+                    )
+                    .on_conflict_do_nothing(index_elements=["invocation_id", "name"])
+                )
+            batch = [*pending, (RUN_WAITING, waiting_data([r.entry() for r in records]))]
+            last = await conn.scalar(
+                sa.update(invocations)
+                .where(
+                    inv.id == invocation_id,
+                    inv.attempt == attempt,
+                    inv.status == Status.ACTIVE.value,
+                )
+                .values(
+                    status=Status.WAITING.value,
+                    worker=None,
+                    last_event_id=inv.last_event_id + len(batch),
+                )
+                .returning(inv.last_event_id)
+            )
+            if last is None:
+                await conn.rollback()
+                return None
+            first = int(last) - len(batch) + 1
+            stored = [Event(first + i, t, d) for i, (t, d) in enumerate(batch)]
+            await _insert_events(conn, invocation_id, stored, self._now)
+        return stored
+
+    async def waiting_for(self, invocation_ids: Sequence[str]) -> dict[str, list[WaitRecord]]:
+        """The unresolved waits of each invocation, oldest first."""
+        if not invocation_ids:
+            return {}
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(waits)
+                .where(
+                    waits.c.invocation_id.in_(list(invocation_ids)), waits.c.resolved_at.is_(None)
+                )
+                .order_by(waits.c.created_at, waits.c.name)
+            )
+            found: dict[str, list[WaitRecord]] = {}
+            for row in rows:
+                found.setdefault(row.invocation_id, []).append(_wait(row))
+            return found
+
+    async def resolve_input(self, invocation_id: str, name: str, value: Any) -> InputAnswer:
+        """Record a client's value for an input wait and queue the invocation again."""
+        async with self._engine.begin() as conn:
+            query = sa.select(waits).where(
+                waits.c.invocation_id == invocation_id,
+                waits.c.name == name,
+                waits.c.kind == WaitKind.INPUT.value,
+            )
+            row = (await conn.execute(query.with_for_update() if self._postgres else query)).first()
+            if row is None:
+                return InputAnswer.UNKNOWN
+            if row.resolution is not None:
+                same = row.resolution == Resolution.INPUT and canonical(row.value) == canonical(
+                    value
+                )
+                return InputAnswer.ALREADY if same else InputAnswer.CONFLICT
+            resumed = await self._resume(conn, [invocation_id])
+            if not resumed:
+                return InputAnswer.NOT_WAITING
+            await conn.execute(
+                sa.update(waits)
+                .where(
+                    waits.c.invocation_id == invocation_id,
+                    waits.c.name == name,
+                    waits.c.resolved_at.is_(None),
+                )
+                .values(value=value, resolution=Resolution.INPUT.value, resolved_at=self._now)
+            )
+        return InputAnswer.RESUMED
+
+    async def fire_due(self, limit: int = 500) -> list[str]:
+        """Resolve every due timer of a parked invocation (a sleep has elapsed, an input wait
+        timed out) and queue those invocations again; returns their ids."""
+        due = (
+            sa.select(waits.c.invocation_id, waits.c.name)
+            .join(invocations, inv.id == waits.c.invocation_id)
+            .where(
+                waits.c.resolved_at.is_(None),
+                waits.c.wake_at <= self._now,
+                inv.status == Status.WAITING.value,
+            )
+            .order_by(waits.c.wake_at)
+            .limit(limit)
+        )
+        if self._postgres:
+            due = due.with_for_update(of=waits, skip_locked=True)
+        async with self._engine.begin() as conn:
+            rows = (await conn.execute(due)).all()
+            if not rows:
+                return []
+            keys = [(r.invocation_id, r.name) for r in rows]
+            await conn.execute(
+                sa.update(waits)
+                .where(
+                    sa.tuple_(waits.c.invocation_id, waits.c.name).in_(keys),
+                    waits.c.resolved_at.is_(None),
+                )
+                .values(
+                    resolution=sa.case(
+                        (waits.c.kind == WaitKind.SLEEP.value, Resolution.ELAPSED.value),
+                        else_=Resolution.TIMEOUT.value,
+                    ),
+                    resolved_at=self._now,
+                )
+            )
+            return await self._resume(conn, sorted({r.invocation_id for r in rows}))
+
+    async def _resume(self, conn: AsyncConnection, invocation_ids: list[str]) -> list[str]:
+        rows = await conn.execute(
+            sa.update(invocations)
+            .where(inv.id.in_(invocation_ids), inv.status == Status.WAITING.value)
+            .values(status=Status.QUEUED.value, resumed_by=RESUME, enqueued_at=self._now)
+            .returning(inv.id)
+        )
+        return [str(r.id) for r in rows]
+
+
+def _wait(row: Any) -> WaitRecord:
+    return WaitRecord(
+        name=row.name,
+        kind=WaitKind(row.kind),
+        details=dict(row.details or {}),
+        wake_at=row.wake_at,
+        value=row.value,
+        resolution=None if row.resolution is None else Resolution(row.resolution),
+    )
+
+
+def _insert(postgres: bool, table: sa.Table) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return (postgresql.insert if postgres else sqlite.insert)(table)
+
+
+async def _insert_events(
+    conn: AsyncConnection, invocation_id: str, stored: Sequence[Event], now: Any
+) -> None:
+    from tether.store.schema import events
+
+    if stored:
+        await conn.execute(
+            events.insert().values(created_at=now),
+            [
+                {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
+                for e in stored
+            ],
+        )

@@ -1,0 +1,41 @@
+"""In-memory stand-ins for an attempt's journal, for unit tests of the handler API."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether.store.journal import NewWait, Recorded, Resolution, StepRecord, WaitRecord
+
+
+class MemoryJournal:
+    """The journal half of the AttemptSink seam: steps and waits in memory, kept across the
+    attempts of one test 'invocation'; :meth:`recorded` is what the next attempt replays."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, StepRecord] = {}
+        self.waits: dict[str, WaitRecord] = {}
+        self.parks: list[list[NewWait]] = []
+        self.cursor = 0
+        self.now = 1_000.0
+
+    def last_cursor(self) -> int:
+        return self.cursor
+
+    async def record_step(self, name: str, result: Any, error_type: str | None) -> None:
+        self.steps.setdefault(name, StepRecord(name, result, error_type))
+
+    async def park(self, waits: Sequence[NewWait]) -> None:
+        self.parks.append(list(waits))
+        for wait in waits:
+            wake_at = None if wait.wake_in is None else self.now + wait.wake_in
+            self.waits.setdefault(
+                wait.name, WaitRecord(wait.name, wait.kind, wait.details, wake_at, None, None)
+            )
+
+    def resolve(self, name: str, value: Any = None, how: Resolution = Resolution.INPUT) -> None:
+        old = self.waits[name]
+        self.waits[name] = WaitRecord(name, old.kind, old.details, old.wake_at, value, how)
+
+    def recorded(self) -> Recorded:
+        return Recorded(dict(self.steps), dict(self.waits), self.now)

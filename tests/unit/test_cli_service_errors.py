@@ -1,0 +1,45 @@
+"""What ``tether`` says when a service is down or unprepared: which, where, never a password."""
+
+from __future__ import annotations
+
+import psycopg
+from redis.exceptions import ConnectionError as RedisConnectionError
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from tether.cli.service_errors import service_error_message, without_password
+from tether.settings import Settings
+
+SETTINGS = Settings(
+    database_url="postgresql+psycopg://app:s3cret@db.internal:5432/tether",
+    redis_url="redis://:s3cret@cache.internal:6379/0",
+)
+
+
+class UndefinedTable(Exception):
+    sqlstate = "42P01"
+
+
+def test_a_url_loses_its_password_and_an_unparsable_one_is_hidden() -> None:
+    assert without_password("redis://:s3cret@h:6379/0") == "redis://:***@h:6379/0"
+    assert without_password("not a url s3cret") == "<unparsable URL>"
+
+
+def test_an_unreachable_database_is_named_without_its_password() -> None:
+    error = OperationalError("SELECT 1", {}, psycopg.OperationalError("refused s3cret"))
+    message = service_error_message(error, SETTINGS)
+    assert message is not None
+    assert "postgresql+psycopg://app:***@db.internal:5432/tether (OperationalError)" in message
+    assert "s3cret" not in message
+
+
+def test_an_unreachable_redis_is_named_without_its_password() -> None:
+    message = service_error_message(RedisConnectionError("s3cret"), SETTINGS)
+    assert message is not None
+    assert "redis://:***@cache.internal:6379/0" in message
+    assert "s3cret" not in message
+
+
+def test_a_missing_table_says_to_migrate_and_other_sql_errors_are_not_explained_away() -> None:
+    missing = ProgrammingError("SELECT", {}, UndefinedTable())
+    assert "run `tether migrate` first" in (service_error_message(missing, SETTINGS) or "")
+    assert service_error_message(ProgrammingError("SELECT", {}, Exception()), SETTINGS) is None
