@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
@@ -28,9 +27,18 @@ from tether.gateway.models import (
     ParkedResponse,
     ReadyResponse,
 )
-from tether.gateway.parsing import MAX_DEPTH
+from tether.gateway.refusals import (
+    REF,
+    Json,
+    answer,
+    components,
+    ended_schema,
+    error_schema,
+    json_content,
+    ref,
+    refusals,
+)
 
-REF = "#/components/schemas/{model}"
 REQUESTS: list[type[BaseModel]] = [InvocationRequest, InputRequest]
 ANSWERS: list[type[BaseModel]] = [
     CompletedResponse,
@@ -43,102 +51,6 @@ ANSWERS: list[type[BaseModel]] = [
     HealthResponse,
     ReadyResponse,
 ]
-Json = dict[str, Any]
-
-
-def ref(model: type[BaseModel]) -> Json:
-    return {"$ref": REF.format(model=model.__name__)}
-
-
-def error_schema(*codes: ErrorCode) -> Json:
-    """The error shape, narrowed to the codes an answer can carry."""
-    if not codes:
-        return ref(ErrorResponse)
-    narrowed = {"enum": [code.value for code in codes]}
-    return {"allOf": [ref(ErrorResponse), _with_code(narrowed)]}
-
-
-def ended_schema(status: str, code: Json) -> Json:
-    """A sync caller's answer for a run that ended without output, narrowed to one status."""
-    narrowed = {"properties": {"status": {"const": status}, **_with_code(code)["properties"]}}
-    return {"allOf": [ref(InvocationErrorResponse), narrowed]}
-
-
-def _with_code(code: Json) -> Json:
-    return {"properties": {"error": {"properties": {"code": code}}}}
-
-
-def json_content(schema: Json) -> Json:
-    return {"application/json": {"schema": schema}}
-
-
-def answer(description: str, schema: Json, headers: Json | None = None) -> Json:
-    body: Json = {"description": description, "content": json_content(schema)}
-    return body if headers is None else {**body, "headers": headers}
-
-
-RETRY_AFTER = {
-    "Retry-After": {
-        "description": "Seconds to wait before retrying",
-        "required": True,
-        "schema": {"type": "integer", "minimum": 0},
-    }
-}
-ALLOW = {
-    "Allow": {
-        "description": "The methods the path serves",
-        "required": True,
-        "schema": {"type": "string"},
-    }
-}
-
-
-def use(name: str) -> Json:
-    return {"$ref": f"#/components/responses/{name}"}
-
-
-RESPONSES: Json = {
-    "BadJson": answer(
-        f"Not JSON, or JSON that cannot be stored: NaN, Infinity, NUL characters, lone "
-        f"surrogates, nesting deeper than {MAX_DEPTH} levels; or an identity header sent twice "
-        f"or malformed",
-        error_schema(ErrorCode.INVALID_REQUEST),
-    ),
-    "BadIdentity": answer(
-        "An identity header sent twice or malformed", error_schema(ErrorCode.INVALID_REQUEST)
-    ),
-    "Unauthorized": answer(
-        "No trusted identity: a missing or unknown bearer token, or forwarded identity headers "
-        "from an untrusted peer (docs/security.md)",
-        error_schema(ErrorCode.UNAUTHENTICATED),
-    ),
-    "NotFound": answer("No such invocation, or another owner's", error_schema(ErrorCode.NOT_FOUND)),
-    "MethodNotAllowed": answer(
-        "A method this path does not serve", error_schema(ErrorCode.NOT_FOUND), ALLOW
-    ),
-    "PayloadTooLarge": answer(
-        "Body over limits.max_body_bytes", error_schema(ErrorCode.PAYLOAD_TOO_LARGE)
-    ),
-    "UnsupportedMediaType": answer(
-        "A POST whose Content-Type is not application/json (or application/*+json); a browser "
-        "form cannot start or cancel a run",
-        error_schema(ErrorCode.UNSUPPORTED_MEDIA_TYPE),
-    ),
-    "Invalid": answer(
-        "Validation failed (the message names the field)", error_schema(ErrorCode.INVALID_REQUEST)
-    ),
-    "RateLimited": answer(
-        "The caller has limits.max_active_per_owner unfinished invocations",
-        error_schema(ErrorCode.RATE_LIMITED),
-        RETRY_AFTER,
-    ),
-    "Overloaded": answer(
-        "The queue holds limits.max_queued invocations",
-        error_schema(ErrorCode.OVERLOADED),
-        RETRY_AFTER,
-    ),
-    "InternalError": answer("An unexpected server error (details only in the log)", error_schema()),
-}
 SSE: Json = {
     "schema": {
         "description": "One event; frames `id: <cursor>\\nevent: <type>\\ndata: <json>\\n\\n` "
@@ -218,8 +130,7 @@ def submit_operation() -> Json:
                 "with what it waits for",
                 {"oneOf": [ref(AcceptedResponse), ref(ParkedResponse)]},
             ),
-            "400": use("BadJson"),
-            "401": use("Unauthorized"),
+            **refusals("BadJson", "Unauthorized"),
             "409": answer(
                 "The id was used for another request or by another owner (one answer for "
                 "both), or (sync) the run was cancelled",
@@ -230,16 +141,13 @@ def submit_operation() -> Json:
                     ]
                 },
             ),
-            "413": use("PayloadTooLarge"),
-            "415": use("UnsupportedMediaType"),
-            "422": use("Invalid"),
-            "429": use("RateLimited"),
+            **refusals("PayloadTooLarge", "UnsupportedMediaType", "Invalid", "RateLimited"),
             "500": answer(
                 "Sync: the run failed (a fixed message, never the exception text); or an "
                 "unexpected server error",
                 {"oneOf": [ended_schema("failed", {}), error_schema()]},
             ),
-            "503": use("Overloaded"),
+            **refusals("Overloaded"),
         },
     }
 
@@ -250,10 +158,7 @@ def list_operation(schemas: Json) -> Json:
         "parameters": query_parameters(ListQuery, schemas),
         "responses": {
             "200": answer("A page", ref(InvocationPage)),
-            "400": use("BadIdentity"),
-            "401": use("Unauthorized"),
-            "422": use("Invalid"),
-            "500": use("InternalError"),
+            **refusals("BadIdentity", "Unauthorized", "Invalid", "InternalError"),
         },
     }
 
@@ -277,10 +182,7 @@ def status_operation() -> Json:
         "parameters": [ID],
         "responses": {
             "200": STATUS,
-            "400": use("BadIdentity"),
-            "401": use("Unauthorized"),
-            "404": use("NotFound"),
-            "500": use("InternalError"),
+            **refusals("BadIdentity", "Unauthorized", "NotFound", "InternalError"),
         },
     }
 
@@ -291,11 +193,7 @@ def events_operation() -> Json:
         "parameters": [ID, *cursor_parameters()],
         "responses": {
             "200": {"description": "Server-sent events", "content": {"text/event-stream": SSE}},
-            "400": use("BadIdentity"),
-            "401": use("Unauthorized"),
-            "404": use("NotFound"),
-            "422": use("Invalid"),
-            "500": use("InternalError"),
+            **refusals("BadIdentity", "Unauthorized", "NotFound", "Invalid", "InternalError"),
         },
     }
 
@@ -311,11 +209,9 @@ def cancel_operation() -> Json:
         },
         "responses": {
             "200": STATUS,
-            "400": use("BadIdentity"),
-            "401": use("Unauthorized"),
-            "404": use("NotFound"),
-            "415": use("UnsupportedMediaType"),
-            "500": use("InternalError"),
+            **refusals(
+                "BadIdentity", "Unauthorized", "NotFound", "UnsupportedMediaType", "InternalError"
+            ),
         },
     }
 
@@ -327,17 +223,12 @@ def input_operation() -> Json:
         "requestBody": {"required": True, "content": json_content(ref(InputRequest))},
         "responses": {
             "200": STATUS,
-            "400": use("BadJson"),
-            "401": use("Unauthorized"),
-            "404": use("NotFound"),
+            **refusals("BadJson", "Unauthorized", "NotFound"),
             "409": answer(
                 "The wait was resolved otherwise, or the invocation is not waiting for it",
                 error_schema(ErrorCode.CONFLICT),
             ),
-            "413": use("PayloadTooLarge"),
-            "415": use("UnsupportedMediaType"),
-            "422": use("Invalid"),
-            "500": use("InternalError"),
+            **refusals("PayloadTooLarge", "UnsupportedMediaType", "Invalid", "InternalError"),
         },
     }
 
@@ -394,7 +285,7 @@ def build_openapi() -> Json:
             "(components/responses/MethodNotAllowed), and an unknown path 404.",
         },
         "paths": paths,
-        "components": {"schemas": schemas, "responses": RESPONSES},
+        "components": {"schemas": schemas, "responses": components()},
     }
     return copy.deepcopy(document)
 
