@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from tether.errors import ErrorCode
@@ -31,7 +32,7 @@ def is_json_media_type(content_type: str) -> bool:
     return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def json_only(posts: Collection[Handler]) -> Any:
+def json_only(posts: Collection[Handler]) -> Middleware:
     """Middleware: 415 for a POST to one of ``posts`` (Tether's own routes, not custom ones)
     that is not declared JSON, before its body is read. Browsers send forms (``text/plain``,
     ``application/x-www-form-urlencoded``, ``multipart/form-data``) and body-less ``fetch``
