@@ -27,8 +27,9 @@ from tether.gateway.keys import (
     STREAMS,
 )
 from tether.gateway.metrics import GatewayMetrics
-from tether.gateway.openapi import build_openapi
-from tether.gateway.responses import ApiError, error_response, json_response
+from tether.gateway.openapi import openapi_text
+from tether.gateway.parsing import json_only
+from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
@@ -37,6 +38,28 @@ from tether.store.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+HTTP_ERROR_CODES: dict[int, ErrorCode] = {
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.NOT_FOUND,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+}
+"""aiohttp's own refusals (no route, wrong method, too large), in the one error shape."""
+KEPT_HEADERS = ("Allow",)
+
+
+def http_error(exc: web.HTTPException) -> web.Response:
+    if exc.status >= 500:
+        return internal_error()
+    headers = {name: exc.headers[name] for name in KEPT_HEADERS if name in exc.headers}
+    code = HTTP_ERROR_CODES.get(exc.status, ErrorCode.INVALID_REQUEST)
+    return error_response(code, http_status=exc.status, message=exc.reason, headers=headers)
+
+
+def internal_error() -> web.Response:
+    return error_response(ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error")
 
 
 @web.middleware
@@ -53,11 +76,9 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
     except ApiError as exc:
         response = exc.response()
     except web.HTTPException as exc:
-        if exc.status >= 400:
-            code = ErrorCode.NOT_FOUND if exc.status in (404, 405) else ErrorCode.INVALID_REQUEST
-            response = error_response(code, http_status=exc.status, message=exc.reason)
-        else:
+        if exc.status < 400:
             raise
+        response = http_error(exc)
     except StoreUnavailable as exc:  # retryable: the client may try again shortly
         log.warning("database unavailable on %s %s (%s)", request.method, route, exc)
         response = error_response(
@@ -67,9 +88,7 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
         )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
-        response = error_response(
-            ErrorCode.INVOCATION_FAILED, http_status=500, message="internal error"
-        )
+        response = internal_error()
     metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
     metrics.requests.labels(request.method, route, str(response.status)).inc()
     return response
@@ -85,7 +104,7 @@ async def metrics_view(request: web.Request) -> web.Response:
 
 
 async def openapi_view(request: web.Request) -> web.Response:
-    return json_response(build_openapi())
+    return web.Response(text=openapi_text(), content_type="application/json")
 
 
 async def close_streams(app: web.Application) -> None:
@@ -104,9 +123,15 @@ def create_app(
 ) -> web.Application:
     """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
     composition root runs a worker node beside it and hands both the same services."""
+    json_posts = {
+        r.handler
+        for table in (routes, input_routes)
+        for r in table
+        if isinstance(r, web.RouteDef) and r.method == "POST"
+    }
     app = web.Application(
         client_max_size=settings.limits.max_body_bytes,
-        middlewares=[errors_and_metrics, read_body],
+        middlewares=[errors_and_metrics, json_only(json_posts), read_body],
     )
     app[SETTINGS] = settings
     app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens

@@ -8,29 +8,17 @@ queued again at once and its next attempt replays up to the wait and goes on wit
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from tether.errors import ErrorCode
 from tether.gateway.keys import SERVICES
+from tether.gateway.models import InputRequest
+from tether.gateway.parsing import read_json, validated
 from tether.gateway.responses import ApiError, json_response
-from tether.gateway.routes import owned_invocation, read_json, status_document, validation_message
-from tether.jsonvalue import InvalidJson, dumps
+from tether.gateway.routes import owned_invocation, status_document
 from tether.store.journal import InputAnswer
 
 routes = web.RouteTableDef()
-
-
-class InputRequest(BaseModel):
-    """``POST /api/invocations/{id}/input``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    wait: StrictStr = Field(min_length=1, max_length=128, description="The wait's name.")
-    value: Any = Field(description='Any JSON value; for an approval, {"decision": ...}.')
-
 
 ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
     InputAnswer.RESUMED: None,
@@ -44,14 +32,8 @@ ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
 @routes.post("/api/invocations/{id}/input")
 async def post_input(request: web.Request) -> web.Response:
     invocation = await owned_invocation(request)  # who asks, before reading what they send
-    body = await read_json(request)
-    try:
-        answer = InputRequest.model_validate(body)
-        dumps(answer.value)
-    except ValidationError as exc:
-        raise ApiError(ErrorCode.INVALID_REQUEST, message=validation_message(exc)) from None
-    except InvalidJson as exc:
-        raise ApiError(ErrorCode.INVALID_REQUEST, message=str(exc)) from None
+    answer = validated(InputRequest, await read_json(request))  # read_json refuses what no
+    # column can hold (NaN, NUL, lone surrogates, nesting past the limit)
     services = request.app[SERVICES]
     result = await services.store.journal.resolve_input(invocation.id, answer.wait, answer.value)
     refused = ANSWERS[result]

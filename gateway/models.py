@@ -1,33 +1,36 @@
-"""Request and response bodies; the OpenAPI document is generated from these same models."""
+"""Every body the gateway reads or writes, as pydantic models.
+
+Requests are validated with these models, every JSON answer is built from them
+(:mod:`tether.gateway.responses`), and ``/openapi.json`` is generated from them
+(:mod:`tether.gateway.openapi`): the document cannot drift from the wire.
+"""
 
 from __future__ import annotations
 
+import re
 import uuid
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    RootModel,
+    StrictBool,
+    StrictStr,
+)
 
+from tether.errors import MESSAGES, ErrorCode
+from tether.jsonvalue import check_text
 from tether.outcomes import iso_utc
 from tether.store.schema import Invocation, Status
 
-
-class InvocationRequest(BaseModel):
-    """``POST /api/invocations``: unknown keys are rejected."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: StrictStr = Field(description="Client-generated UUID, the idempotency key.")
-    input: Any = Field(default_factory=list, description="Any JSON value, handed to the handler.")
-    session_id: StrictStr | None = Field(
-        None, min_length=1, max_length=256, description="Invocations sharing it run one at a time."
-    )
-    stream: StrictBool = Field(False, description="Answer with an SSE stream of the events.")
-    background: StrictBool = Field(False, description="Answer 202 at once (wins over stream).")
-
-    @field_validator("id")
-    @classmethod
-    def id_is_uuid(cls, value: str) -> str:
-        return canonical_uuid(value)
+MAX_CURSOR = 2**63 - 1
+"""Cursors and list positions are PostgreSQL ``bigint``s."""
+MAX_PAGE = 200
+_ASCII_INTEGER = re.compile(r"[0-9]{1,20}")
 
 
 def canonical_uuid(value: str) -> str:
@@ -38,74 +41,291 @@ def canonical_uuid(value: str) -> str:
         raise ValueError("id must be a UUID") from exc
 
 
+def ascii_integer(value: object) -> object:
+    """A query string or header as an integer: ASCII digits only (``str.isdigit`` and ``int``
+    also take ``²``, ``①`` or ``٣``)."""
+    if isinstance(value, str):
+        if not _ASCII_INTEGER.fullmatch(value):
+            raise ValueError("must be a non-negative integer")
+        return int(value)
+    return value
+
+
+def storable_text(value: str) -> str:
+    """Text a column can hold (no NUL, no lone surrogate); InvalidJson is a ValueError."""
+    check_text(value)
+    return value
+
+
+Uuid = Annotated[str, Field(json_schema_extra={"format": "uuid"})]
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+# constraints before the validator, or pydantic checks them but documents them as unknown keys
+Cursor = Annotated[
+    int,
+    Field(ge=0, le=MAX_CURSOR, description="An event cursor: events after it are sent."),
+    BeforeValidator(ascii_integer),
+]
+SessionId = Annotated[
+    StrictStr,
+    AfterValidator(storable_text),
+    Field(
+        min_length=1,
+        max_length=256,
+        json_schema_extra={"pattern": "^[^\\u0000]*$"},
+        description="Invocations sharing it (per owner) run one at a time, in acceptance order.",
+    ),
+]
+STRICT = ConfigDict(extra="forbid")
+
+
+class InvocationRequest(BaseModel):
+    """``POST /api/invocations``: unknown keys are rejected."""
+
+    model_config = STRICT
+
+    id: Annotated[StrictStr, AfterValidator(canonical_uuid)] = Field(
+        json_schema_extra={"format": "uuid"},
+        description="Client-generated UUID, the idempotency key; any spelling, echoed canonical.",
+    )
+    input: Any = Field(
+        default_factory=list, description="Any JSON value (null included), handed to the handler."
+    )
+    session_id: SessionId | None = None
+    stream: StrictBool = Field(False, description="Answer with an SSE stream of the events.")
+    background: StrictBool = Field(False, description="Answer 202 at once (wins over stream).")
+
+
+class InputRequest(BaseModel):
+    """``POST /api/invocations/{id}/input``: resolve what a parked invocation waits for."""
+
+    model_config = STRICT
+
+    wait: StrictStr = Field(min_length=1, max_length=128, description="The wait's name.")
+    value: Any = Field(description='Any JSON value; for an approval, {"decision": ...}.')
+
+
+class ListQuery(BaseModel):
+    """The query of ``GET /api/invocations``."""
+
+    status: Status | None = Field(None, description="Only invocations in this status.")
+    session_id: SessionId | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE), BeforeValidator(ascii_integer)] = 50
+    cursor: Annotated[int, Field(ge=0, le=MAX_CURSOR), BeforeValidator(ascii_integer)] | None = (
+        Field(None, description="``next_cursor`` of the previous page.")
+    )
+
+
+# -- answers --------------------------------------------------------------------------------
+
+
 class ErrorDetail(BaseModel):
-    code: str
+    model_config = STRICT
+
+    code: ErrorCode
     message: str
 
 
 class ErrorResponse(BaseModel):
+    """The one error shape; ``detail`` repeats the message for AgentKit clients."""
+
+    model_config = STRICT
+
     error: ErrorDetail
     detail: str
 
+    @classmethod
+    def of(cls, code: ErrorCode, message: str | None = None) -> ErrorResponse:
+        text = message or MESSAGES[code]
+        return cls(error=ErrorDetail(code=code, message=text), detail=text)
 
-class InvocationView(BaseModel):
-    """``GET /api/invocations/{id}``."""
 
-    id: str
+class InvocationErrorResponse(ErrorResponse):
+    """A sync caller's answer for a run that ended without output: 500 when it failed, 409 when
+    it was cancelled (whoever cancelled it, whatever state it was in)."""
+
+    id: Uuid
+    status: Literal[Status.FAILED, Status.CANCELLED]
+
+
+class CancelledDetail(ErrorDetail):
+    code: Literal[ErrorCode.CANCELLED]
+
+
+class _StatusDocument(BaseModel):
+    """What every status document holds; ``status`` decides what else it has."""
+
+    model_config = STRICT
+
+    id: Uuid
     status: Status
-    output: Any = None
-    error: ErrorDetail | None = None
-    session_id: str | None = None
-    attempt: int
-    created_at: str
-    started_at: str | None = None
-    finished_at: str | None = None
-    last_event_id: int
-    waiting_for: list[dict[str, Any]] | None = Field(
-        None,
-        description=(
-            "Only when status is 'waiting': each wait as {wait, kind, prompt, expires_at, ...}; "
-            "approvals add approval_id, tool_name, args and annotations."
-        ),
-    )
+    session_id: str | None
+    attempt: int = Field(ge=0, description="1-based; 0 until the first attempt starts.")
+    created_at: Timestamp
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+    last_event_id: int = Field(ge=0, description="The cursor of the last stored event.")
+
+
+class OpenView(_StatusDocument):
+    status: Literal[Status.QUEUED, Status.ACTIVE]
+
+
+class WaitEntry(BaseModel):
+    """One wait of a parked invocation; an approval adds ``approval_id``, ``tool_name``, ``args``
+    and ``annotations``, an input wait its ``prompt``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    wait: str
+    kind: Literal["input", "sleep"]
+    expires_at: Timestamp | None
+
+
+class WaitingView(_StatusDocument):
+    """Parked: holds no worker until what it waits for is resolved."""
+
+    status: Literal[Status.WAITING]
+    waiting_for: list[WaitEntry]
+
+
+class CompletedView(_StatusDocument):
+    status: Literal[Status.COMPLETED]
+    output: Any = Field(description="What the handler returned (any JSON value).")
+
+
+class FailedView(_StatusDocument):
+    status: Literal[Status.FAILED]
+    error: ErrorDetail
+
+
+class CancelledView(_StatusDocument):
+    """One document for every cancelled invocation, queued or running when it was cancelled."""
+
+    status: Literal[Status.CANCELLED]
+    error: CancelledDetail
+
+
+class InvocationView(
+    RootModel[
+        Annotated[
+            OpenView | WaitingView | CompletedView | FailedView | CancelledView,
+            Field(discriminator="status"),
+        ]
+    ]
+):
+    """``GET /api/invocations/{id}``: AgentKit's ``id``, ``status``, ``output`` (completed) and
+    ``error`` (failed, cancelled), plus Tether's extensions."""
+
+
+class CompletedResponse(BaseModel):
+    """A sync caller's answer for a completed run (200)."""
+
+    model_config = STRICT
+
+    id: Uuid
+    status: Literal[Status.COMPLETED]
+    output: Any = Field(description="What the handler returned (any JSON value).")
+
+
+class ParkedResponse(WaitingView):
+    """A sync caller's 202 for a run that parked: what it waits for, and where to follow it."""
+
+    status_url: str
+    events_url: str
+
+    @classmethod
+    def of(cls, parked: WaitingView) -> ParkedResponse:
+        where = status_url(parked.id)
+        fields = {**parked.model_dump(), "status_url": where, "events_url": f"{where}/events"}
+        return cls.model_validate(fields)
 
 
 class AcceptedResponse(BaseModel):
-    id: str
+    """202: background mode, or a sync caller still waiting after ``sync_timeout``."""
+
+    model_config = STRICT
+
+    id: Uuid
     status: Status
     status_url: str
     events_url: str
 
+    @classmethod
+    def of(cls, invocation: Invocation) -> AcceptedResponse:
+        where = status_url(invocation.id)
+        return cls(
+            id=invocation.id,
+            status=invocation.status,
+            status_url=where,
+            events_url=f"{where}/events",
+        )
+
+
+def status_url(invocation_id: str) -> str:
+    return f"/api/invocations/{invocation_id}"
+
 
 class InvocationPage(BaseModel):
+    model_config = STRICT
+
     data: list[InvocationView]
-    next_cursor: str | None
-
-
-_iso = iso_utc
-
-
-def view(invocation: Invocation, waiting_for: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The status document: AgentKit's fields plus Tether's extensions (``waiting_for`` lists
-    the waits of a ``waiting`` invocation)."""
-    body: dict[str, Any] = {"id": invocation.id, "status": invocation.status.value}
-    if invocation.status is Status.WAITING:
-        body["waiting_for"] = waiting_for or []
-    if invocation.status is Status.COMPLETED:
-        body["output"] = invocation.output
-    elif invocation.error_code is not None and invocation.status.is_terminal:
-        body["error"] = {"code": invocation.error_code, "message": invocation.error_message}
-    body.update(
-        session_id=invocation.session_id,
-        attempt=invocation.attempt,
-        created_at=_iso(invocation.created_at),
-        started_at=_iso(invocation.started_at),
-        finished_at=_iso(invocation.finished_at),
-        last_event_id=invocation.last_event_id,
+    next_cursor: int | None = Field(
+        description="Pass as ``cursor`` for the next page; null at the end."
     )
-    return body
 
 
-def urls(invocation_id: str) -> dict[str, str]:
-    status_url = f"/api/invocations/{invocation_id}"
-    return {"status_url": status_url, "events_url": f"{status_url}/events"}
+class HealthResponse(BaseModel):
+    model_config = STRICT
+
+    status: Literal["ok"]
+
+
+class ReadyChecks(BaseModel):
+    model_config = STRICT
+
+    database: Literal["ok", "unavailable"]
+    pubsub: Literal["ok", "unavailable"]
+
+
+class ReadyResponse(BaseModel):
+    """``/readyz``: 200 when both are reachable, 503 otherwise (with this same body)."""
+
+    model_config = STRICT
+
+    status: Literal["ready", "unavailable"]
+    checks: ReadyChecks
+
+
+# -- from rows ------------------------------------------------------------------------------
+
+
+def error_of(invocation: Invocation) -> ErrorDetail:
+    """The error a failed or cancelled invocation reports: its stored code and fixed message."""
+    if invocation.status is Status.CANCELLED:
+        return CancelledDetail(code=ErrorCode.CANCELLED, message=MESSAGES[ErrorCode.CANCELLED])
+    try:
+        code = ErrorCode(invocation.error_code or ErrorCode.INVOCATION_FAILED)
+    except ValueError:  # a code this version does not know
+        code = ErrorCode.INVOCATION_FAILED
+    return ErrorDetail(code=code, message=invocation.error_message or MESSAGES[code])
+
+
+def view(invocation: Invocation, waiting_for: list[dict[str, Any]] | None = None) -> InvocationView:
+    """The status document of an invocation (``waiting_for``: the waits of a parked one)."""
+    fields: dict[str, Any] = {
+        "id": invocation.id,
+        "status": invocation.status,
+        "session_id": invocation.session_id,
+        "attempt": invocation.attempt,
+        "created_at": iso_utc(invocation.created_at),
+        "started_at": iso_utc(invocation.started_at),
+        "finished_at": iso_utc(invocation.finished_at),
+        "last_event_id": invocation.last_event_id,
+    }
+    if invocation.status is Status.WAITING:
+        fields["waiting_for"] = waiting_for or []
+    elif invocation.status is Status.COMPLETED:
+        fields["output"] = invocation.output
+    elif invocation.status.is_terminal:
+        fields["error"] = error_of(invocation)
+    return InvocationView.model_validate(fields)

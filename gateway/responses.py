@@ -1,12 +1,12 @@
-"""JSON responses in Tether's one error shape."""
+"""JSON answers, each built from a model of :mod:`tether.gateway.models`, errors in one shape."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
+from pydantic import BaseModel
 
-from tether.errors import ErrorCode, error_body
+from tether.errors import ErrorCode
+from tether.gateway.models import ErrorResponse
 from tether.jsonvalue import dumps
 
 STATUS_FOR: dict[ErrorCode, int] = {
@@ -16,6 +16,7 @@ STATUS_FOR: dict[ErrorCode, int] = {
     ErrorCode.CONFLICT: 409,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.REQUEST_TIMEOUT: 408,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.RATE_LIMITED: 429,
     ErrorCode.OVERLOADED: 503,
     ErrorCode.CANCELLED: 409,
@@ -23,10 +24,15 @@ STATUS_FOR: dict[ErrorCode, int] = {
 
 
 def json_response(
-    body: Any, status: int = 200, headers: dict[str, str] | None = None
+    body: BaseModel, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
+    """``body`` on the wire. Encoded by :func:`tether.jsonvalue.dumps` rather than pydantic's own
+    JSON encoder, which refuses outputs nested past ~250 levels that the store holds fine."""
     return web.Response(
-        text=dumps(body), status=status, content_type="application/json", headers=headers
+        text=dumps(body.model_dump(mode="python")),
+        status=status,
+        content_type="application/json",
+        headers=headers,
     )
 
 
@@ -36,11 +42,10 @@ def error_response(
     http_status: int | None = None,
     message: str | None = None,
     headers: dict[str, str] | None = None,
-    **extra: Any,
 ) -> web.Response:
-    """The error shape; ``extra`` fields (e.g. ``id``, ``status``) go beside ``error``."""
-    body = {**extra, **error_body(code, message)}
-    return json_response(body, http_status or STATUS_FOR.get(code, 500), headers)
+    return json_response(
+        ErrorResponse.of(code, message), http_status or STATUS_FOR.get(code, 500), headers
+    )
 
 
 class ApiError(Exception):

@@ -5,19 +5,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from tether.channels import CANCEL_CHANNEL, events_channel
 from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
 from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS
-from tether.gateway.models import InvocationRequest, canonical_uuid, urls, view
-from tether.gateway.responses import ApiError, error_response, json_response
+from tether.gateway.models import (
+    AcceptedResponse,
+    CompletedResponse,
+    HealthResponse,
+    InvocationErrorResponse,
+    InvocationPage,
+    InvocationRequest,
+    InvocationView,
+    ListQuery,
+    ParkedResponse,
+    ReadyResponse,
+    WaitingView,
+    canonical_uuid,
+    error_of,
+    view,
+)
+from tether.gateway.parsing import cursor, read_json, validated
+from tether.gateway.responses import ApiError, json_response
 from tether.gateway.sse import serve_stream
-from tether.jsonvalue import InvalidJson, loads, request_hash
+from tether.jsonvalue import request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
 from tether.store.schema import Invocation, NewInvocation, Status
@@ -26,34 +40,13 @@ from tether.store.store import Accepted, Conflict, OwnerLimitReached, ValueRefus
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 WAIT_RECHECK = 5.0
-MAX_PAGE = 200
-
-
-async def read_json(request: web.Request) -> Any:
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE) from None
-    try:
-        return loads(raw)
-    except InvalidJson as exc:
-        raise ApiError(ErrorCode.INVALID_REQUEST, status=400, message=str(exc)) from None
-
-
-def validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_input=False, include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
 
 
 async def owned_invocation(request: web.Request) -> Invocation:
     """The invocation named in the path, if the caller owns it; 404 otherwise."""
     owner = request.app[AUTH].owner(request)  # first: an unknown caller learns nothing
-    invocation_id = request.match_info["id"]
     try:
-        invocation_id = canonical_uuid(invocation_id)
+        invocation_id = canonical_uuid(request.match_info["id"])
     except ValueError:
         raise ApiError(ErrorCode.NOT_FOUND) from None
     invocation = await request.app[SERVICES].store.get(invocation_id)
@@ -66,14 +59,9 @@ async def owned_invocation(request: web.Request) -> Invocation:
 async def create_invocation(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
     owner = request.app[AUTH].owner(request)
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ApiError(ErrorCode.INVALID_REQUEST, message="body must be a JSON object")
-    try:
-        req = InvocationRequest.model_validate(body)
-    except ValidationError as exc:
-        raise ApiError(ErrorCode.INVALID_REQUEST, message=validation_message(exc)) from None
-    await admit(request, req.id)
+    after = last_event_id(request)  # a stream's cursor is refused before anything is accepted
+    req = validated(InvocationRequest, await read_json(request))
+    await admit(request, req.id, owner)
     new = NewInvocation(
         req.id, owner, req.session_id, req.input, request_hash(req.input, req.session_id)
     )
@@ -86,13 +74,17 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
             return await answer_sync(request, accepted.invocation, sub)
     invocation = (await accept(request, new, mode)).invocation
     if req.background:
-        body = {"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}
-        return json_response(body, 202)
-    return await stream(request, invocation.id, last_event_id(request))
+        return json_response(AcceptedResponse.of(invocation), 202)
+    return await stream(request, invocation.id, after)
 
 
 async def accept(request: web.Request, new: NewInvocation, mode: str) -> Accepted:
-    """Store the invocation (or find the same request's) and enqueue it when new."""
+    """Store the invocation (or find the same request's) and enqueue it when new.
+
+    An id already used for another request is a 409, and so is another owner's id, with the
+    same body: ids are global, so only accepting could hide that one is taken, and the answer
+    says nothing more (not whose it is, nor its status, input or output).
+    """
     try:
         accepted = await request.app[ACCEPTOR].accept(new)
     except Conflict:
@@ -109,48 +101,49 @@ def retry_after(request: web.Request) -> dict[str, str]:
     return {"Retry-After": str(request.app[SETTINGS].limits.retry_after)}
 
 
-async def admit(request: web.Request, invocation_id: str) -> None:
-    """503 when the queue is over its admission limit (a repeat of an accepted id still passes)."""
+async def admit(request: web.Request, invocation_id: str, owner: str) -> None:
+    """503 when the queue is over its admission limit; a repeat of the caller's own accepted id
+    still passes (another owner's id does not, so the answer does not depend on it)."""
     limit = request.app[SETTINGS].limits.max_queued
-    services = request.app[SERVICES]
-    over = bool(limit) and await request.app[QUEUED].value() >= limit
-    if over and await services.store.get(invocation_id) is None:
+    if not limit or await request.app[QUEUED].value() < limit:
+        return
+    existing = await request.app[SERVICES].store.get(invocation_id)
+    if existing is None or existing.owner != owner:
         raise ApiError(ErrorCode.OVERLOADED, headers=retry_after(request))
 
 
 async def answer_sync(
     request: web.Request, invocation: Invocation, sub: Subscription
 ) -> web.Response:
+    """200 with the output; 500 failed, 409 cancelled (one answer whoever cancelled it); 202
+    with what it waits for when it parked; 202 with the URLs to follow when it is still running
+    after ``sync_timeout``."""
     limit = request.app[SETTINGS].timers.sync_timeout
     invocation = await wait_until_terminal(request, invocation, sub, limit)
     if invocation.status is Status.COMPLETED:
-        return json_response(
-            {"id": invocation.id, "status": "completed", "output": invocation.output}
+        done = CompletedResponse(
+            id=invocation.id, status=Status.COMPLETED, output=invocation.output
         )
-    if invocation.status.is_terminal:
-        code = ErrorCode(invocation.error_code or ErrorCode.INVOCATION_FAILED.value)
-        return error_response(
-            code,
-            http_status=409 if invocation.status is Status.CANCELLED else 500,
-            message=invocation.error_message,
-            id=invocation.id,
-            status=invocation.status.value,
+        return json_response(done)
+    if invocation.status is Status.FAILED or invocation.status is Status.CANCELLED:
+        error = error_of(invocation)
+        ended = InvocationErrorResponse(
+            error=error, detail=error.message, id=invocation.id, status=invocation.status
         )
+        return json_response(ended, 409 if invocation.status is Status.CANCELLED else 500)
     if invocation.status is Status.WAITING:  # parked: the caller can act on what it waits for
-        return json_response(
-            {**await status_document(request, invocation), **urls(invocation.id)}, 202
-        )
-    return json_response(
-        {"id": invocation.id, "status": invocation.status.value, **urls(invocation.id)}, 202
-    )
+        parked = (await status_document(request, invocation)).root
+        assert isinstance(parked, WaitingView)
+        return json_response(ParkedResponse.of(parked), 202)
+    return json_response(AcceptedResponse.of(invocation), 202)
 
 
-async def status_document(request: web.Request, invocation: Invocation) -> dict[str, Any]:
+async def status_document(request: web.Request, invocation: Invocation) -> InvocationView:
     """``view`` of one invocation, with its waits when it is parked."""
     return (await status_documents(request, [invocation]))[0]
 
 
-async def status_documents(request: web.Request, page: list[Invocation]) -> list[dict[str, Any]]:
+async def status_documents(request: web.Request, page: list[Invocation]) -> list[InvocationView]:
     parked = [i.id for i in page if i.status is Status.WAITING]
     waits = await request.app[SERVICES].store.journal.waiting_for(parked) if parked else {}
     return [view(i, [w.entry() for w in waits.get(i.id, [])]) for i in page]
@@ -208,14 +201,9 @@ def ended_by(invocation: Invocation, event: Event) -> Invocation | None:
 def last_event_id(request: web.Request) -> int:
     """``after`` from the query, else the ``Last-Event-ID`` header, else 0."""
     raw = request.query.get("after")
-    if raw is None:
-        raw = request.headers.get("Last-Event-ID", "0").strip() or "0"
-    if not raw.isdigit() or len(raw) > 18:
-        raise ApiError(
-            ErrorCode.INVALID_REQUEST,
-            message="after / Last-Event-ID must be a non-negative integer",
-        )
-    return int(raw)
+    if raw is not None:
+        return cursor(raw, "after")
+    return cursor(request.headers.get("Last-Event-ID", "").strip() or "0", "Last-Event-ID")
 
 
 async def stream(request: web.Request, invocation_id: str, after: int) -> web.StreamResponse:
@@ -229,8 +217,8 @@ async def get_invocation(request: web.Request) -> web.Response:
 
 @routes.get("/api/invocations/{id}/events")
 async def get_events(request: web.Request) -> web.StreamResponse:
-    after = last_event_id(request)
     invocation = await owned_invocation(request)
+    after = last_event_id(request)
     return await stream(request, invocation.id, after)
 
 
@@ -257,29 +245,22 @@ async def cancel_invocation(request: web.Request) -> web.Response:
 @routes.get("/api/invocations")
 async def list_invocations(request: web.Request) -> web.Response:
     owner = request.app[AUTH].owner(request)
-    query = request.query
-    try:
-        status = Status(query["status"]) if "status" in query else None
-        limit = int(query.get("limit", "50"))
-        before = int(query["cursor"]) if "cursor" in query else None
-    except ValueError:
-        raise ApiError(
-            ErrorCode.INVALID_REQUEST,
-            message="status must be a known status; limit and cursor must be integers",
-        ) from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise ApiError(ErrorCode.INVALID_REQUEST, message=f"limit must be between 1 and {MAX_PAGE}")
+    query = validated(ListQuery, dict(request.query), "query")
     page = await request.app[SERVICES].store.list_owned(
-        owner, status=status, session_id=query.get("session_id"), before_seq=before, limit=limit
+        owner,
+        status=query.status,
+        session_id=query.session_id,
+        before_seq=query.cursor,
+        limit=query.limit,
     )
-    next_cursor = str(page[-1].seq) if len(page) == limit else None
+    next_cursor = page[-1].seq if len(page) == query.limit else None
     data = await status_documents(request, page)
-    return json_response({"data": data, "next_cursor": next_cursor})
+    return json_response(InvocationPage(data=data, next_cursor=next_cursor))
 
 
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"status": "ok"})
+    return json_response(HealthResponse(status="ok"))
 
 
 @routes.get("/readyz")
@@ -291,8 +272,10 @@ async def readyz(request: web.Request) -> web.Response:
             await asyncio.wait_for(probe(), timeout=2.0)
             checks[name] = "ok"
         except Exception as exc:
-            checks[name] = f"unavailable ({type(exc).__name__})"
+            log.warning("readyz: %s unavailable (%s)", name, type(exc).__name__)
+            checks[name] = "unavailable"
     ready = all(v == "ok" for v in checks.values())
-    return json_response(
-        {"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503
+    body = ReadyResponse.model_validate(
+        {"status": "ready" if ready else "unavailable", "checks": checks}
     )
+    return json_response(body, 200 if ready else 503)

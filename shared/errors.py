@@ -20,6 +20,7 @@ class ErrorCode(StrEnum):
     USER_AUTH_RECOVERY_UNSUPPORTED = "user_auth_recovery_unsupported"
     CANCELLED = "cancelled"
     INVALID_OUTPUT = "invalid_output"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 
 
 MESSAGES: dict[ErrorCode, str] = {
@@ -39,10 +40,5 @@ MESSAGES: dict[ErrorCode, str] = {
     ),
     ErrorCode.CANCELLED: "the invocation was cancelled",
     ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: "the request must be sent as Content-Type: application/json",
 }
-
-
-def error_body(code: ErrorCode, message: str | None = None) -> dict[str, object]:
-    """The one JSON error shape; ``detail`` is kept for AgentKit clients."""
-    text = message or MESSAGES[code]
-    return {"error": {"code": code.value, "message": text}, "detail": text}

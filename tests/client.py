@@ -1,4 +1,8 @@
-"""A small test client for Tether's HTTP API, with an SSE parser."""
+"""A small test client for Tether's HTTP API, with an SSE parser.
+
+Sessions come from :func:`tests.openapi_check.open_session`: every answer is checked against the
+OpenAPI document as it arrives.
+"""
 
 from __future__ import annotations
 
@@ -67,10 +71,14 @@ class Api:
         ) as r:
             return r.status, await r.json()
 
-    async def post_raw(self, data: bytes) -> tuple[int, Any, str]:
+    async def post_raw(
+        self, data: bytes, content_type: str | None = "application/json"
+    ) -> tuple[int, Any, str]:
         import io
 
-        headers = {**self.headers, "Content-Type": "application/json"}
+        headers = dict(self.headers)
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         async with self.session.post(
             f"{self.base}/api/invocations", data=io.BytesIO(data), headers=headers
         ) as r:
@@ -83,8 +91,15 @@ class Api:
             return r.status, await r.json()
 
     async def cancel(self, invocation_id: str) -> tuple[int, Any]:
+        headers = {**self.headers, "Content-Type": "application/json"}  # no body; JSON-only POST
         async with self.session.post(
-            f"{self.base}/api/invocations/{invocation_id}/cancel", headers=self.headers
+            f"{self.base}/api/invocations/{invocation_id}/cancel", headers=headers
+        ) as r:
+            return r.status, await r.json()
+
+    async def page(self, **params: str) -> tuple[int, Any]:
+        async with self.session.get(
+            f"{self.base}/api/invocations", params=params, headers=self.headers
         ) as r:
             return r.status, await r.json()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests.apps.contract import app as contract_app
+from tests.openapi_check import checked_trace
 from tether import AgentApp, InvocationContext
 from tether.cli.compose import dev_app
-from tether.gateway.keys import SERVICES, STREAMS
+from tether.gateway.keys import QUEUED, SERVICES, STREAMS
 from tether.settings import load_settings
 from tether.store.store import StoreUnavailable
 
@@ -30,7 +32,7 @@ async def client_for(
     aiohttp_client: ClientFactory, tmp_path: Path, app: AgentApp = contract_app, **overrides: Any
 ) -> TestClient[Any, Any]:
     client: TestClient[Any, Any] = await aiohttp_client(
-        dev_app(settings_for(tmp_path, **overrides), app)
+        dev_app(settings_for(tmp_path, **overrides), app), trace_configs=[checked_trace()]
     )
     return client
 
@@ -67,18 +69,36 @@ async def test_queue_over_its_admission_limit_gets_503(
     aiohttp_client: ClientFactory, tmp_path: Path
 ) -> None:
     client = await client_for(
-        aiohttp_client, tmp_path, limits={"max_queued": 1}, worker={"concurrency": 1}
+        aiohttp_client,
+        tmp_path,
+        limits={"max_queued": 1},
+        worker={"concurrency": 1},
+        auth={"mode": "forwarded", "trusted_proxies": ["127.0.0.1/32"]},
     )
+    alice = {"X-Forwarded-User": "alice"}
     first = body(input={"wait_cancel": True}, background=True)
-    assert (await client.post("/api/invocations", json=first)).status == 202
+    assert (await client.post("/api/invocations", json=first, headers=alice)).status == 202
     queued = body(input=1, background=True)
-    assert (await client.post("/api/invocations", json=queued)).status == 202
-    await asyncio.sleep(1.1)  # the admission gauge is read at most once a second
-    r = await client.post("/api/invocations", json=body(input=2, background=True))
+    assert (await client.post("/api/invocations", json=queued, headers=alice)).status == 202
+    await wait_until(lambda: client.app[QUEUED].value(), 1)  # the gauge is read once a second
+    r = await client.post("/api/invocations", json=body(input=2, background=True), headers=alice)
     assert r.status == 503 and "Retry-After" in r.headers
     assert (await r.json())["error"]["code"] == "overloaded"
-    again = await client.post("/api/invocations", json=queued)  # a known id still answers
+    again = await client.post("/api/invocations", json=queued, headers=alice)  # a known id answers
     assert again.status == 202
+    # ... but only to its owner: to anyone else it is as unknown as a fresh id
+    stranger = await client.post(
+        "/api/invocations", json=queued, headers={"X-Forwarded-User": "mallory"}
+    )
+    assert stranger.status == 503 and (await stranger.json())["error"]["code"] == "overloaded"
+
+
+async def wait_until(read: Callable[[], Awaitable[int]], at_least: int, within: float = 10) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while await read() < at_least:
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
 
 
 async def test_custom_routes_are_served(aiohttp_client: ClientFactory, tmp_path: Path) -> None:
@@ -142,7 +162,7 @@ async def test_an_unavailable_database_is_a_503_to_retry_with_no_driver_text(
     client = await client_for(aiohttp_client, tmp_path, limits={"retry_after": 2})
 
     async def unavailable(invocation_id: str) -> None:
-        raise StoreUnavailable("OperationalError: connection to server at 10.0.0.7 failed")
+        raise StoreUnavailable("OperationalError: connection to server at db.internal failed")
 
     monkeypatch.setattr(client.app[SERVICES].store, "get", unavailable)
     r = await client.get(f"/api/invocations/{uuid.uuid4()}")
@@ -152,4 +172,4 @@ async def test_an_unavailable_database_is_a_503_to_retry_with_no_driver_text(
         "code": "overloaded",
         "message": "the database is unavailable; retry later",
     }
-    assert "10.0.0.7" not in await r.text()
+    assert "db.internal" not in await r.text()

@@ -1,0 +1,110 @@
+"""Reading what a request carries, strictly: JSON-only POSTs, the body, query strings and headers.
+
+Each refusal is a clear 4xx in the one error shape, raised before anything is stored or queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from tether.errors import ErrorCode
+from tether.gateway.models import MAX_CURSOR, Cursor
+from tether.gateway.responses import ApiError
+from tether.jsonvalue import InvalidJson, loads
+
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_CURSOR: TypeAdapter[int] = TypeAdapter(Cursor)
+MAX_DEPTH = 100
+"""Request bodies nested deeper than this are refused: every encoder a value meets later (json,
+pydantic, the database drivers) recurses, each with its own limit, pydantic's near 250."""
+TOO_DEEP = f"JSON nested more than {MAX_DEPTH} levels deep is not accepted"
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """``application/json`` or any ``application/*+json`` (parameters already stripped)."""
+    kind, _, subtype = content_type.lower().partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def json_only(posts: Collection[Handler]) -> Middleware:
+    """Middleware: 415 for a POST to one of ``posts`` (Tether's own routes, not custom ones)
+    that is not declared JSON, before its body is read. Browsers send forms (``text/plain``,
+    ``application/x-www-form-urlencoded``, ``multipart/form-data``) and body-less ``fetch``
+    calls cross-site without asking first; none of them may start or cancel a run."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "POST" and request.match_info.route.handler in posts:
+            declared = "Content-Type" in request.headers
+            if not declared or not is_json_media_type(request.content_type):
+                raise ApiError(ErrorCode.UNSUPPORTED_MEDIA_TYPE)
+        return await handler(request)
+
+    return middleware
+
+
+async def read_json(request: web.Request) -> Any:
+    """The body as strict JSON: 413 past the size limit, 400 when it is not JSON we can store."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(ErrorCode.PAYLOAD_TOO_LARGE) from None
+    try:
+        value = loads(raw)
+    except InvalidJson as exc:
+        raise ApiError(ErrorCode.INVALID_REQUEST, status=400, message=str(exc)) from None
+    if may_nest_deeper(raw) and deeper_than(value, MAX_DEPTH):
+        raise ApiError(ErrorCode.INVALID_REQUEST, status=400, message=TOO_DEEP)
+    return value
+
+
+def may_nest_deeper(raw: bytes) -> bool:
+    """A cheap bound: fewer opening brackets than the limit cannot nest past it."""
+    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels deep (without recursing)."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def validated(model: type[M], data: Any, what: str = "body") -> M:
+    """``data`` as ``model``, or 422 saying which field is wrong (never echoing the input)."""
+    if not isinstance(data, dict):
+        raise ApiError(ErrorCode.INVALID_REQUEST, message=f"{what} must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(ErrorCode.INVALID_REQUEST, message=validation_message(exc)) from None
+
+
+def validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False, include_context=False):
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def cursor(raw: str, name: str) -> int:
+    """A cursor from a query string or header: an integer in 0..2^63-1, ASCII digits only."""
+    try:
+        return _CURSOR.validate_python(raw)
+    except ValidationError:
+        raise ApiError(
+            ErrorCode.INVALID_REQUEST,
+            message=f"{name} must be an integer between 0 and {MAX_CURSOR}",
+        ) from None
