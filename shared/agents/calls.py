@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether.agents.approvals import ApprovalGate, ApprovalRequest, approval_id, denial_text
@@ -68,6 +68,10 @@ class ToolCalls:
     dispatcher: ToolDispatcher
     emit: Emit
     run_child: RunChild
+    gate: ApprovalGate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gate = ApprovalGate(self.run.steps, self.run.emit, self.run.approval)
 
     async def call(self, call: ToolCall, turn: int, position: int) -> str:
         """Run one call (or replay it) and return the tool message's content."""
@@ -80,9 +84,8 @@ class ToolCalls:
             raise
         except ToolError as exc:
             return await self._settle(name, call, _given(ToolOutcome(error=str(exc))))
-        gate = ApprovalGate(self.run.steps, self.run.emit, self.run.approval)
-        if gate.policy.gates(entry.definition.annotations):
-            decision = await gate.decide(self._request(call, entry, name))
+        if self.gate.policy.gates(entry.definition.annotations):
+            decision = await self.gate.decide(self._request(call, entry, name))
             if not decision.approved:
                 return await self._settle(name, call, _given(ToolOutcome(denial_text(call.name))))
         if entry.agent is not None:

@@ -15,7 +15,8 @@ never share a name.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,10 +42,9 @@ class StepLog(Protocol):
 class Unrecorded:
     """A :class:`StepLog` that runs every step and keeps nothing (the standalone runner)."""
 
-    async def step(
-        self, name: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
-    ) -> Any:
-        return await fn(*args, **kwargs)
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
 
     async def wait_for_input(
         self,
