@@ -25,3 +25,11 @@ def get_weather(city: Annotated[str, Field(description="City name, e.g. Paris")]
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
+
+
+@tool(effect="destructive")
+def cancel_booking(
+    booking_id: Annotated[str, Field(description="Booking id, e.g. BK-1042")],
+) -> str:
+    """Cancel a trip booking. Destructive: the run waits for a human to approve each call."""
+    return f"Booking {booking_id} cancelled."  # a demo: nothing is really booked or cancelled

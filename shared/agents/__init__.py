@@ -18,6 +18,7 @@ from tether.agents.adapters import (
     supervisor_tools,
 )
 from tether.agents.adapters.run import run_adapter
+from tether.agents.approvals import ApprovalPolicy, denial_text, requires_approval
 from tether.agents.cli import run_agent_command
 from tether.agents.definitions import AgentDefinition, create_agent
 from tether.agents.errors import (
@@ -51,6 +52,7 @@ __all__ = [
     "AgentInput",
     "AgentRegistry",
     "AgentRunResult",
+    "ApprovalPolicy",
     "BearerAuth",
     "ChatCompletionsAdapter",
     "DatabricksAuth",
@@ -75,6 +77,7 @@ __all__ = [
     "build_agent_app",
     "build_app_from_dir",
     "create_agent",
+    "denial_text",
     "from_ai_gateway",
     "from_model_serving",
     "is_supervisor_tool",
@@ -83,6 +86,7 @@ __all__ = [
     "openai_compatible",
     "parse_input",
     "read_sse",
+    "requires_approval",
     "run_adapter",
     "run_agent",
     "run_agent_command",

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from tether.agents.adapters.hosted import HostedTool, is_supervisor_tool
 from tether.agents.adapters.scripted import ScriptedTurn
+from tether.agents.approvals import checked_timeout
 from tether.agents.errors import DefinitionError
 from tether.agents.tools import FunctionTool
 from tether.agents.types import ModelAdapter
@@ -25,7 +26,8 @@ class AgentDefinition:
 
     ``model`` is an adapter object or a model string (see ``shared.agents.models.resolve_model``);
     None uses the registry's default model. ``base_system_prompt`` False disables the base prompt,
-    a string replaces it, None keeps the built-in one.
+    a string replaces it, None keeps the built-in one. ``approval_timeout_s`` is how long this
+    agent's gated tools wait for a decision (None: the registry's ``ApprovalPolicy.timeout_s``).
     """
 
     name: str
@@ -42,6 +44,7 @@ class AgentDefinition:
     ephemeral: bool = False
     auth: str | None = None
     script: tuple[ScriptedTurn, ...] = ()
+    approval_timeout_s: float | None = None
     origin: Origin = "code"
     source: Path | None = None
 
@@ -100,6 +103,7 @@ def create_agent(
     generation_params: Mapping[str, Any] | None = None,
     base_system_prompt: str | Literal[False] | None = None,
     script: Sequence[Any] = (),
+    approval_timeout_s: float | None = None,
 ) -> AgentDefinition:
     """A validated code agent. Sub-agent cycles are rejected here."""
     if not isinstance(name, str) or not AGENT_NAME.match(name):
@@ -126,6 +130,7 @@ def create_agent(
         generation_params=dict(generation_params or {}),
         base_system_prompt=base_system_prompt,
         script=tuple(ScriptedTurn.parse(t) for t in script),
+        approval_timeout_s=checked_timeout(approval_timeout_s, f"Agent '{name}'"),
     )
     check_no_cycles(agent)
     return agent

@@ -1,27 +1,29 @@
-"""Running one tool call: budget, lookup, sub-agent depth, timeout, result normalization."""
+"""Admitting and running one tool call: budget, lookup, sub-agent depth, timeout, normalization.
+
+The order is the reference's (spec §4.5): the budget is taken first (so an unknown or a denied
+call still uses it up), then the name is looked up; the approval gate comes after admission
+(``shared.agents.calls``), and only then does anything run.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether.agents.definitions import AgentDefinition
-from tether.agents.errors import LimitExceeded, ModelError, ToolError
-from tether.agents.registry import SUB_AGENT_PREFIX, ToolEntry
+from tether.agents.errors import LimitExceeded, ToolError
+from tether.agents.registry import ToolEntry
 from tether.agents.types import Limits, ToolCall
 from tether.jsonvalue import dumps
-
-log = logging.getLogger(__name__)
-
-RunChild = Callable[[AgentDefinition, str, int], Awaitable[str]]
 
 
 @dataclass
 class Budget:
-    """The run-wide tool-call budget, shared by the top-level agent and all its sub-agents."""
+    """The run-wide tool-call budget, shared by the top-level agent and all its sub-agents.
+
+    It is not saved anywhere: a resumed attempt replays every call in order, which takes the
+    budget again exactly as the first attempt did."""
 
     limit: int
     used: int = 0
@@ -58,10 +60,10 @@ class ToolDispatcher:
     limits: Limits
     budget: Budget
     depth: int
-    run_child: RunChild
 
-    async def execute(self, call: ToolCall) -> str:
-        """The tool's result text; raises ToolError (model-visible) or LimitExceeded."""
+    def admit(self, call: ToolCall) -> ToolEntry:
+        """Take the budget and find the tool; raises LimitExceeded (the run stops) or ToolError
+        (the model reads it)."""
         self.budget.take()
         entry = self.index.get(call.name)
         if entry is None:
@@ -71,26 +73,19 @@ class ToolDispatcher:
                 f"Tool '{call.name}' is a hosted-supervisor tool and cannot be "
                 "invoked from this process"
             )
-        if entry.agent is not None:
-            result: Any = await self._sub_agent(call.name, entry.agent, call.args)
-        else:
-            result = await self._function(call, entry)
-        return normalize_result(result, self.limits.max_result_chars)
-
-    async def _sub_agent(self, name: str, agent: AgentDefinition, args: Any) -> str:
-        depth = self.depth + 1
-        if depth > self.limits.max_sub_agent_depth:
+        if entry.agent is not None and self.depth + 1 > self.limits.max_sub_agent_depth:
             raise ToolError(f"Sub-agent depth exceeded (limit {self.limits.max_sub_agent_depth}).")
-        try:
-            return await self.run_child(agent, sub_agent_input(args), depth)
-        except ModelError as exc:
-            key = name.removeprefix(SUB_AGENT_PREFIX)
-            raise ToolError(f"Sub-agent '{key}' failed: {exc}") from None
+        return entry
 
-    async def _function(self, call: ToolCall, entry: ToolEntry) -> Any:
+    async def run_function(self, call: ToolCall, entry: ToolEntry) -> str:
+        """A function tool's normalized result; raises ToolError or the tool's own exception."""
         assert entry.tool is not None
         timeout = entry.tool.timeout_s or self.limits.tool_call_timeout_s
         try:
-            return await asyncio.wait_for(entry.tool.call(call.args), timeout)
+            result = await asyncio.wait_for(entry.tool.call(call.args), timeout)
         except TimeoutError:
             raise ToolError(f"Tool '{call.name}' timed out after {timeout:g}s") from None
+        return self.normalize(result)
+
+    def normalize(self, result: Any) -> str:
+        return normalize_result(result, self.limits.max_result_chars)

@@ -1,4 +1,9 @@
-"""The built-in handler: an AgentApp whose invoke and recover handlers run a named agent."""
+"""The built-in handler: an AgentApp whose invoke and recover handlers run a named agent.
+
+Both are the same function: a first attempt, one resumed after an approval and a replacement
+after a crash all run the agent from the top on the invocation's record (``ctx.step``), which
+replays what earlier attempts finished and goes on from there.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import AgentApp, InvocationContext
+from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition
 from tether.agents.dispatch import Budget
 from tether.agents.errors import AgentError
 from tether.agents.loader import load_agents_dir
-from tether.agents.loop import AgentLoop, LoopState, RunContext
+from tether.agents.loop import AgentLoop, LoopState
 from tether.agents.registry import AgentRegistry
+from tether.agents.run_context import RunContext
 from tether.agents.types import Limits, Message, ModelAdapter, status
 
 MAX_CONTENT_CHARS = 64_000
@@ -72,27 +79,18 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
     """Run (or resume) one invocation; returns ``{"agent", "text", "messages"}``."""
     request = parse_input(value)
     agent = registry.get(request.agent)
-    saved = LoopState.from_json(ctx.load_checkpoint())
-    if saved is not None and saved.agent != agent.name:
-        saved = None
     run = RunContext(
         emit=ctx.emit,
         model_for=registry.model_for,
         limits=registry.limits,
         budget=Budget(registry.limits.max_tool_calls),
         thread_id=ctx.invocation_id,
+        steps=ctx,
+        approval=registry.approval,
     )
-
-    async def checkpoint(state: LoopState) -> None:
-        await ctx.save_checkpoint(state.to_json())
-
-    loop = AgentLoop(agent, run, checkpoint=checkpoint)
-    if saved is None:
-        await ctx.emit(status("running"))
-        state = loop.start([Message(m.role, m.content) for m in request.messages])
-    else:
-        state = saved
-    final = await loop.run(state)
+    loop = AgentLoop(agent, run)
+    await ctx.emit(status("running"))  # not stored again by an attempt that replays
+    final = await loop.run(loop.start([Message(m.role, m.content) for m in request.messages]))
     await ctx.emit(status("complete"))
     return _result(final)
 
@@ -117,6 +115,7 @@ def build_app_from_dir(
     default_agent: str | None = None,
     default_model: ModelAdapter | str | None = None,
     limits: Limits | None = None,
+    approval: ApprovalPolicy | None = None,
     name: str = "tether-agents",
 ) -> AgentApp:
     """``build_agent_app(load_agents_dir(...))``: tools default to ``<agents_dir>/tools.py``."""
@@ -127,5 +126,6 @@ def build_app_from_dir(
         default_agent=default_agent,
         default_model=default_model,
         limits=limits,
+        approval=approval,
     )
     return build_agent_app(registry, name=name)

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition, Tool, normalize_tools
 from tether.agents.errors import DefinitionError
 from tether.agents.markdown import definition_from_markdown, parse_front_matter, sub_agent_refs
@@ -142,11 +143,14 @@ def load_agents_dir(
     default_agent: str | None = None,
     default_model: ModelAdapter | str | None = None,
     limits: Limits | None = None,
+    approval: ApprovalPolicy | None = None,
 ) -> AgentRegistry:
     """A registry of every agent in ``path`` plus ``code_agents`` (code wins on a collision).
 
     Tools named in front matter come from ``tools``; when it is None, ``<path>/tools.py`` is
     loaded if it exists. A missing folder gives a registry with only the code agents.
+    ``approval`` is the run-wide approval policy (default: gate write/update/destructive tools,
+    one hour to decide).
     """
     root = Path(path)
     if tools is None and (root / TOOLS_FILE).is_file():
@@ -162,7 +166,11 @@ def load_agents_dir(
         )
     agents = {**markdown, **code}
     registry = AgentRegistry(
-        dict(sorted(agents.items())), default_agent, default_model, limits or Limits()
+        dict(sorted(agents.items())),
+        default_agent,
+        default_model,
+        limits or Limits(),
+        approval or ApprovalPolicy(),
     )
     if default_agent is not None:
         registry.default_name()  # an unknown configured default fails at load, not at first run

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tether.agents.adapters.scripted import ScriptedTurn
+from tether.agents.approvals import checked_timeout
 from tether.agents.definitions import AgentDefinition, Tool
 from tether.agents.errors import DefinitionError
 
@@ -36,8 +37,10 @@ KNOWN_KEYS = frozenset(
         "ephemeral",
         "description",
         "script",
+        "approval",
     }
 )
+APPROVAL_KEYS = frozenset({"timeout"})
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -139,6 +142,21 @@ def _script(fm: Mapping[str, Any], path: Path) -> tuple[ScriptedTurn, ...]:
         raise DefinitionError(f"{path}: 'script': {exc}") from None
 
 
+def _approval_timeout(fm: Mapping[str, Any], path: Path) -> float | None:
+    """``approval: {timeout: <seconds>}``: this agent's approval timeout (a wrong type is
+    dropped, a value under one second is replaced by the default with a warning)."""
+    approval = fm.get("approval")
+    if not isinstance(approval, dict):
+        return None
+    for key in approval:
+        if key not in APPROVAL_KEYS:
+            log.warning("Ignoring unknown frontmatter key 'approval.%s' in %s", key, path)
+    value = approval.get("timeout")
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return checked_timeout(value, str(path))
+
+
 def _base_prompt(fm: Mapping[str, Any]) -> str | bool | None:
     value = fm.get("baseSystemPrompt")
     return value if value is False or isinstance(value, str) else None
@@ -173,6 +191,7 @@ def definition_from_markdown(
         ephemeral=fm.get("ephemeral") is True,
         auth=auth,
         script=_script(fm, path),
+        approval_timeout_s=_approval_timeout(fm, path),
         origin="markdown",
         source=path,
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tether.agents.adapters.hosted import HostedTool
+from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition, Tool
 from tether.agents.errors import DefinitionError
 from tether.agents.models import resolve_model
@@ -115,6 +116,7 @@ class AgentRegistry:
     default_agent: str | None = None
     default_model: ModelAdapter | str | None = None
     limits: Limits = field(default_factory=Limits)
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     _models: dict[int, ModelAdapter] = field(default_factory=dict, repr=False)
 
     @classmethod

@@ -1,4 +1,4 @@
-"""``run_agent``: one agent run with no server, no checkpoints and no thread store (spec §7)."""
+"""``run_agent``: one agent run with no server, no record and no thread store (spec §7)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition
 from tether.agents.dispatch import Budget
-from tether.agents.loop import AgentLoop, RunContext
+from tether.agents.loop import AgentLoop
 from tether.agents.models import resolve_model
 from tether.agents.registry import capability_warnings
+from tether.agents.run_context import RunContext
+from tether.agents.steps import Unrecorded
 from tether.agents.types import AgentEvent, Limits, Message, ModelAdapter, user
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,9 @@ async def run_agent(
 ) -> AgentRunResult:
     """Run ``definition`` on ``input``: ``[system(instructions), *messages]``, no base prompt.
 
-    The tool-call budget and sub-agent depth limits apply, as in the server. Setting ``signal``
+    The tool-call budget and sub-agent depth limits apply, as in the server; there is no approval
+    gate (as in the reference: nobody is there to decide), so ``write`` and ``destructive`` tools
+    run. Nothing is recorded: a run that dies is not resumed. Setting ``signal``
     stops the run and returns the text so far. Model errors raise ``ModelError``. ``on_event`` sees
     each event as it happens (the result also lists them all).
     """
@@ -75,6 +80,8 @@ async def run_agent(
         budget=Budget(limits.max_tool_calls),
         signal=signal,
         with_base_prompt=False,
+        steps=Unrecorded(),
+        approval=ApprovalPolicy(require_for_destructive=False),
     )
     loop = AgentLoop(definition, run)
     state = await loop.run(loop.start(_messages(input)))

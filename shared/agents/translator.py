@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from tether.agents.approvals import PENDING
 from tether.agents.types import AgentEvent
 
 _MISSING = object()
@@ -72,7 +73,7 @@ class ResponsesTranslator:
         if kind in _PASSTHROUGH:
             name, keys = _PASSTHROUGH[kind]
             return [self._out({"type": name, **{k: event.get(k) for k in keys}})]
-        if kind == "approval_pending":
+        if kind == PENDING:
             return [self._out(_approval(event))]
         if kind == "status":
             return self._status(event)
@@ -187,13 +188,7 @@ def _output(event: AgentEvent) -> str:
 
 
 def _approval(event: AgentEvent) -> dict[str, Any]:
-    out = {
-        "type": "appkit.approval_pending",
-        "approval_id": event.get("approvalId"),
-        "stream_id": event.get("streamId"),
-        "tool_name": event.get("toolName"),
-        "args": event.get("args"),
-    }
-    if event.get("annotations") is not None:
-        out["annotations"] = event["annotations"]
-    return out
+    """``approval.pending`` as the reference's ``appkit.approval_pending``. There is no stream
+    id: a Tether client decides through the invocation's ``/input``, under ``approval_id``."""
+    keys = ("approval_id", "tool_name", "args", "annotations", "agent")
+    return {"type": "appkit.approval_pending", **{k: event.get(k) for k in keys}}

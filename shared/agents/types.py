@@ -96,17 +96,6 @@ class ToolAnnotations:
         }
 
 
-def requires_approval(annotations: ToolAnnotations | None) -> bool:
-    """True for tools a later approval gate must hold: write, update or destructive effects."""
-    if annotations is None:
-        return False
-    return annotations.destructive is True or annotations.effect in (
-        "write",
-        "update",
-        "destructive",
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ToolDefinition:
     """What the model sees of a tool."""

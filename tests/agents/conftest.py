@@ -1,8 +1,9 @@
-"""A fake model server on 127.0.0.1 that replays scripted HTTP streams, and a fake ctx."""
+"""A fake model server on 127.0.0.1 that replays scripted HTTP streams, and fake attempts."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -13,6 +14,9 @@ from aiohttp import web
 from databricks.sdk.config import Config
 
 from tests.fakes import MemoryJournal
+from tether.app import AgentApp
+from tether.context import InvocationContext
+from tether.durable import Suspend
 from tether.jsonvalue import dumps
 
 
@@ -130,27 +134,74 @@ def sse(event_type: str, data: Any) -> str:
 
 
 class FakeSink(MemoryJournal):
-    """The AttemptSink seam: events and checkpoints in memory; an optional crash after a save."""
+    """The AttemptSink seam in memory: the invocation's event log and record, kept across its
+    attempts. With ``crash_after_steps`` the attempt that records that many steps freezes right
+    after the last of them, as a worker that dies there."""
 
-    def __init__(self, checkpoint: Any = None, crash_after_saves: int | None = None) -> None:
+    def __init__(self, crash_after_steps: int | None = None) -> None:
         super().__init__()
         self.events: list[dict[str, Any]] = []
-        self.saved: list[Any] = []
-        self._checkpoint = checkpoint
-        self.crash_after_saves = crash_after_saves
+        self.crash_after_steps = crash_after_steps
         self.crashed = asyncio.Event()
 
     async def emit(self, event_type: str, data: Any) -> int:
-        self.events.append(data)
+        self.events.append(json.loads(dumps(data)))
         self.cursor = len(self.events)
         return self.cursor
 
-    async def save_checkpoint(self, state: Any) -> None:
-        self._checkpoint = json.loads(dumps(state))
-        self.saved.append(self._checkpoint)
-        if self.crash_after_saves is not None and len(self.saved) >= self.crash_after_saves:
+    async def record_step(self, name: str, result: Any, error_type: str | None) -> None:
+        await super().record_step(name, result, error_type)
+        if self.crash_after_steps is not None and len(self.steps) >= self.crash_after_steps:
             self.crashed.set()
             await asyncio.Event().wait()  # the "worker" freezes here until it is killed
 
+    async def save_checkpoint(self, state: Any) -> None:
+        raise AssertionError("the agent runtime records steps, not checkpoints")
+
     def checkpoint(self) -> Any:
-        return self._checkpoint
+        return None
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+
+PARKED = "parked"
+"""What :func:`attempt` returns when the attempt parked on a wait instead of finishing."""
+
+
+def attempt_context(
+    sink: FakeSink, number: int = 1, *, recovery: bool = False
+) -> InvocationContext:
+    """Attempt ``number`` of invocation ``inv-1``, replaying whatever ``sink`` recorded."""
+    return InvocationContext(
+        invocation_id="inv-1",
+        session_id=None,
+        attempt=number,
+        sink=sink,
+        recorded=sink.recorded(),
+        is_recovery=recovery,
+    )
+
+
+async def attempt(
+    app: AgentApp, value: Any, sink: FakeSink, number: int = 1, *, recovery: bool = False
+) -> Any:
+    """Run one attempt as the worker would: its output, or :data:`PARKED`."""
+    handler = app.handler_for(recovery)
+    assert handler is not None
+    try:
+        return await handler(value, attempt_context(sink, number, recovery=recovery))
+    except Suspend:
+        return PARKED
+
+
+async def crash_after(app: AgentApp, value: Any, steps: int) -> FakeSink:
+    """Run attempt 1 until it has recorded ``steps`` steps, then kill it (cancel the task)."""
+    sink = FakeSink(crash_after_steps=steps)
+    task = asyncio.create_task(attempt(app, value, sink))
+    await sink.crashed.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    sink.crash_after_steps = None
+    return sink

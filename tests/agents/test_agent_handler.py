@@ -1,15 +1,14 @@
-"""The built-in handler: streaming events, limits, and resuming from checkpoints."""
+"""The built-in handler: streaming events, limits, and resuming from its recorded steps."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from tests.agents.conftest import FakeSink
+from tests.agents.conftest import FakeSink, attempt, crash_after
 from tether.agents import (
     AgentRegistry,
     LimitExceeded,
@@ -24,7 +23,6 @@ from tether.agents import (
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.handler import InvalidAgentInput
 from tether.app import AgentApp
-from tether.context import InvocationContext
 
 THREE_CALLS = ScriptedTurn(tool_calls=(("t1", {}), ("t2", {}), ("t3", {})))
 
@@ -40,30 +38,13 @@ def counting_tools(counts: Counter[str]) -> list[Any]:
     return [make(n) for n in ("t1", "t2", "t3")]
 
 
-def context(sink: FakeSink, attempt: int = 1) -> InvocationContext:
-    return InvocationContext(invocation_id="inv-1", session_id=None, attempt=attempt, sink=sink)
-
-
-async def invoke(app: AgentApp, value: Any, sink: FakeSink, attempt: int = 1) -> Any:
-    handler = app.handler_for(attempt > 1)
-    assert handler is not None
-    return await handler(value, context(sink, attempt))
+async def invoke(app: AgentApp, value: Any, sink: FakeSink) -> Any:
+    return await attempt(app, value, sink)
 
 
 def three_tool_app(counts: Counter[str], model: ScriptedModel, **limits: Any) -> AgentApp:
     agent = create_agent("worker", "Work.", model=model, tools=counting_tools(counts))
     return build_agent_app(AgentRegistry.of([agent], limits=Limits(**limits)))
-
-
-async def crash_after(app: AgentApp, saves: int) -> FakeSink:
-    """Run attempt 1 until its ``saves``-th checkpoint, then kill it (cancel the task)."""
-    sink = FakeSink(crash_after_saves=saves)
-    task = asyncio.create_task(invoke(app, "go", sink))
-    await sink.crashed.wait()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    return sink
 
 
 async def test_a_run_streams_events_and_returns_text_and_messages() -> None:
@@ -85,30 +66,38 @@ async def test_a_run_streams_events_and_returns_text_and_messages() -> None:
     assert kinds[0] == "status" and sink.events[-1] == {"type": "status", "status": "complete"}
     assert kinds.count("tool_call") == 3 and kinds.count("tool_result") == 3
     assert counts == {"t1": 1, "t2": 1, "t3": 1}
-    assert len(sink.saved) == 5  # after each of 2 model turns and each of 3 tool results
+    assert list(sink.steps) == [  # each model turn and each tool call, named by its place
+        "worker#t0",
+        "worker#t0.c0",
+        "worker#t0.c1",
+        "worker#t0.c2",
+        "worker#t1",
+    ]
 
 
 async def test_a_crash_after_the_second_of_three_tools_resumes_without_rerunning_any() -> None:
     counts: Counter[str] = Counter()
     model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
     app = three_tool_app(counts, model)
-    crashed = await crash_after(app, saves=3)  # model turn, t1, t2
+    sink = await crash_after(app, "go", steps=3)  # model turn, t1, t2
     assert counts == {"t1": 1, "t2": 1} and len(model.requests) == 1
 
-    resumed = FakeSink(checkpoint=crashed.checkpoint())
-    result = await invoke(app, "go", resumed, attempt=2)
+    result = await attempt(app, "go", sink, 2, recovery=True)
     assert counts == {"t1": 1, "t2": 1, "t3": 1}
     assert len(model.requests) == 2  # only the final answer was asked for again
     assert result["text"] == "All done."
     assert [m["role"] for m in result["messages"]].count("tool") == 3
+    # the replayed part of the run is not logged twice
+    assert len(sink.of_type("tool_call")) == len(sink.of_type("tool_result")) == 3
+    assert len(sink.of_type("status")) == 2  # running (once), complete
 
 
 async def test_a_crash_after_a_model_turn_does_not_ask_the_model_again() -> None:
     counts: Counter[str] = Counter()
     model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
     app = three_tool_app(counts, model)
-    crashed = await crash_after(app, saves=1)
-    await invoke(app, "go", FakeSink(checkpoint=crashed.checkpoint()), attempt=2)
+    sink = await crash_after(app, "go", steps=1)
+    await attempt(app, "go", sink, 2, recovery=True)
     assert counts == {"t1": 1, "t2": 1, "t3": 1}
     assert len(model.requests) == 2
 
@@ -117,10 +106,42 @@ async def test_a_finished_run_recovers_without_any_call() -> None:
     counts: Counter[str] = Counter()
     model = ScriptedModel([THREE_CALLS, ScriptedTurn("All done.")])
     app = three_tool_app(counts, model)
-    crashed = await crash_after(app, saves=5)
-    result = await invoke(app, "go", FakeSink(checkpoint=crashed.checkpoint()), attempt=2)
+    sink = await crash_after(app, "go", steps=5)
+    result = await attempt(app, "go", sink, 2, recovery=True)
     assert result["text"] == "All done."
     assert len(model.requests) == 2 and counts == {"t1": 1, "t2": 1, "t3": 1}
+
+
+async def test_a_crash_inside_a_sub_agent_does_not_rerun_the_childs_finished_tools() -> None:
+    counts: Counter[str] = Counter()
+    child_model = ScriptedModel([THREE_CALLS, ScriptedTurn("child done")])
+    child = create_agent("child", model=child_model, tools=counting_tools(counts))
+    parent_model = ScriptedModel.of(
+        {"tool_calls": [{"name": "agent-child", "args": {"input": "go"}}]}, "parent: {result}"
+    )
+    parent = create_agent("parent", model=parent_model, agents=[child])
+    app = build_agent_app(AgentRegistry.of([parent]))
+    value = {"agent": "parent", "messages": "go"}
+    sink = await crash_after(app, value, steps=4)  # parent turn, child turn, child t1, child t2
+    assert counts == {"t1": 1, "t2": 1}
+
+    result = await attempt(app, value, sink, 2, recovery=True)
+    assert result["text"] == "parent: child done"
+    assert counts == {"t1": 1, "t2": 1, "t3": 1}
+    assert len(parent_model.requests) == 2 and len(child_model.requests) == 2
+    assert "parent#t0.c0/child#t0.c2" in sink.steps  # the child's steps, placed under the call
+    assert len(sink.of_type("tool_call")) == 4  # agent-child and the child's three, once each
+
+
+async def test_a_model_error_replays_as_the_same_error_without_asking_again() -> None:
+    model = ScriptedModel([ScriptedTurn(error="transport")])
+    app = build_agent_app(AgentRegistry.of([create_agent("a", model=model)]))
+    sink = FakeSink()
+    with pytest.raises(ModelError):
+        await invoke(app, "go", sink)
+    with pytest.raises(ModelError, match=r"^Scripted model error \(transport\)$"):
+        await attempt(app, "go", sink, 2, recovery=True)
+    assert len(model.requests) == 1
 
 
 async def test_the_tool_budget_allows_exactly_n_calls_then_stops_the_run() -> None:

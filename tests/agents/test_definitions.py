@@ -242,9 +242,10 @@ def test_the_system_prompt_composes_base_and_instructions() -> None:
 
 def test_the_example_agents_load() -> None:
     registry = load_agents_dir(EXAMPLES)
-    assert sorted(registry.agents) == ["greeter", "planner", "weather"]
+    assert sorted(registry.agents) == ["bookings", "greeter", "planner", "weather"]
     assert registry.default_name() == "greeter"
     assert set(tool_index(registry.agents["weather"])) == {"get_weather"}
+    assert registry.agents["bookings"].approval_timeout_s == 600
 
 
 def test_the_agents_package_imports_neither_gateway_nor_worker() -> None:

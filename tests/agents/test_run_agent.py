@@ -143,3 +143,18 @@ def test_the_planner_example_delegates_to_the_weather_agent() -> None:
     out = io.StringIO()
     assert run_agent_command(EXAMPLES, "planner", "Trip to Paris", out=out) == 0
     assert "sunny" in out.getvalue().splitlines()[-1]
+
+
+async def test_the_standalone_runner_has_no_approval_gate() -> None:
+    ran: list[str] = []
+
+    @tool(effect="destructive")
+    def wipe(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return "wiped"
+
+    model = ScriptedModel.of({"tool_calls": [{"name": "wipe", "args": {"path": "a"}}]}, "{result}")
+    result = await run_agent(create_agent("a", model=model, tools=[wipe]), "go")
+    assert result.text == "wiped" and ran == ["a"]
+    assert not [e for e in result.events if e["type"].startswith("approval")]

@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tether.agents import ToolError, schema_tool, tool
+from tether.agents.approvals import requires_approval
 from tether.agents.dispatch import normalize_result
-from tether.agents.types import requires_approval
 
 
 @tool(effect="write", timeout_s=5)

@@ -149,3 +149,30 @@ def test_nothing_completes_after_a_failure() -> None:
 
 def test_telemetry_events_are_dropped() -> None:
     assert feed({"type": "model_start"}, {"type": "remote_trace"}, finalize=False) == []
+
+
+def test_an_approval_request_becomes_appkit_approval_pending_and_its_decision_is_not_streamed() -> (
+    None
+):
+    pending = {
+        "type": "approval.pending",
+        "approval_id": "approval-1",
+        "call_id": "c1",
+        "tool_name": "delete_file",
+        "args": {"path": "a"},
+        "annotations": {"effect": "destructive"},
+        "agent": "janitor",
+        "agent_path": ["janitor"],
+    }
+    resolved = {"type": "approval.resolved", "approval_id": "approval-1", "decision": "deny"}
+    assert feed(pending, resolved, finalize=False) == [
+        {
+            "type": "appkit.approval_pending",
+            "approval_id": "approval-1",
+            "tool_name": "delete_file",
+            "args": {"path": "a"},
+            "annotations": {"effect": "destructive"},
+            "agent": "janitor",
+            "sequence_number": 0,
+        }
+    ]

@@ -2,7 +2,8 @@
 
 It yields ``status running``, the turns' events, ``tool_call``/``tool_result`` around each call
 to ``execute_tool``, and ``status error`` (a fixed, client-safe text) when the model fails. The
-server's agent loop (``shared.agents.loop``) adds limits and checkpoints on top of the same turns.
+server's agent loop (``shared.agents.loop``) adds limits, approvals and durable steps on top of
+the same turns.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from tether.agents.errors import ModelError, ToolError, redact
+from tether.agents.errors import ModelError, ToolError
 from tether.agents.types import (
     AgentEvent,
     AgentInput,
@@ -36,7 +37,7 @@ async def _call(call: ToolCall, execute_tool: ExecuteTool) -> tuple[AgentEvent, 
     except ToolError as exc:
         error = str(exc)
     except Exception as exc:
-        log.warning("tool '%s' raised %s: %s", call.name, type(exc).__name__, redact(str(exc)))
+        log.warning("tool '%s' raised %s", call.name, type(exc).__name__)
         error = f"Tool '{call.name}' failed."
     else:
         content = result if isinstance(result, str) else dumps(result)
