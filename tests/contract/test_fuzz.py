@@ -63,14 +63,14 @@ def fuzz(operation: Any, server: str, examples: int) -> None:
         operation.as_strategy(schemathesis.GenerationMode.NEGATIVE),
     )
 
-    @settings(  # type: ignore[untyped-decorator]
+    @settings(
         max_examples=examples,
         derandomize=True,
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=requests)  # type: ignore[untyped-decorator]
+    @given(case=requests)
     def run(case: Any) -> None:
         harmless(case)
         case.call_and_validate(base_url=server, headers=OWNER, checks=CHECKS, timeout=30)
