@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,8 @@ def test_an_orphans_output_goes_to_its_own_stderr(monkeypatch: pytest.MonkeyPatc
     relay = io.StringIO()  # stands for Dramatiq's pipe to the dead parent
     monkeypatch.setattr(sys, "stdout", relay)
     monkeypatch.setattr(sys, "stderr", relay)
-    relayed, own_file = logging.StreamHandler(relay), logging.StreamHandler(io.StringIO())
+    relayed: logging.StreamHandler[Any] = logging.StreamHandler(relay)
+    own_file: logging.StreamHandler[Any] = logging.StreamHandler(io.StringIO())
     root = logging.getLogger()
     root.addHandler(relayed)
     root.addHandler(own_file)
