@@ -1,6 +1,6 @@
 """Tether's shared core: the handler API, settings, store, pub/sub and the attempt runtime."""
 
 from tether.app import AgentApp
-from tether.context import InvocationContext
+from tether.context import InvocationContext, LimitExceeded
 
-__all__ = ["AgentApp", "InvocationContext"]
+__all__ = ["AgentApp", "InvocationContext", "LimitExceeded"]

@@ -23,6 +23,20 @@ class AttemptSink(Protocol):
     def checkpoint(self) -> Any: ...
 
 
+class LimitExceeded(Exception):
+    """Raised by ``ctx.emit`` past one of the run's caps (events, or their bytes); nothing was
+    written. The invocation fails with ``limit_exceeded`` however the handler then ends, so a
+    handler may clean up on it; one still running a grace period later is cancelled."""
+
+
+class EventBudget(Protocol):
+    """The run's caps on its events, charged by every ``emit`` before the event is written."""
+
+    def charge(self, size: int) -> None:
+        """Count one event of ``size`` JSON bytes; raise :class:`LimitExceeded` past a cap."""
+        ...
+
+
 class RequestAuth(Protocol):
     def client_for(self, who: str) -> WorkspaceClient: ...
 
@@ -39,6 +53,7 @@ class InvocationContext:
         sink: AttemptSink,
         max_event_bytes: int = 1024 * 1024,
         request_auth: RequestAuth | None = None,
+        budget: EventBudget | None = None,
     ) -> None:
         self.invocation_id = invocation_id
         self.session_id = session_id
@@ -47,6 +62,7 @@ class InvocationContext:
         self.cancel_requested = asyncio.Event()
         self._sink = sink
         self._max_event_bytes = max_event_bytes
+        self._budget = budget
 
     @property
     def is_recovery(self) -> bool:
@@ -57,12 +73,16 @@ class InvocationContext:
         """Append an event to the invocation's log and return its cursor.
 
         The event is a JSON object whose ``type`` matches ``^[A-Za-z0-9_.:-]{1,64}$`` and does not
-        start with ``run.``. Raises ``InvalidEvent`` or ``InvalidJson`` on a bad event.
+        start with ``run.``. Raises ``InvalidEvent`` or ``InvalidJson`` on a bad event, and
+        :class:`LimitExceeded` past the run's caps on its events.
         """
         event_type = user_event_type(event)
         data = dict(event)
-        if len(dumps(data).encode()) > self._max_event_bytes:
+        size = len(dumps(data).encode())
+        if size > self._max_event_bytes:
             raise ValueError(f"event is larger than {self._max_event_bytes} bytes")
+        if self._budget is not None:
+            self._budget.charge(size)
         return await self._sink.emit(event_type, data)
 
     def load_checkpoint(self) -> Any:

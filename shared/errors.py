@@ -18,6 +18,7 @@ class ErrorCode(StrEnum):
     USER_AUTH_RECOVERY_UNSUPPORTED = "user_auth_recovery_unsupported"
     CANCELLED = "cancelled"
     INVALID_OUTPUT = "invalid_output"
+    LIMIT_EXCEEDED = "limit_exceeded"
 
 
 MESSAGES: dict[ErrorCode, str] = {
@@ -35,6 +36,9 @@ MESSAGES: dict[ErrorCode, str] = {
     ),
     ErrorCode.CANCELLED: "the invocation was cancelled",
     ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
+    ErrorCode.LIMIT_EXCEEDED: (
+        "the invocation exceeded a run limit (events, event bytes or running time)"
+    ),
 }
 
 

@@ -42,6 +42,22 @@ class Timers(BaseModel):
         30.0, gt=0, description="A sync POST answers 202 after waiting this long."
     )
     ping_interval: float = Field(15.0, gt=0, le=15.0, description="SSE keep-alive comment period.")
+    max_run_duration: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Longest an attempt's handler may run; the worker then cancels it and the "
+            "invocation fails with limit_exceeded (0: no limit)."
+        ),
+    )
+    limit_grace: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "How long a handler may keep running after ctx.emit raised LimitExceeded before "
+            "the worker cancels it."
+        ),
+    )
 
     @model_validator(mode="after")
     def stale_exceeds_heartbeat(self) -> Timers:
@@ -67,6 +83,22 @@ class Limits(BaseModel):
         0, ge=0, description="Attempts before recovery_limit_exceeded (0: no limit)."
     )
     retry_after: int = Field(1, ge=1, description="Retry-After seconds on 429 and 503.")
+    max_events_per_run: int = Field(
+        100_000,
+        ge=0,
+        description=(
+            "Events one attempt may emit (0: no limit); past it ctx.emit raises LimitExceeded "
+            "and the invocation fails with limit_exceeded."
+        ),
+    )
+    max_event_bytes_per_run: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description=(
+            "Sum of the JSON bytes of the events one attempt may emit (0: no limit); "
+            "past it as above."
+        ),
+    )
 
 
 class WorkerSettings(BaseModel):

@@ -21,6 +21,7 @@ from tether.services import Services
 from tether.settings import Settings
 from tether.worker.heartbeat import Heartbeat
 from tether.worker.reaper import Reaper
+from tether.worker.run_limits import RunLimits
 from tether.worker.runtime import Runtime, StopReason
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ async def run_node(
         concurrency=settings.worker.concurrency,
         max_event_bytes=settings.limits.max_event_bytes,
         finish_retry=settings.timers.stale_after,
+        limits=RunLimits.from_settings(settings),
     )
     app.warn_if_unrecoverable()
     reaper = reaper_for(settings, runtime)

@@ -26,6 +26,7 @@ from tether.services import Services
 from tether.store.schema import Claim
 from tether.store.store import Finished, Superseded
 from tether.worker.attempt import EventWriter
+from tether.worker.run_limits import AttemptLimits, RunLimits
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class StopReason(Enum):
     CANCEL = "cancel"
     SUPERSEDED = "superseded"
     SHUTDOWN = "shutdown"
+    LIMIT = "limit"
 
 
 @dataclass
@@ -49,6 +51,7 @@ class RunningAttempt:
     claim: Claim
     ctx: InvocationContext
     writer: EventWriter
+    limits: AttemptLimits
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
     in_handler: bool = False
@@ -66,6 +69,7 @@ class Runtime:
         concurrency: int,
         max_event_bytes: int,
         finish_retry: float = 0.0,
+        limits: RunLimits | None = None,
     ) -> None:
         self.services = services
         self.store = services.store
@@ -84,6 +88,7 @@ class Runtime:
         )
         self._max_event_bytes = max_event_bytes
         self._finish_retry = finish_retry
+        self._limits = limits or RunLimits()
         self._closing = False
 
     async def start(self, invocation_id: str) -> bool:
@@ -104,14 +109,20 @@ class Runtime:
             self._slots.release()
             return False
         writer = EventWriter(self.store, self.pubsub, claim, self._append)
+        limits = AttemptLimits(
+            self._limits,
+            invocation_id,
+            lambda: self.stop(invocation_id, StopReason.LIMIT, claim.attempt),
+        )
         ctx = InvocationContext(
             invocation_id=claim.invocation_id,
             session_id=claim.session_id,
             attempt=claim.attempt,
             sink=writer,
             max_event_bytes=self._max_event_bytes,
+            budget=limits,
         )
-        running = RunningAttempt(claim, ctx, writer)
+        running = RunningAttempt(claim, ctx, writer, limits)
         self.attempts[invocation_id] = running
         self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
@@ -170,23 +181,26 @@ class Runtime:
         if handler is None:
             return failed(ErrorCode.WORKER_LOST)
         if running.stop_reason is not None:  # stopped before its handler even began
-            return cancelled() if running.stop_reason is StopReason.CANCEL else None
+            return _stopped(running.stop_reason)
         running.in_handler = True
+        running.limits.start()
         try:
             output = await handler(claim.input, running.ctx)
         except asyncio.CancelledError:
-            if running.stop_reason is StopReason.CANCEL:
-                return cancelled()
             if running.stop_reason is None:
                 raise
-            return None  # superseded, or shutting down: recovery owns it now
+            return _stopped(running.stop_reason)
         except Superseded:
             return None
         except Exception:
-            log.exception("invocation %s: handler raised", claim.invocation_id)
-            return failed(ErrorCode.INVOCATION_FAILED)
+            if running.limits.exceeded is None:
+                log.exception("invocation %s: handler raised", claim.invocation_id)
+                return failed(ErrorCode.INVOCATION_FAILED)
         finally:
             running.in_handler = False
+            running.limits.finish()
+        if running.limits.exceeded is not None:  # however the handler ended
+            return failed(ErrorCode.LIMIT_EXCEEDED)
         try:
             dumps(output)
         except InvalidJson as exc:
@@ -286,3 +300,13 @@ class Runtime:
                 )
         if leftovers:
             log.warning("handed %d unfinished attempts back for recovery", len(leftovers))
+
+
+def _stopped(reason: StopReason) -> Outcome | None:
+    """How an attempt stopped from outside ends: cancelled, failed past a run limit, or not at
+    all (superseded, or shutting down: recovery owns it now)."""
+    if reason is StopReason.CANCEL:
+        return cancelled()
+    if reason is StopReason.LIMIT:
+        return failed(ErrorCode.LIMIT_EXCEEDED)
+    return None
