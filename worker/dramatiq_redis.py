@@ -13,7 +13,7 @@ soon as half its room is free.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Iterable
 
 import dramatiq
 import redis
@@ -100,12 +100,12 @@ class WokenConsumer(Consumer):
         finally:
             self._release(message)
 
-    def _release(self, message: Any) -> None:
+    def _release(self, message: MessageProxy) -> None:
         with self._room:
             self._in_hand.discard(message.message_id)
             self._room.notify_all()
 
-    def requeue(self, messages: Any) -> None:
+    def requeue(self, messages: Iterable[MessageProxy]) -> None:
         self._fetcher.requeue(messages)
 
     def close(self) -> None:
