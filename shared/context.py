@@ -29,6 +29,20 @@ class AttemptSink(JournalSink, Protocol):
     def checkpoint(self) -> Any: ...
 
 
+class LimitExceeded(Exception):
+    """Raised by ``ctx.emit`` past one of the run's caps (events, or their bytes); nothing was
+    written. The invocation fails with ``limit_exceeded`` however the handler then ends, so a
+    handler may clean up on it; one still running a grace period later is cancelled."""
+
+
+class EventBudget(Protocol):
+    """The run's caps on its events, charged by every ``emit`` before the event is written."""
+
+    def charge(self, size: int) -> None:
+        """Count one event of ``size`` JSON bytes; raise :class:`LimitExceeded` past a cap."""
+        ...
+
+
 class RequestAuth(Protocol):
     def client_for(self, who: str) -> WorkspaceClient: ...
 
@@ -48,6 +62,7 @@ class InvocationContext:
         is_recovery: bool | None = None,
         recorded: Recorded | None = None,
         inline_sleep_max: float = 5.0,
+        budget: EventBudget | None = None,
     ) -> None:
         self.invocation_id = invocation_id
         self.session_id = session_id
@@ -60,6 +75,7 @@ class InvocationContext:
         self._durable = Durable(
             sink, invocation_id, recorded or Recorded(), inline_sleep_max=inline_sleep_max
         )
+        self._budget = budget
 
     @property
     def is_recovery(self) -> bool:
@@ -112,14 +128,18 @@ class InvocationContext:
         """Append an event to the invocation's log and return its cursor.
 
         The event is a JSON object whose ``type`` matches ``^[A-Za-z0-9_.:-]{1,64}$`` and does not
-        start with ``run.``. Raises ``InvalidEvent`` or ``InvalidJson`` on a bad event.
+        start with ``run.``. Raises ``InvalidEvent`` or ``InvalidJson`` on a bad event, and
+        :class:`LimitExceeded` past the run's caps on its events.
         """
         event_type = user_event_type(event)
         data = dict(event)
-        if len(dumps(data).encode()) > self._max_event_bytes:
+        size = len(dumps(data).encode())
+        if size > self._max_event_bytes:
             raise ValueError(f"event is larger than {self._max_event_bytes} bytes")
         if self._durable.replaying:  # stored by the attempt that first ran this far
             return self._sink.last_cursor()
+        if self._budget is not None:
+            self._budget.charge(size)
         return await self._sink.emit(event_type, data)
 
     def load_checkpoint(self) -> Any:

@@ -21,6 +21,7 @@ class ErrorCode(StrEnum):
     CANCELLED = "cancelled"
     INVALID_OUTPUT = "invalid_output"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    LIMIT_EXCEEDED = "limit_exceeded"
 
 
 MESSAGES: dict[ErrorCode, str] = {
@@ -41,4 +42,7 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.CANCELLED: "the invocation was cancelled",
     ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "the request must be sent as Content-Type: application/json",
+    ErrorCode.LIMIT_EXCEEDED: (
+        "the invocation exceeded a run limit (events, event bytes or running time)"
+    ),
 }

@@ -76,6 +76,22 @@ class Timers(BaseModel):
     body_read_timeout: float = Field(
         30.0, gt=0, description="A request body must arrive whole within this, else 408."
     )
+    max_run_duration: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Longest an attempt's handler may run; the worker then cancels it and the "
+            "invocation fails with limit_exceeded (0: no limit)."
+        ),
+    )
+    limit_grace: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "How long a handler may keep running after ctx.emit raised LimitExceeded before "
+            "the worker cancels it."
+        ),
+    )
 
     @model_validator(mode="after")
     def stale_exceeds_heartbeat(self) -> Timers:
@@ -115,6 +131,22 @@ class Limits(BaseModel):
         ),
     )
     retry_after: int = Field(1, ge=1, description="Retry-After seconds on 429 and 503.")
+    max_events_per_run: int = Field(
+        100_000,
+        ge=0,
+        description=(
+            "Events one attempt may emit (0: no limit); past it ctx.emit raises LimitExceeded "
+            "and the invocation fails with limit_exceeded."
+        ),
+    )
+    max_event_bytes_per_run: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description=(
+            "Sum of the JSON bytes of the events one attempt may emit (0: no limit); "
+            "past it as above."
+        ),
+    )
 
 
 class WorkerSettings(BaseModel):

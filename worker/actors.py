@@ -1,7 +1,8 @@
 """The actors. Import this module to get the broker with its actors declared.
 
 ``run_invocation`` carries an invocation id only; a duplicate or redelivered message is a no-op
-because claiming is conditional.
+because claiming is conditional. It is never retried and has no time limit: the broker has no
+``Retries`` or ``TimeLimit`` middleware (see :func:`tether.worker.dramatiq_redis.build_broker`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 __all__ = ["broker", "run_invocation"]
 
 
-@dramatiq.actor(actor_name=RUN_INVOCATION, queue_name=settings.worker.queue, max_retries=0)
+@dramatiq.actor(actor_name=RUN_INVOCATION, queue_name=settings.worker.queue)
 def run_invocation(invocation_id: str) -> None:
     if not host.start_invocation(invocation_id):
         log.debug(

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from tether.app import load_app
 from tether.settings import Settings
 from tether.worker.node import run_node
+from tether.worker.parent_watch import ParentWatch
 from tether.worker.runtime import Runtime
 from tether.worker.wiring import distributed_services
 
@@ -88,7 +89,8 @@ def worker_database_url(settings: Settings) -> str:
 
 
 class NodeHost(dramatiq.Middleware):
-    """Opens the node in ``before_worker_boot`` and drains it in ``after_worker_shutdown``."""
+    """Opens the node in ``before_worker_boot`` and drains it in ``after_worker_shutdown``; in
+    between, the process stops itself gracefully if its parent dies (:mod:`.parent_watch`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -99,9 +101,13 @@ class NodeHost(dramatiq.Middleware):
         self._stop: asyncio.Event | None = None
         self._broker: dramatiq.Broker | None = None
         self._places = threading.BoundedSemaphore(settings.worker.concurrency)
+        self._parent_watch: ParentWatch | None = None
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         _FirstStopOnly.install()
+        self._parent_watch = ParentWatch.of_this_process()  # an orphan stops as on SIGTERM
+        if self._parent_watch is not None:
+            self._parent_watch.start()
         self._broker = broker
         self._thread = threading.Thread(target=self._serve, name="tether-node", daemon=True)
         self._thread.start()
@@ -109,6 +115,8 @@ class NodeHost(dramatiq.Middleware):
             raise RuntimeError("the worker node did not start (see the log above)")
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._parent_watch is not None:
+            self._parent_watch.stop()
         if self.loop is not None and self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:

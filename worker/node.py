@@ -22,6 +22,7 @@ from tether.settings import Settings
 from tether.store.store import StoreError
 from tether.worker.heartbeat import Heartbeat
 from tether.worker.reaper import Reaper
+from tether.worker.run_limits import RunLimits
 from tether.worker.runtime import Runtime, StopReason
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ async def run_node(
         max_event_bytes=settings.limits.max_event_bytes,
         finish_retry=settings.timers.stale_after,
         inline_sleep_max=settings.timers.inline_sleep_max,
+        limits=RunLimits.from_settings(settings),
     )
     app.warn_if_unrecoverable()
     reaper = reaper_for(settings, runtime)

@@ -35,6 +35,7 @@ from tether.store.store import (
     ValueRefused,
 )
 from tether.worker.attempt import EventWriter
+from tether.worker.run_limits import AttemptLimits, RunLimits
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,14 @@ class StopReason(Enum):
     CANCEL = "cancel"
     SUPERSEDED = "superseded"
     SHUTDOWN = "shutdown"
+    LIMIT = "limit"
 
 
 @dataclass
 class RunningAttempt:
     claim: Claim
     writer: EventWriter
+    limits: AttemptLimits
     ctx: InvocationContext | None = None
     task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
@@ -71,6 +74,7 @@ class Runtime:
         max_event_bytes: int,
         finish_retry: float = 0.0,
         inline_sleep_max: float = 5.0,
+        limits: RunLimits | None = None,
     ) -> None:
         self.services = services
         self.store = services.store
@@ -90,6 +94,7 @@ class Runtime:
         self._max_event_bytes = max_event_bytes
         self._finish_retry = finish_retry
         self._inline_sleep_max = inline_sleep_max
+        self._limits = limits or RunLimits()
         self._closing = False
 
     async def start(self, invocation_id: str) -> bool:
@@ -111,7 +116,12 @@ class Runtime:
             return False
         # an attempt's events, stored with the other attempts' writing meanwhile (group commit)
         writer = EventWriter(self.store, self.pubsub, claim, self._appends.submit)
-        running = RunningAttempt(claim, writer)
+        limits = AttemptLimits(
+            self._limits,
+            invocation_id,
+            lambda: self.stop(invocation_id, StopReason.LIMIT, claim.attempt),
+        )
+        running = RunningAttempt(claim, writer, limits)
         self.attempts[invocation_id] = running
         self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
@@ -136,6 +146,7 @@ class Runtime:
             is_recovery=claim.is_recovery,
             recorded=recorded,
             inline_sleep_max=self._inline_sleep_max,
+            budget=running.limits,
         )
 
     async def _run(self, running: RunningAttempt) -> None:
@@ -189,25 +200,28 @@ class Runtime:
         if handler is None:
             return failed(ErrorCode.WORKER_LOST)
         if running.stop_reason is not None or ctx is None:  # stopped before its handler began
-            return cancelled() if running.stop_reason is StopReason.CANCEL else None
+            return None if running.stop_reason is None else _stopped(running.stop_reason)
         running.in_handler = True
+        running.limits.start()
         try:
             output = await handler(claim.input, ctx)
         except Suspend:
             return None  # parked: the invocation is waiting, its attempt is over
         except asyncio.CancelledError:
-            if running.stop_reason is StopReason.CANCEL:
-                return cancelled()
             if running.stop_reason is None:
                 raise
-            return None  # superseded, or shutting down: recovery owns it now
+            return _stopped(running.stop_reason)
         except Superseded:
             return None
         except Exception:
-            log.exception("invocation %s: handler raised", claim.invocation_id)
-            return failed(ErrorCode.INVOCATION_FAILED)
+            if running.limits.exceeded is None:
+                log.exception("invocation %s: handler raised", claim.invocation_id)
+                return failed(ErrorCode.INVOCATION_FAILED)
         finally:
             running.in_handler = False
+            running.limits.finish()
+        if running.limits.exceeded is not None:  # however the handler ended
+            return failed(ErrorCode.LIMIT_EXCEEDED)
         try:
             dumps(output)
         except InvalidJson as exc:
@@ -311,3 +325,13 @@ class Runtime:
                 )
         if leftovers:
             log.warning("handed %d unfinished attempts back for recovery", len(leftovers))
+
+
+def _stopped(reason: StopReason) -> Outcome | None:
+    """How an attempt stopped from outside ends: cancelled, failed past a run limit, or not at
+    all (superseded, or shutting down: recovery owns it now)."""
+    if reason is StopReason.CANCEL:
+        return cancelled()
+    if reason is StopReason.LIMIT:
+        return failed(ErrorCode.LIMIT_EXCEEDED)
+    return None

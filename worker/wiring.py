@@ -16,7 +16,7 @@ from tether.queue import Queue
 from tether.services import Services, opened
 from tether.settings import Settings
 from tether.store.store import Store
-from tether.worker.dramatiq_redis import AsyncEnqueuer
+from tether.worker.enqueuer import AsyncEnqueuer
 from tether.worker.local_queue import LocalQueue
 from tether.worker.node import run_node
 

@@ -129,32 +129,18 @@ def _wait_children(children: list[int]) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Dramatiq worker processes running invocations (Dramatiq's own CLI underneath)."""
+    from tether.worker.command import worker_command
+
     settings = settings_from(args)
     load_app(settings.app)  # fail here, clearly, rather than in every child
-    env = dict(os.environ)
-    env["TETHER_APP"] = settings.app
-    if args.config:
-        env["TETHER_CONFIG"] = os.path.abspath(args.config)
-    env["dramatiq_worker_timeout"] = str(settings.worker.poll_timeout_ms)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
-    processes = args.processes or settings.worker.processes
-    threads = args.threads or settings.worker.threads
-    grace_ms = int((settings.timers.shutdown_grace + 5) * 1000)
-    argv = [
-        sys.executable,
-        "-m",
-        "dramatiq",
-        "tether.worker.actors",
-        "--processes",
-        str(processes),
-        "--threads",
-        str(threads),
-        "--queues",
-        settings.worker.queue,
-        "--worker-shutdown-timeout",
-        str(grace_ms),
-    ]
-    os.execve(sys.executable, argv, env)
+    command = worker_command(
+        settings,
+        processes=args.processes or settings.worker.processes,
+        threads=args.threads or settings.worker.threads,
+        config_file=args.config,
+        environ=os.environ,
+    )
+    os.execve(command.argv[0], command.argv, command.env)
     return 0  # not reached
 
 

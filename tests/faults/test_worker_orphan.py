@@ -1,0 +1,60 @@
+"""``kill -9`` of ``tether worker`` (Dramatiq's main process): its worker processes notice that
+their parent is gone, stop as on SIGTERM (the running attempt is handed back after the grace
+period) and exit; the next worker recovers the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.client import new_id
+from tests.faults.conftest import MakeCluster
+from tests.faults.harness_ext import Db, api_for, holding, spawn_worker, until, worker_pid
+from tests.faults.harness_ext import start_workers as start_more_workers
+from tests.procs import descendants
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
+
+HOLD_THEN_RECOVER = {"attempt1": {"emit": 2, "sleep": 300}, "attempt2": {"emit": 2}}
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie its new parent has not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+
+
+async def test_worker_processes_whose_parent_is_killed_hand_their_runs_back_and_exit(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster
+) -> None:
+    cluster = make_cluster(fresh_db, redis_url)  # shutdown grace 10 s
+    _, base = cluster.start_gateway()
+    worker = spawn_worker(cluster, processes=2)
+    await until(lambda: worker.log().count("Worker process is ready") == 2, 60, "both processes")
+    children = descendants(worker.pid)
+    assert len(children) == 2, children
+    db = Db(fresh_db)
+    invocation_id = new_id()
+    async with api_for(base) as api:
+        body = {"id": invocation_id, "input": HOLD_THEN_RECOVER, "background": True}
+        assert (await api.post(body))[0] == 202
+        await until(lambda: db.all_match([invocation_id], holding(3)), 30, "the run to hold")
+        assert worker_pid(db.row(invocation_id)) in children
+
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.popen.wait(10)
+        await until(lambda: all(exited(pid) for pid in children), 60, "the orphans to exit")
+
+        assert worker.log().count("is gone; stopping gracefully") == 2
+        row = db.row(invocation_id)
+        assert row["status"] == "active" and row["heartbeat_at"] == 0  # handed back, not lost
+        start_more_workers(cluster, 1)
+        await until(lambda: db.row(invocation_id)["status"] == "completed", 30, "recovery")
+        _, state = await api.get(invocation_id)
+        assert state["attempt"] == 2 and state["output"]["recovered"] is True, state

@@ -1,0 +1,104 @@
+"""A worker process that outlives ``tether worker`` stops itself.
+
+``tether worker`` is Dramatiq's main process: it starts the worker processes, relays their
+output and forwards stop signals to them. Killed with SIGKILL (``kill -9``, the OOM killer) it
+can do none of that, and its worker processes would run on unsupervised, taking messages,
+while the supervisor starts a new ``tether worker`` beside them. So each worker process watches
+its parent. Once it has been re-parented (to init or a subreaper), it moves its output from the
+relay pipe, which nobody reads any more, back to its own stderr, and sends itself SIGTERM: the
+graceful stop a supervisor would send. It stops taking messages, lets running attempts finish
+for ``timers.shutdown_grace``, hands the rest back for recovery, and exits.
+
+The check polls ``os.getppid()`` from a daemon thread every :data:`PARENT_CHECK_INTERVAL`. That
+works on every POSIX system, unlike Linux's ``PR_SET_PDEATHSIG`` (which also fires when the
+forking *thread* of a live parent ends).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+PARENT_CHECK_INTERVAL = 0.5
+"""Seconds between two looks at the parent: an orphan starts its graceful stop within this."""
+
+
+class ParentWatch:
+    """Calls ``on_orphaned(parent_pid)`` once, from its own thread, when this process's parent
+    is no longer ``parent_pid``."""
+
+    def __init__(
+        self,
+        parent_pid: int,
+        on_orphaned: Callable[[int], None],
+        interval: float = PARENT_CHECK_INTERVAL,
+    ) -> None:
+        self.parent_pid = parent_pid
+        self._on_orphaned = on_orphaned
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tether-parent-watch", daemon=True)
+
+    @classmethod
+    def of_this_process(cls) -> ParentWatch | None:
+        """A watch that stops this process gracefully when its parent dies; None in a process
+        that multiprocessing did not start (nobody supervises it but its own parent).
+
+        The parent's pid is the one the parent recorded before it forked, so a parent that died
+        before the watch began is noticed too."""
+        parent = multiprocessing.parent_process()
+        if parent is None or parent.pid is None:
+            return None
+        return cls(parent.pid, stop_gracefully)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the watch to end (stopped, or the orphan reported); True if it did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _watch(self) -> None:
+        while True:
+            if os.getppid() != self.parent_pid:
+                self._on_orphaned(self.parent_pid)
+                return
+            if self._stopped.wait(self._interval):
+                return
+
+
+def stop_gracefully(parent_pid: int) -> None:
+    """The parent is gone: write to this process's own stderr, then stop as on SIGTERM."""
+    write_output_to_own_stderr()
+    log.warning(
+        "worker process %d: its parent (pid %d, tether worker) is gone; stopping gracefully",
+        os.getpid(),
+        parent_pid,
+    )
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def write_output_to_own_stderr() -> None:
+    """Point ``sys.stdout``, ``sys.stderr`` and the log handlers writing to them at the
+    process's own stderr: the pipe they wrote to was read by the dead parent, and once its
+    buffer fills a write would block forever (sibling processes hold its read end open)."""
+    own = sys.__stderr__
+    if own is None:
+        return
+    relayed = {id(sys.stdout), id(sys.stderr)}
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and id(handler.stream) in relayed:
+            handler.setStream(own)
+    sys.stdout = sys.__stdout__ or own
+    sys.stderr = own
