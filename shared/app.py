@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Handler = Callable[[Any, "InvocationContext"], Awaitable[Any]]
 RouteHandler = Callable[..., Awaitable[Any]]
+ShutdownHandler = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class AgentApp:
     invoke_handler: Handler | None = None
     recover_handler: Handler | None = None
     routes: list[Route] = field(default_factory=list)
+    shutdown_handlers: list[ShutdownHandler] = field(default_factory=list)
 
     def invoke(self, fn: Handler) -> Handler:
         self.invoke_handler = fn
@@ -53,6 +55,21 @@ class AgentApp:
             return fn
 
         return register
+
+    def on_shutdown(self, fn: ShutdownHandler) -> ShutdownHandler:
+        """Run ``await fn()`` when a process that runs this app's invocations stops, after its
+        attempts drained: close what the handlers keep open across invocations (connections).
+        Handlers run last-registered first, on the loop that ran the invocations."""
+        self.shutdown_handlers.append(fn)
+        return fn
+
+    async def shutdown(self) -> None:
+        """Run the shutdown handlers; one that fails is logged (by type) and the rest still run."""
+        for fn in reversed(self.shutdown_handlers):
+            try:
+                await fn()
+            except Exception as exc:  # a handler's own failure must not stop the others
+                log.warning("app %r: a shutdown handler failed (%s)", self.name, type(exc).__name__)
 
     def warn_if_unrecoverable(self) -> None:
         """Say at start, once per process, what happens to this app's runs when a worker dies."""

@@ -67,6 +67,7 @@ async def run_node(
         yield runtime
     finally:
         await runtime.drain(settings.timers.shutdown_grace)
+        await app.shutdown()  # after the drain: no attempt uses what it closes
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
