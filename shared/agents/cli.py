@@ -11,6 +11,7 @@ from typing import TextIO
 
 from tether.agents.errors import AgentError
 from tether.agents.loader import load_agents_dir
+from tether.agents.mcp.config import McpConfig
 from tether.agents.runner import run_agent
 from tether.agents.types import AgentEvent
 
@@ -46,7 +47,7 @@ def run_agent_command(
         print(json.dumps(event, ensure_ascii=False), file=stream, flush=True)
 
     try:
-        registry = load_agents_dir(folder, tools=tools)
+        registry = load_agents_dir(folder, tools=tools, mcp=McpConfig(allow_localhost=True))
         definition = registry.get(agent)
         model = registry.model_for(definition)
         result = asyncio.run(

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.agents.adapters.hosted import HostedTool, is_supervisor_tool
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.approvals import checked_timeout
 from tether.agents.errors import DefinitionError
+from tether.agents.mcp.servers import McpServer, unique_servers
 from tether.agents.tools import FunctionTool
 from tether.agents.types import ModelAdapter
+
+if TYPE_CHECKING:
+    from tether.agents.skills.catalog import SkillCatalog  # skills read front matter: no cycle
 
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Tool = FunctionTool | HostedTool
@@ -28,6 +32,9 @@ class AgentDefinition:
     None uses the registry's default model. ``base_system_prompt`` False disables the base prompt,
     a string replaces it, None keeps the built-in one. ``approval_timeout_s`` is how long this
     agent's gated tools wait for a decision (None: the registry's ``ApprovalPolicy.timeout_s``).
+    ``skill_refs`` names the shared skills the agent opts into (None: none declared);
+    ``skills`` is its resolved catalog, set when a registry loads it (None: it sees no skill).
+    ``mcp_servers`` are the MCP servers whose tools it gets (``mcp.<server>.<tool>``).
     """
 
     name: str
@@ -45,6 +52,9 @@ class AgentDefinition:
     auth: str | None = None
     script: tuple[ScriptedTurn, ...] = ()
     approval_timeout_s: float | None = None
+    skill_refs: tuple[str, ...] | None = None
+    skills: SkillCatalog | None = None
+    mcp_servers: tuple[McpServer, ...] = ()
     origin: Origin = "code"
     source: Path | None = None
 
@@ -89,6 +99,20 @@ def check_no_cycles(root: AgentDefinition) -> None:
     visit(root, (root.name,))
 
 
+def _skill_refs(name: str, skills: Sequence[str] | None) -> tuple[str, ...] | None:
+    if skills is None:
+        return None
+    if isinstance(skills, str) or not all(isinstance(s, str) and s.strip() for s in skills):
+        raise DefinitionError(f"Agent '{name}': skills must be a list of skill names")
+    return tuple(dict.fromkeys(s.strip() for s in skills))
+
+
+def _servers(name: str, servers: Sequence[McpServer]) -> tuple[McpServer, ...]:
+    if not all(isinstance(s, McpServer) for s in servers):
+        raise DefinitionError(f"Agent '{name}': mcp_servers must come from mcp_server(...)")
+    return unique_servers(servers, f"Agent '{name}'")
+
+
 def create_agent(
     name: str,
     instructions: str = "",
@@ -104,8 +128,12 @@ def create_agent(
     base_system_prompt: str | Literal[False] | None = None,
     script: Sequence[Any] = (),
     approval_timeout_s: float | None = None,
+    skills: Sequence[str] | None = None,
+    mcp_servers: Sequence[McpServer] = (),
 ) -> AgentDefinition:
-    """A validated code agent. Sub-agent cycles are rejected here."""
+    """A validated code agent. Sub-agent cycles are rejected here. ``skills`` names shared
+    skills to opt into (resolved when a registry loads the agent); ``mcp_servers`` come from
+    ``mcp_server(name, url, ...)``."""
     if not isinstance(name, str) or not AGENT_NAME.match(name):
         raise DefinitionError(f"agent name {name!r} must match {AGENT_NAME.pattern}")
     if not isinstance(instructions, str):
@@ -131,6 +159,20 @@ def create_agent(
         base_system_prompt=base_system_prompt,
         script=tuple(ScriptedTurn.parse(t) for t in script),
         approval_timeout_s=checked_timeout(approval_timeout_s, f"Agent '{name}'"),
+        skill_refs=_skill_refs(name, skills),
+        mcp_servers=_servers(name, mcp_servers),
     )
     check_no_cycles(agent)
     return agent
+
+
+def reachable(agents: Iterable[AgentDefinition]) -> list[AgentDefinition]:
+    """``agents`` and every sub-agent they reach, each once, in the order first met."""
+    seen: dict[int, AgentDefinition] = {}
+    pending = list(agents)
+    while pending:
+        agent = pending.pop(0)
+        if id(agent) not in seen:
+            seen[id(agent)] = agent
+            pending.extend(agent.agents.values())
+    return list(seen.values())

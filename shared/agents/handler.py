@@ -21,8 +21,10 @@ from tether.agents.dispatch import Budget
 from tether.agents.errors import AgentError
 from tether.agents.loader import load_agents_dir
 from tether.agents.loop import AgentLoop, LoopState
+from tether.agents.mcp.config import McpConfig
 from tether.agents.registry import AgentRegistry
 from tether.agents.run_context import RunContext
+from tether.agents.skills.forcing import FORCED_SKILL, choose_skill
 from tether.agents.types import Limits, Message, ModelAdapter, status
 
 MAX_CONTENT_CHARS = 64_000
@@ -47,6 +49,7 @@ class AgentRequest(BaseModel):
 
     agent: str | None = None
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
+    skill: str | None = Field(None, pattern=FORCED_SKILL.pattern)
 
 
 def parse_input(value: Any) -> AgentRequest:
@@ -87,10 +90,14 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         thread_id=ctx.invocation_id,
         steps=ctx,
         approval=registry.approval,
+        request_auth=ctx.request_auth,
+        mcp=registry.mcp,
     )
     loop = AgentLoop(agent, run)
+    messages = [Message(m.role, m.content) for m in request.messages]
+    skill, messages = choose_skill(agent.skills, request.skill, messages)
     await ctx.emit(status("running"))  # not stored again by an attempt that replays
-    final = await loop.run(loop.start([Message(m.role, m.content) for m in request.messages]))
+    final = await loop.run(loop.start(messages, skill=skill))
     await ctx.emit(status("complete"))
     return _result(final)
 
@@ -104,6 +111,7 @@ def build_agent_app(registry: AgentRegistry, *, name: str = "tether-agents") -> 
 
     app.invoke(handle)
     app.recover(handle)
+    app.on_shutdown(registry.aclose)  # the MCP connections
     return app
 
 
@@ -117,6 +125,9 @@ def build_app_from_dir(
     limits: Limits | None = None,
     approval: ApprovalPolicy | None = None,
     name: str = "tether-agents",
+    skills_dir: str | Path | None = None,
+    auto_inherit_skills: bool = False,
+    mcp: McpConfig | None = None,
 ) -> AgentApp:
     """``build_agent_app(load_agents_dir(...))``: tools default to ``<agents_dir>/tools.py``."""
     registry = load_agents_dir(
@@ -127,5 +138,8 @@ def build_app_from_dir(
         default_model=default_model,
         limits=limits,
         approval=approval,
+        skills_dir=skills_dir,
+        auto_inherit_skills=auto_inherit_skills,
+        mcp=mcp,
     )
     return build_agent_app(registry, name=name)

@@ -16,10 +16,14 @@ from types import ModuleType
 from typing import Any
 
 from tether.agents.approvals import ApprovalPolicy
-from tether.agents.definitions import AgentDefinition, Tool, normalize_tools
+from tether.agents.definitions import AgentDefinition, Tool, normalize_tools, reachable
 from tether.agents.errors import DefinitionError
 from tether.agents.markdown import definition_from_markdown, parse_front_matter, sub_agent_refs
+from tether.agents.mcp.agent_tools import admit_servers
+from tether.agents.mcp.config import McpConfig
+from tether.agents.mcp.hub import McpHub
 from tether.agents.registry import AgentRegistry
+from tether.agents.skills.attach import attach_skills
 from tether.agents.tools import tools_from
 from tether.agents.types import Limits, ModelAdapter
 
@@ -144,13 +148,19 @@ def load_agents_dir(
     default_model: ModelAdapter | str | None = None,
     limits: Limits | None = None,
     approval: ApprovalPolicy | None = None,
+    skills_dir: str | Path | None = None,
+    auto_inherit_skills: bool = False,
+    mcp: McpConfig | None = None,
 ) -> AgentRegistry:
     """A registry of every agent in ``path`` plus ``code_agents`` (code wins on a collision).
 
     Tools named in front matter come from ``tools``; when it is None, ``<path>/tools.py`` is
     loaded if it exists. A missing folder gives a registry with only the code agents.
     ``approval`` is the run-wide approval policy (default: gate write/update/destructive tools,
-    one hour to decide).
+    one hour to decide). Skills come from ``<path>/<id>/skills/`` (that agent's), and, for the
+    agents that name them in ``skills:`` (every agent with ``auto_inherit_skills``), from
+    ``<path>/skills/`` and ``skills_dir``. ``mcp`` is how agents reach their MCP servers (host
+    policy; by default the workspace host only): every server URL is checked here.
     """
     root = Path(path)
     if tools is None and (root / TOOLS_FILE).is_file():
@@ -165,12 +175,19 @@ def load_agents_dir(
             markdown[name].source,
         )
     agents = {**markdown, **code}
+    every = reachable(agents.values())
+    attach_skills(
+        every, root if root.is_dir() else None, skills_dir, auto_inherit=auto_inherit_skills
+    )
+    hub = McpHub(mcp)
+    admit_servers(every, hub)
     registry = AgentRegistry(
         dict(sorted(agents.items())),
         default_agent,
         default_model,
         limits or Limits(),
         approval or ApprovalPolicy(),
+        mcp=hub,
     )
     if default_agent is not None:
         registry.default_name()  # an unknown configured default fails at load, not at first run

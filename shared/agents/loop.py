@@ -18,8 +18,11 @@ from tether.agents.calls import ToolCalls
 from tether.agents.definitions import AgentDefinition
 from tether.agents.dispatch import ToolDispatcher
 from tether.agents.errors import ModelError
-from tether.agents.registry import extensions, model_tools, system_prompt, tool_index
+from tether.agents.mcp.agent_tools import mcp_function_tools, recorded_mcp_tools
+from tether.agents.mcp.credentials import Caller
+from tether.agents.registry import ToolEntry, extensions, model_tools, system_prompt, tool_index
 from tether.agents.run_context import RunContext
+from tether.agents.skills.prompt import recorded_skills_prompt
 from tether.agents.steps import AgentPath
 from tether.agents.types import (
     AgentEvent,
@@ -35,13 +38,17 @@ from tether.agents.types import (
 
 @dataclass
 class LoopState:
-    """One agent's conversation so far, rebuilt by replay on every attempt."""
+    """One agent's conversation so far, rebuilt by replay on every attempt. ``skill`` is a
+    skill the user forced for this run (``/skill-name``); ``prepared`` says whether the run's
+    skills prompt and MCP tools are in place (:meth:`AgentLoop.run` does it first)."""
 
     agent: str
     messages: list[Message]
     text: str = ""
     steps: int = 0
     finished: bool = False
+    skill: str | None = None
+    prepared: bool = False
 
 
 def accumulate(text: str, event: AgentEvent) -> str:
@@ -95,16 +102,47 @@ class AgentLoop:
         self.agent = agent
         self.run_ctx = run
         self.path = path or AgentPath.root(agent.name)
-        self.index = tool_index(agent)
         self.adapter = run.model_for(agent)
-        dispatcher = ToolDispatcher(self.index, run.limits, run.budget, self.path.depth)
-        self.calls = ToolCalls(agent, run, self.path, dispatcher, self._emit, self._child)
+        self._wire(tool_index(agent))
 
-    def start(self, messages: list[Message]) -> LoopState:
+    def _wire(self, index: dict[str, ToolEntry]) -> None:
+        run = self.run_ctx
+        self.index = index
+        dispatcher = ToolDispatcher(index, run.limits, run.budget, self.path.depth)
+        self.calls = ToolCalls(self.agent, run, self.path, dispatcher, self._emit, self._child)
+
+    def start(self, messages: list[Message], *, skill: str | None = None) -> LoopState:
         prompt = system_prompt(self.agent, with_base=self.run_ctx.with_base_prompt)
-        return LoopState(self.agent.name, [system(prompt), *messages])
+        return LoopState(self.agent.name, [system(prompt), *messages], skill=skill)
+
+    async def _prepare(self, state: LoopState) -> None:
+        """The run's skills prompt and MCP tools, each a durable step of this loop (when the
+        agent has any), so that every attempt shows the model what the first one did. The
+        standalone runner composes no prompt (spec §7), so it lists no skill catalog."""
+        run, agent = self.run_ctx, self.agent
+        if run.with_base_prompt:
+            extra = await recorded_skills_prompt(
+                agent.name, agent.skills, state.skill, run.steps, self.path.named("prompt")
+            )
+            if extra:
+                head = state.messages[0] if state.messages else None
+                if head is not None and head.role == "system":
+                    text = "\n\n".join(p for p in (head.content, extra) if p)
+                    state.messages[0] = system(text)
+                else:
+                    state.messages.insert(0, system(extra))
+        specs = await recorded_mcp_tools(
+            agent.name, agent.mcp_servers, run.mcp, run.steps, self.path.named("mcp")
+        )
+        if specs and run.mcp is not None:
+            caller = Caller(run.request_auth, agent.auth == "on-behalf-of-user")
+            tools = mcp_function_tools(agent.name, specs, agent.mcp_servers, run.mcp, caller)
+            self._wire(tool_index(agent, tools))
+        state.prepared = True
 
     async def run(self, state: LoopState) -> LoopState:
+        if not state.prepared:
+            await self._prepare(state)
         max_steps = self.agent.max_steps or self.run_ctx.limits.max_steps
         while not state.finished and state.steps < max_steps and not self.run_ctx.aborted():
             turn = state.steps

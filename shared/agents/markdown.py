@@ -15,6 +15,7 @@ from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.approvals import checked_timeout
 from tether.agents.definitions import AgentDefinition, Tool
 from tether.agents.errors import DefinitionError
+from tether.agents.mcp.servers import servers_from_front_matter
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ KNOWN_KEYS = frozenset(
         "description",
         "script",
         "approval",
+        "mcp",
+        "mcp_servers",
     }
 )
 APPROVAL_KEYS = frozenset({"timeout"})
@@ -58,6 +61,11 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
+def load_yaml(text: str) -> Any:
+    """YAML with 1.2 booleans (a SafeLoader); raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader
+
+
 @dataclass(frozen=True, slots=True)
 class Parsed:
     front_matter: dict[str, Any]
@@ -72,7 +80,7 @@ def parse_front_matter(text: str, path: Path | str) -> Parsed:
     if match is None:
         return Parsed({}, text.strip())
     try:
-        data = yaml.load(match.group(1), Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader
+        data = load_yaml(match.group(1))
     except yaml.YAMLError as exc:
         raise DefinitionError(f"Invalid YAML frontmatter ({path}): {exc}") from None
     if data is None:
@@ -157,6 +165,16 @@ def _approval_timeout(fm: Mapping[str, Any], path: Path) -> float | None:
     return checked_timeout(value, str(path))
 
 
+def _skill_refs(fm: Mapping[str, Any], path: Path) -> tuple[str, ...] | None:
+    """``skills: [name, …]``: the shared skills this agent opts into."""
+    refs = fm.get("skills")
+    if refs is None:
+        return None
+    if not isinstance(refs, list) or not all(isinstance(r, str) and r.strip() for r in refs):
+        raise DefinitionError(f"{path}: 'skills' must be a list of skill names")
+    return tuple(dict.fromkeys(r.strip() for r in refs))
+
+
 def _base_prompt(fm: Mapping[str, Any]) -> str | bool | None:
     value = fm.get("baseSystemPrompt")
     return value if value is False or isinstance(value, str) else None
@@ -174,8 +192,6 @@ def definition_from_markdown(
     auth = fm.get("auth")
     if auth is not None and auth != "on-behalf-of-user":
         raise DefinitionError(f"{path}: 'auth' must be 'on-behalf-of-user'")
-    if fm.get("skills") is not None:
-        log.warning("%s: 'skills' is not supported yet; ignoring it", path)
     base = _base_prompt(fm)
     return AgentDefinition(
         name=agent_id,
@@ -192,6 +208,8 @@ def definition_from_markdown(
         auth=auth,
         script=_script(fm, path),
         approval_timeout_s=_approval_timeout(fm, path),
+        skill_refs=_skill_refs(fm, path),
+        mcp_servers=servers_from_front_matter(fm, path),
         origin="markdown",
         source=path,
     )

@@ -11,7 +11,9 @@ from tether.agents.adapters.hosted import HostedTool
 from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition, Tool
 from tether.agents.errors import DefinitionError
+from tether.agents.mcp.hub import McpHub
 from tether.agents.models import resolve_model
+from tether.agents.skills.tools import skill_tools
 from tether.agents.tools import FunctionTool
 from tether.agents.types import SUPERVISOR_NAMESPACE, Limits, ModelAdapter, ToolDefinition
 
@@ -57,13 +59,19 @@ def _tool_entry(key: str, value: Tool) -> ToolEntry:
     return ToolEntry("function", value.definition(key), tool=value)
 
 
-def tool_index(agent: AgentDefinition) -> dict[str, ToolEntry]:
-    """Sub-agents first, then explicit tools (a later entry overwrites the same key)."""
+def tool_index(
+    agent: AgentDefinition, discovered: Mapping[str, Tool] | None = None
+) -> dict[str, ToolEntry]:
+    """Sub-agents, explicit tools, tools discovered for the run (MCP), then the skill tools
+    when the agent sees a skill (spec §4.4: a later entry overwrites the same key)."""
     index = {
         SUB_AGENT_PREFIX + k: ToolEntry("subagent", sub_agent_tool(k, c), agent=c)
         for k, c in agent.agents.items()
     }
     index.update({k: _tool_entry(k, v) for k, v in agent.tools.items()})
+    index.update({k: _tool_entry(k, v) for k, v in (discovered or {}).items()})
+    if agent.skills is not None:
+        index.update({k: _tool_entry(k, v) for k, v in skill_tools(agent.skills).items()})
     return index
 
 
@@ -117,6 +125,7 @@ class AgentRegistry:
     default_model: ModelAdapter | str | None = None
     limits: Limits = field(default_factory=Limits)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    mcp: McpHub = field(default_factory=McpHub, repr=False)
     _models: dict[int, ModelAdapter] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -158,3 +167,12 @@ class AgentRegistry:
             log.warning("%s", warning)
         self._models[id(agent)] = adapter
         return adapter
+
+    def skills_info(self) -> dict[str, list[dict[str, str]]]:
+        """``{agent: [{name, description}]}`` for the agents that see a skill (clients list
+        them, e.g. to offer ``/skill-name``)."""
+        return {n: a.skills.listing() for n, a in self.agents.items() if a.skills is not None}
+
+    async def aclose(self) -> None:
+        """Close what the registry holds open: its MCP connections."""
+        await self.mcp.aclose()

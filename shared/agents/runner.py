@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.agents.approvals import ApprovalPolicy
-from tether.agents.definitions import AgentDefinition
+from tether.agents.definitions import AgentDefinition, reachable
 from tether.agents.dispatch import Budget
+from tether.agents.errors import DefinitionError
 from tether.agents.loop import AgentLoop
 from tether.agents.models import resolve_model
 from tether.agents.registry import capability_warnings
@@ -49,8 +50,16 @@ async def run_agent(
     gate (as in the reference: nobody is there to decide), so ``write`` and ``destructive`` tools
     run. Nothing is recorded: a run that dies is not resumed. Setting ``signal``
     stops the run and returns the text so far. Model errors raise ``ModelError``. ``on_event`` sees
-    each event as it happens (the result also lists them all).
+    each event as it happens (the result also lists them all). MCP servers need the server
+    (spec §7): an agent that uses one raises ``DefinitionError`` before any model call; skills
+    are offered as tools, without the prompt catalog (no prompt is composed here).
     """
+    for agent in reachable([definition]):
+        if agent.mcp_servers:
+            raise DefinitionError(
+                f"run_agent: agent '{agent.name}' uses MCP servers, which are only supported "
+                "in the server (build_agent_app)"
+            )
     events: list[AgentEvent] = []
     models: dict[int, ModelAdapter] = {}
 

@@ -86,5 +86,9 @@ class AgentPath:
     def call(self, turn: int, position: int) -> str:
         return _bounded(f"{self.prefix}#t{turn}.c{position}")
 
+    def named(self, what: str) -> str:
+        """A once-per-loop step of this agent, such as ``#prompt`` or ``#mcp``."""
+        return _bounded(f"{self.prefix}#{what}")
+
     def child(self, turn: int, position: int, agent: str) -> AgentPath:
         return AgentPath((*self.agents, agent), f"{self.prefix}#t{turn}.c{position}/{agent}")

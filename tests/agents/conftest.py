@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from databricks.sdk.config import Config
 
+from tests.agents.mcp_fixtures import McpTestServer
 from tests.fakes import MemoryJournal
 from tether.app import AgentApp
 from tether.context import InvocationContext
@@ -113,6 +114,15 @@ async def server() -> AsyncIterator[FakeModelServer]:
     await fake.start()
     yield fake
     await fake.stop()
+
+
+@pytest.fixture
+def mcp_test_server() -> Iterator[McpTestServer]:
+    """A real MCP server (the SDK's) on 127.0.0.1, stopped after the test."""
+    mcp = McpTestServer()
+    mcp.start()
+    yield mcp
+    mcp.stop()
 
 
 @pytest.fixture

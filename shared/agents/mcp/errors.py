@@ -1,0 +1,18 @@
+"""What can go wrong with an MCP server; every message is safe for the model and the log."""
+
+from __future__ import annotations
+
+from tether.agents.errors import AgentError
+
+
+class McpPolicyError(AgentError):
+    """An MCP URL or address the host policy refuses; the message names the host, no secret."""
+
+
+class McpUnavailable(AgentError):
+    """The server could not be reached, or its session ended; the message names the server."""
+
+
+class McpRefused(AgentError):
+    """The server answered a request with a JSON-RPC error; the message is the server's own
+    (bounded), which the model may read."""
