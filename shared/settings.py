@@ -161,6 +161,33 @@ class WorkerSettings(BaseModel):
     queue: str = Field("tether", description="Dramatiq queue name.")
 
 
+class AgentSettings(BaseModel):
+    """The built-in agent runtime, as `tether dev --agents DIR` builds it (an app loaded by
+    module:attribute configures its own, in code: docs/agents.md)."""
+
+    skills_dir: str | None = Field(
+        None,
+        description=(
+            "A folder of shared skills (<name>/SKILL.md) besides DIR/skills; agents opt in "
+            "with `skills:` in their front matter."
+        ),
+    )
+    mcp_trusted_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Host names of MCP servers agents may reach over https besides the workspace "
+            "host and loopback (never sent credentials); comma-separated in the environment."
+        ),
+    )
+
+    @field_validator("mcp_trusted_hosts", mode="before")
+    @classmethod
+    def comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+
 AuthMode = Literal["auto", "none", "forwarded", "bearer"]
 Platform = Literal["auto", "databricks_apps", "none"]
 MIN_TOKEN_CHARS = 16
@@ -265,6 +292,7 @@ class Settings(BaseSettings):
     limits: Limits = Field(default_factory=Limits)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    agents: AgentSettings = Field(default_factory=AgentSettings)
 
     @field_validator("database_url")
     @classmethod

@@ -47,13 +47,22 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def agent_app_for(settings: Settings, agents_dir: str | None = None) -> AgentApp:
+    """The app `tether dev` serves: the agents in ``agents_dir``, with their skills and MCP
+    servers (loopback ones admitted: dev is one user on this machine), else ``settings.app``."""
     if agents_dir:
-        from tether.agents import build_app_from_dir
+        from tether.agents import AgentError, build_app_from_dir
+        from tether.agents.mcp import McpConfig
 
         if not Path(agents_dir).is_dir():
             raise AppLoadError(f"--agents {agents_dir!r} is not a folder of Markdown agents")
-
-        return build_app_from_dir(agents_dir)
+        skills_dir = settings.agents.skills_dir
+        if skills_dir is not None and not Path(skills_dir).is_dir():
+            raise AppLoadError(f"skills folder {skills_dir!r} is not a folder")
+        mcp = McpConfig(trusted_hosts=settings.agents.mcp_trusted_hosts, allow_localhost=True)
+        try:
+            return build_app_from_dir(agents_dir, skills_dir=skills_dir, mcp=mcp)
+        except AgentError as exc:  # a definition's own message: names the file and the key
+            raise AppLoadError(f"--agents {agents_dir!r}: {exc}") from None
     return load_app(settings.app)
 
 
@@ -68,7 +77,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     """Gateway, worker and reaper in one process on the embedded store (one user, loopback)."""
     from tether.cli.compose import dev_app
 
-    settings = settings_from(args, embedded_path=args.db)
+    settings = settings_from(
+        args, embedded_path=args.db, agents={"skills_dir": args.skills} if args.skills else None
+    )
     auth = auth_for_listening("tether dev", settings, args.insecure)
     app = agent_app_for(settings, args.agents)
     web_app = dev_app(settings, app)
@@ -231,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int)
     dev.add_argument("--db", help="SQLite file (default tether.db), or :memory:")
     dev.add_argument("--agents", help="serve the Markdown agents in this folder")
+    dev.add_argument("--skills", help="with --agents: a folder of shared skills (<name>/SKILL.md)")
     dev.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     dev.set_defaults(func=cmd_dev)
 

@@ -13,9 +13,11 @@ def test_defaults_are_documented_and_sane() -> None:
     assert s.timers.heartbeat_interval == 2.0 and s.timers.stale_after == 10.0
     assert s.timers.retention == 7 * 24 * 3600 and s.limits.max_body_bytes == 1024 * 1024
     assert s.worker.concurrency >= 100
-    for model in (s, s.timers, s.limits, s.worker, s.auth):
+    for model in (s, s.timers, s.limits, s.worker, s.auth, s.agents):
         for name, field in type(model).model_fields.items():
-            assert field.description or name in {"timers", "limits", "worker", "auth"}, name
+            assert field.description or name in {"timers", "limits", "worker", "auth", "agents"}, (
+                name
+            )
 
 
 def test_yaml_then_environment_then_overrides(
