@@ -43,8 +43,7 @@ class McpTestServer:
         self.seen: list[Seen] = []
         self.notes: list[str] = []
         self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._served: Served | None = None
         self.mcp = self._build()
 
     def _build(self) -> MCPServer:
@@ -115,7 +114,18 @@ class McpTestServer:
         return wrapped
 
     def start(self) -> None:
-        app = self._recording(self.mcp.streamable_http_app(host="127.0.0.1"))
+        self._served = Served(self._recording(self.mcp.streamable_http_app(host="127.0.0.1")))
+        self.port = self._served.port
+
+    def stop(self) -> None:
+        if self._served is not None:
+            self._served.stop()
+
+
+class Served:
+    """An ASGI app under uvicorn on 127.0.0.1 (a free port), on a thread with its own loop."""
+
+    def __init__(self, app: Asgi) -> None:
         config = uvicorn.Config(
             app, host="127.0.0.1", port=0, log_level="error", timeout_graceful_shutdown=1
         )
@@ -127,12 +137,11 @@ class McpTestServer:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the MCP test server did not start")
             time.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.port: int = self._server.servers[0].sockets[0].getsockname()[1]
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(10)
+        self._server.should_exit = True
+        self._thread.join(10)
 
 
 def _method(body: bytes) -> str | None:

@@ -282,8 +282,10 @@ async def test_the_example_weather_agent_calls_its_tool() -> None:
     from pathlib import Path
 
     from tether.agents import build_app_from_dir
+    from tether.agents.mcp import McpConfig
 
-    app = build_app_from_dir(Path(__file__).parents[2] / "examples" / "agents")
+    examples = Path(__file__).parents[2] / "examples" / "agents"
+    app = build_app_from_dir(examples, mcp=McpConfig(allow_localhost=True))
     sink = FakeSink()
     result = await invoke(app, {"agent": "weather", "messages": "Weather in Paris?"}, sink)
     assert "sunny" in result["text"]

@@ -241,8 +241,10 @@ def test_the_system_prompt_composes_base_and_instructions() -> None:
 
 
 def test_the_example_agents_load() -> None:
-    registry = load_agents_dir(EXAMPLES)
-    assert sorted(registry.agents) == ["bookings", "greeter", "planner", "weather"]
+    from tether.agents.mcp import McpConfig
+
+    registry = load_agents_dir(EXAMPLES, mcp=McpConfig(allow_localhost=True))  # notes: loopback
+    assert sorted(registry.agents) == ["bookings", "greeter", "notes", "planner", "weather"]
     assert registry.default_name() == "greeter"
     assert set(tool_index(registry.agents["weather"])) == {"get_weather"}
     assert registry.agents["bookings"].approval_timeout_s == 600
