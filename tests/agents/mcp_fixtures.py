@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -36,7 +37,7 @@ class Seen:
 
 class McpTestServer:
     """Tools: ``add_note`` (write), ``list_notes`` (read-only), ``wipe`` (destructive), ``boom``
-    (reports an error) and ``unannotated``."""
+    (reports an error), ``slow`` (answers after 30 s) and ``unannotated``."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
@@ -74,6 +75,13 @@ class McpTestServer:
             """Always fails."""
             self.calls["boom"] += 1
             raise ToolError("the notes store is read-only today")
+
+        @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+        async def slow() -> str:
+            """Answers only when released (never, in the timeout test)."""
+            self.calls["slow"] += 1
+            await anyio.sleep(30)
+            return "late"
 
         @server.tool()
         def unannotated() -> str:

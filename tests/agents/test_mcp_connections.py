@@ -5,6 +5,7 @@ it never dials."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterable
 from types import SimpleNamespace
 from typing import Any
@@ -243,3 +244,20 @@ async def test_the_standalone_runner_refuses_mcp_agents_before_any_model_call() 
     with pytest.raises(DefinitionError, match="only supported in the server"):
         await run_agent(agent, "hi")
     assert model.requests == []
+
+
+async def test_a_server_that_never_answers_the_handshake_is_unavailable(
+    hubs: list[McpHub],
+) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes TCP handshakes; nothing ever answers
+    try:
+        hubs.append(hub := McpHub(McpConfig(allow_localhost=True, connect_timeout_s=0.5)))
+        port = silent.getsockname()[1]
+        server = mcp_server("mute", f"http://127.0.0.1:{port}/mcp")
+        with pytest.raises(ToolError, match="MCP server 'mute' is unavailable."):
+            await hub.call_tool(server, "anything", {}, Caller())
+        assert hub.open_servers() == []
+    finally:
+        silent.close()

@@ -73,6 +73,7 @@ async def test_an_agent_is_offered_its_servers_tools_with_their_annotations(
         "mcp.notes.list_notes": "read",
         "mcp.notes.wipe": "destructive",
         "mcp.notes.boom": "destructive",  # MCP's default: a tool may destroy unless it says not
+        "mcp.notes.slow": "read",
         "mcp.notes.unannotated": "destructive",
     }
     assert result["text"] == 'Notes: {"result":[]}'  # no text block: the structured content
@@ -89,7 +90,7 @@ async def test_a_servers_tools_can_be_limited_per_agent(
     await attempt(app, {"agent": "a", "messages": "hi"}, FakeSink())
     assert [t.name for t in model.requests[0].tools] == ["mcp.notes.list_notes"]
     await attempt(app, {"agent": "b", "messages": "hi"}, FakeSink())
-    assert len(other_model.requests[0].tools) == 5  # each agent its own (REF-BUG 3 fixed)
+    assert len(other_model.requests[0].tools) == 6  # each agent its own (REF-BUG 3 fixed)
 
 
 async def test_a_read_only_call_runs_once_and_is_a_step(
@@ -141,7 +142,7 @@ async def test_a_dead_server_is_a_tool_error_the_model_reads(
     agent, _ = notes_agent(mcp_test_server, calls("mcp.notes.list_notes"), "Said: {result}")
     app, hub = make_app(agent)
     [server] = agent.mcp_servers
-    assert len(await hub.list_tools(server)) == 5 and hub.open_servers() == ["notes"]
+    assert len(await hub.list_tools(server)) == 6 and hub.open_servers() == ["notes"]
     mcp_test_server.stop()
     sink = FakeSink()
     result = await attempt(app, "notes?", sink)
@@ -193,3 +194,16 @@ async def test_connections_are_pooled_per_server_and_closed_on_shutdown(
     assert len(handshakes) == 1 and hub.open_servers() == ["notes"]
     await app.shutdown()
     assert hub.open_servers() == []
+
+
+async def test_a_call_past_the_servers_timeout_is_a_tool_error_and_the_session_stays(
+    mcp_test_server: McpTestServer, make_app: MakeApp
+) -> None:
+    model = ScriptedModel.of(calls("mcp.notes.slow"), calls("mcp.notes.list_notes"), "ok")
+    server = mcp_server("notes", mcp_test_server.url, timeout_s=0.5)
+    app, hub = make_app(create_agent("a", model=model, mcp_servers=[server]))
+    sink = FakeSink()
+    await attempt(app, "slow", sink)
+    timed_out, listed = sink.of_type("tool_result")
+    assert timed_out["error"] == "MCP tool 'slow' on server 'notes' timed out after 0.5s."
+    assert "error" not in listed and hub.open_servers() == ["notes"]

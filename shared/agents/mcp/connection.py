@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CONNECTION_CLOSED, CallToolResult, TextContent, Tool
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, TextContent, Tool
 
 from tether.agents.mcp.config import ServiceAuth
 from tether.agents.mcp.errors import McpRefused, McpUnavailable
@@ -82,7 +82,8 @@ class McpConnection:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
             log.warning("MCP server '%s': no session within %gs", self.name, timeout_s)
-            await self.aclose()
+            self._owner.cancel()  # still opening: nothing to close gracefully
+            await asyncio.wait([self._owner], timeout=5)
         if not self.usable:
             raise McpUnavailable(f"MCP server '{self.name}' is unavailable.")
 
@@ -149,6 +150,8 @@ class McpConnection:
             with calling_as(authorization if self._service is not None else None):
                 result = await client.call_tool(tool, args, read_timeout_seconds=timeout_s)
         except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise TimeoutError from None
             if exc.code != CONNECTION_CLOSED:
                 raise McpRefused(str(exc.error.message)[:MAX_ERROR_CHARS]) from None
             failure = "ConnectionClosed"
