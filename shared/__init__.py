@@ -1,4 +1,8 @@
-"""Tether's shared core: the handler API, settings, store, pub/sub and the attempt runtime."""
+"""Tether, a durable agent server: the public handler API.
+
+``from tether import AgentApp, InvocationContext`` is what an app needs; everything else lives in
+``tether.*`` (``tether.gateway``, ``tether.worker``, ``tether.store``, ``tether.agents``, ...).
+"""
 
 from tether.app import AgentApp
 from tether.context import InvocationContext, LimitExceeded

@@ -6,11 +6,14 @@ The DDL itself lives in ``migrations/``; ``tests/store/test_migrations.py`` prov
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
+
+from tether.status import CRASH, OPEN, RESUME, TERMINAL, TERMINAL_VALUES, Status
+
+__all__ = ["CRASH", "OPEN", "RESUME", "TERMINAL", "TERMINAL_VALUES", "Status"]  # re-exported
 
 metadata = sa.MetaData()
 Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
@@ -19,29 +22,6 @@ JsonValue = sa.JSON(none_as_null=False).with_variant(JSONB(none_as_null=False), 
 """A JSON column that always holds a value; None is JSON ``null``, which the contract allows
 (``{"input": null}``)."""
 
-
-class Status(StrEnum):
-    QUEUED = "queued"
-    ACTIVE = "active"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL
-
-
-RESUME = "resume"
-"""``resumed_by`` of an attempt that runs because a wait was resolved."""
-CRASH = "crash"
-"""``resumed_by`` of an attempt that replaces one whose worker died."""
-
-TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
-TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
-OPEN = (Status.QUEUED.value, Status.ACTIVE.value, Status.WAITING.value)
-"""Statuses that hold their session's turn and count towards the owner's open invocations."""
 
 invocations = sa.Table(
     "tether_invocations",
