@@ -16,7 +16,7 @@ from typing import Any
 from tether.events import Event
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
-from tether.store.journal import RESUME, NewWait
+from tether.store.journal import RESUME, CancelPending, NewWait
 from tether.store.schema import Claim
 from tether.store.store import Store, Superseded
 
@@ -45,6 +45,8 @@ class EventWriter:
         self._checkpoint = claim.checkpoint
         self.superseded = False
         self.parked = False
+        self.cancel_pending = False
+        """A cancel, requested while the attempt ran, stopped it from parking."""
 
     async def emit(self, event_type: str, data: Any) -> int:
         if self.superseded:
@@ -105,7 +107,14 @@ class EventWriter:
         claim = self._claim
         await self.flush()
         pending = await self.take_pending()
-        stored = await self._store.journal.park(claim.invocation_id, claim.attempt, waits, pending)
+        try:
+            stored = await self._store.journal.park(
+                claim.invocation_id, claim.attempt, waits, pending
+            )
+        except CancelPending:  # the handler gets the cancel; its finish writes these events
+            self._buffer = pending + self._buffer
+            self.cancel_pending = True
+            raise asyncio.CancelledError from None
         self.superseded = True  # nothing more may be written by this attempt
         if stored is None:
             raise Superseded(claim.invocation_id)

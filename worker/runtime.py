@@ -200,7 +200,7 @@ class Runtime:
         except Suspend:
             return None  # parked: the invocation is waiting, its attempt is over
         except asyncio.CancelledError:
-            if running.stop_reason is StopReason.CANCEL:
+            if running.stop_reason is StopReason.CANCEL or running.writer.cancel_pending:
                 return cancelled()
             if running.stop_reason is None:
                 raise

@@ -83,6 +83,12 @@ class NewWait:
     """Seconds from now (database clock) until the wait resolves by itself; None: never."""
 
 
+class CancelPending(Exception):
+    """The attempt may not park: its invocation's cancel was requested. It ends ``cancelled``
+    instead (nothing was written), so the cancel is not left on a waiting invocation that no
+    worker holds."""
+
+
 class InputAnswer(StrEnum):
     """What ``resolve_input`` did."""
 
@@ -158,7 +164,9 @@ class Journal:
         pending: Sequence[tuple[str, Any]],
     ) -> list[Event] | None:
         """End the attempt as ``waiting`` on ``new_waits``, appending the attempt's ``pending``
-        events and then ``run.waiting``. None: the attempt no longer owns the invocation."""
+        events and then ``run.waiting``. None: the attempt no longer owns the invocation.
+        Raises :class:`CancelPending` (writing nothing) when a cancel was requested."""
+        fence = (inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value)
         async with self._engine.begin() as conn:
             now = float(await conn.scalar(sa.select(self._now)) or 0.0)
             records = [
@@ -188,11 +196,7 @@ class Journal:
             batch = [*pending, (RUN_WAITING, waiting_data([r.entry() for r in records]))]
             last = await conn.scalar(
                 sa.update(invocations)
-                .where(
-                    inv.id == invocation_id,
-                    inv.attempt == attempt,
-                    inv.status == Status.ACTIVE.value,
-                )
+                .where(*fence, inv.cancel_requested.is_(False))
                 .values(
                     status=Status.WAITING.value,
                     worker=None,
@@ -201,7 +205,10 @@ class Journal:
                 .returning(inv.last_event_id)
             )
             if last is None:
+                cancel_pending = await conn.scalar(sa.select(inv.cancel_requested).where(*fence))
                 await conn.rollback()
+                if cancel_pending:
+                    raise CancelPending(invocation_id)
                 return None
             first = int(last) - len(batch) + 1
             stored = [Event(first + i, t, d) for i, (t, d) in enumerate(batch)]
