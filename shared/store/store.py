@@ -39,6 +39,7 @@ from tether.store.schema import (
 
 inv = invocations.c
 TERMINAL_VALUES = tuple(s.value for s in TERMINAL)
+CANCEL_ROUNDS = 3
 R = TypeVar("R")
 
 
@@ -316,26 +317,35 @@ class Store:
             return int(await conn.scalar(query) or 0)
 
     async def request_cancel(self, invocation_id: str) -> Finished | None:
-        """Cancel a queued invocation at once, or flag an active one for its worker.
+        """Cancel a queued or waiting invocation at once, or flag an active one for its worker.
 
-        Returns the terminal transition when a queued invocation was cancelled here.
+        Returns the terminal transition when it was cancelled here. Each statement sees what
+        was committed when it began: an attempt that parks between the two (the first saw it
+        ``active``, the flag then finds it ``waiting``) is looked at again, so the cancel
+        cannot fall between them.
         """
         async with self.engine.begin() as conn:
-            finished = await self._finish(
-                conn,
-                sa.and_(
-                    inv.id == invocation_id,
-                    inv.status.in_([Status.QUEUED.value, Status.WAITING.value]),
-                ),
-                cancelled(),
-            )
-            if finished is not None:
-                return finished
-            await conn.execute(
-                sa.update(invocations)
-                .where(inv.id == invocation_id, inv.status == Status.ACTIVE.value)
-                .values(cancel_requested=True)
-            )
+            for _ in range(CANCEL_ROUNDS):
+                finished = await self._finish(
+                    conn,
+                    sa.and_(
+                        inv.id == invocation_id,
+                        inv.status.in_([Status.QUEUED.value, Status.WAITING.value]),
+                    ),
+                    cancelled(),
+                )
+                if finished is not None:
+                    return finished
+                flagged = await conn.execute(
+                    sa.update(invocations)
+                    .where(inv.id == invocation_id, inv.status == Status.ACTIVE.value)
+                    .values(cancel_requested=True)
+                )
+                if flagged.rowcount:
+                    return None
+                status = await conn.scalar(sa.select(inv.status).where(inv.id == invocation_id))
+                if status is None or status in TERMINAL_VALUES:
+                    return None
         return None
 
     # -- the worker's side ----------------------------------------------------------------
