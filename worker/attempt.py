@@ -45,6 +45,8 @@ class EventWriter:
         self._checkpoint = claim.checkpoint
         self.superseded = False
         self.parked = False
+        self.parking = False
+        """Between the handler's park and its unwinding: the row may already be ``waiting``."""
         self.cancel_pending = False
         """A cancel, requested while the attempt ran, stopped it from parking."""
 
@@ -105,6 +107,7 @@ class EventWriter:
     async def park(self, waits: Sequence[NewWait]) -> None:
         """End this attempt as ``waiting`` (with its buffered events) and tell the readers."""
         claim = self._claim
+        self.parking = True
         await self.flush()
         pending = await self.take_pending()
         try:
