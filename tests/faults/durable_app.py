@@ -12,6 +12,9 @@ Input (a JSON object; every key optional):
   ``"in_charge"`` (in the ``charge`` step, after its side effect: the step's record is never
   written), ``"after_charge"`` (after the ``charge`` step was recorded) or ``"in_ship"`` (in the
   ``ship`` step, after its side effect: in the attempt the input or the timer resumed).
+- ``go``: a file path; a holding attempt goes on once the file exists (else it holds forever).
+
+After the ``charge`` step, every attempt emits ``charged {attempt}``.
 
 Output: ``{"charge", "ship"}`` (what each step returned: its key and the attempt that really ran
 it), ``value`` (the input, or None), ``attempt`` and ``recovered``.
@@ -46,34 +49,44 @@ def read_effects(path: str) -> list[tuple[str, int, int]]:
     return [(key, int(attempt), int(pid)) for key, attempt, pid in rows]
 
 
-async def hold_until_killed() -> None:
-    await asyncio.Event().wait()
+async def hold(go: str | None) -> None:
+    """Until the file ``go`` exists (the test's signal), or until the process is killed."""
+    if go is None:
+        await asyncio.Event().wait()
+    for _ in range(int(300 / 0.05)):  # polling a file: the signal crosses processes
+        if await asyncio.to_thread(os.path.exists, str(go)):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"{go} never appeared")
 
 
-async def side_effect(ctx: InvocationContext, effects: str | None, hold: bool) -> dict[str, Any]:
+async def side_effect(
+    ctx: InvocationContext, effects: str | None, holding: bool, go: str | None = None
+) -> dict[str, Any]:
     """One step's work: the counted side effect (keyed by ``ctx.step_key``, as an idempotent
     external call would be), then optionally hold before the step's record is written."""
     if effects:
         await asyncio.to_thread(append_line, effects, f"{ctx.step_key} {ctx.attempt} {os.getpid()}")
-    if hold:
-        await hold_until_killed()
+    if holding:
+        await hold(go)
     return {"key": ctx.step_key, "attempt": ctx.attempt}
 
 
 @app.invoke
 async def run(input: Any, ctx: InvocationContext) -> Any:
     spec = input if isinstance(input, dict) else {}
-    effects = spec.get("effects")
-    hold = spec.get("hold") if not ctx.is_recovery else None
-    charge = await ctx.step("charge", side_effect, ctx, effects, hold == "in_charge")
-    if hold == "after_charge":
-        await hold_until_killed()
+    effects, go = spec.get("effects"), spec.get("go")
+    where = spec.get("hold") if not ctx.is_recovery else None
+    charge = await ctx.step("charge", side_effect, ctx, effects, where == "in_charge", go)
+    await ctx.emit({"type": "charged", "attempt": ctx.attempt})
+    if where == "after_charge":
+        await hold(go)
     value = None
     if spec.get("wait"):
         value = await ctx.wait_for_input(str(spec["wait"]), prompt="value?")
     if spec.get("sleep"):
         await ctx.sleep(float(spec["sleep"]))
-    ship = await ctx.step("ship", side_effect, ctx, effects, hold == "in_ship")
+    ship = await ctx.step("ship", side_effect, ctx, effects, where == "in_ship", go)
     return {
         "charge": charge,
         "ship": ship,

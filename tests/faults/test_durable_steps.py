@@ -4,7 +4,8 @@ The step's side effect is a line in a file (``tests/faults/durable_app.py``), ke
 ``ctx.step_key``; the record is the ``tether_steps`` row. Killed before the record commits, the
 step runs again in the replacement with the same key (at least once: make external calls
 idempotent with it). Killed after, the replacement replays the recorded value and never calls
-the step's function again.
+the step's function again. Frozen instead, and thawed after its replacement, the old attempt's
+late step record, events and park are all refused.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import pytest
 from tests.client import Api, assert_clean_log, new_id
 from tests.faults.conftest import MakeCluster
 from tests.faults.durable_app import read_effects
-from tests.faults.harness_ext import Db, api_for, owner_of, start_workers, until, worker_pid
+from tests.faults.harness_ext import (
+    Db,
+    api_for,
+    log_has,
+    owner_of,
+    start_workers,
+    until,
+    worker_pid,
+)
 from tests.harness import Proc
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
@@ -109,3 +118,44 @@ async def test_a_step_killed_after_its_record_committed_is_never_called_again(
     assert (ship_key, ship_attempt) == (output["ship"]["key"], 2)
     assert charge_pid == victim != ship_pid
     assert recorded_steps(db, invocation_id) == {"charge": 1, "ship": 2}
+
+
+async def test_a_frozen_attempt_that_finishes_its_step_after_being_replaced_changes_nothing(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    cluster = make_cluster(fresh_db, redis_url, app=APP)
+    _, base = cluster.start_gateway()
+    [frozen] = start_workers(cluster, 1)
+    db, effects, go = Db(fresh_db), tmp_path / "effects.log", tmp_path / "go"
+    async with api_for(base) as api:
+        invocation_id = new_id()
+        spec = {"effects": str(effects), "hold": "in_charge", "go": str(go), "wait": "approve"}
+        assert (await api.post({"id": invocation_id, "input": spec, "background": True}))[0] == 202
+        await until(lambda: read_effects(str(effects)), 30, "attempt 1's charge side effect")
+        assert owner_of(worker_pid(db.row(invocation_id)), [frozen]) is frozen
+        frozen.signal(signal.SIGSTOP)
+        start_workers(cluster, 1)
+        replaced = await api.wait_status(invocation_id, {"waiting"}, 45)  # re-charged, parked
+        assert replaced["attempt"] == 2
+        record, log = recorded_steps(db, invocation_id), db.events(invocation_id)
+
+        go.touch()  # the frozen attempt's step returns as soon as it thaws
+        frozen.signal(signal.SIGCONT)
+        stopped = f"invocation {invocation_id}: attempt 1 stopped without finishing (superseded)"
+        await until(lambda: log_has(frozen, stopped), 30, "the thawed attempt to stop")
+        assert recorded_steps(db, invocation_id) == record == {"charge": 2}
+        assert db.events(invocation_id) == log  # no late event, no late park
+        assert (await api.get(invocation_id))[1]["status"] == "waiting"
+
+        assert (await api.send_input(invocation_id, "approve", "ok"))[0] == 200
+        done = await api.wait_status(invocation_id, {"completed", "failed"}, 45)
+
+    assert done["status"] == "completed" and done["attempt"] == 3, done
+    assert done["output"]["charge"]["attempt"] == 2  # the replacement's record, replayed
+    assert [(key.rsplit("/", 1)[-1], n) for key, n, _ in read_effects(str(effects))] == [
+        ("charge", 1),
+        ("charge", 2),
+        ("ship", 3),
+    ]
+    charged = [e["data"]["attempt"] for e in db.events(invocation_id) if e["type"] == "charged"]
+    assert charged == [2]  # attempt 3 replayed past it without storing it again
