@@ -107,7 +107,7 @@ class Runtime:
             self._claiming.discard(invocation_id)
             self._slots.release()
             return False
-        writer = EventWriter(self.store, self.pubsub, claim, self._append)
+        writer = EventWriter(self.store, self.pubsub, claim, self._append, self._finish_retry)
         running = RunningAttempt(claim, writer)
         self.attempts[invocation_id] = running
         self._claiming.discard(invocation_id)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tether import AgentApp, InvocationContext
 from tether.channels import events_channel
@@ -32,13 +33,16 @@ class NoQueue:
         return None
 
 
-def runtime_for(store: Store, app: AgentApp, pubsub: MemoryPubSub | None = None) -> Runtime:
+def runtime_for(
+    store: Store, app: AgentApp, pubsub: MemoryPubSub | None = None, finish_retry: float = 0.0
+) -> Runtime:
     return Runtime(
         services=Services(store, pubsub or MemoryPubSub(), Queue(NoQueue())),
         app=app,
         name="host:1",
         concurrency=10,
         max_event_bytes=1 << 20,
+        finish_retry=finish_retry,
     )
 
 
@@ -134,3 +138,45 @@ async def test_a_heartbeat_that_finds_the_row_parked_does_not_stop_the_attempt_h
     assert "parked; waiting" in caplog.text and "superseded" not in caplog.text
     parked = await store.get(invocation_id)
     assert parked is not None and parked.status is Status.WAITING
+
+
+async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
+    store: Store,
+) -> None:
+    app, calls = AgentApp(), []
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        async def charge() -> str:
+            calls.append(ctx.attempt)
+            return "charged"
+
+        await ctx.step("charge", charge)
+        return await ctx.wait_for_input("approve")
+
+    failures = {"record_step": 2, "park": 2}
+
+    def blipping(name: str) -> Any:
+        real = getattr(store.journal, name)
+
+        async def write(*args: Any, **kwargs: Any) -> Any:
+            if failures[name]:
+                failures[name] -= 1
+                raise sa.exc.OperationalError("INSERT …", {}, ConnectionError("server closed"))
+            return await real(*args, **kwargs)
+
+        return write
+
+    for name in failures:
+        setattr(store.journal, name, blipping(name))
+    runtime = runtime_for(store, app, finish_retry=5.0)
+    invocation_id = await accepted(store)
+    assert await runtime.start(invocation_id)
+    task = runtime.attempts[invocation_id].task
+    assert task is not None
+    await asyncio.wait_for(task, 10)
+
+    parked = await store.get(invocation_id)
+    assert parked is not None and parked.status is Status.WAITING  # not failed by the blips
+    assert failures == {"record_step": 0, "park": 0} and calls == [1]
+    assert (await store.journal.load(invocation_id)).steps["charge"].result == "charged"
