@@ -115,7 +115,9 @@ class Runtime:
             self._slots.release()
             return False
         # an attempt's events, stored with the other attempts' writing meanwhile (group commit)
-        writer = EventWriter(self.store, self.pubsub, claim, self._appends.submit)
+        writer = EventWriter(
+            self.store, self.pubsub, claim, self._appends.submit, self._finish_retry
+        )
         limits = AttemptLimits(
             self._limits,
             invocation_id,
@@ -208,6 +210,8 @@ class Runtime:
         except Suspend:
             return None  # parked: the invocation is waiting, its attempt is over
         except asyncio.CancelledError:
+            if running.stop_reason is StopReason.CANCEL or running.writer.cancel_pending:
+                return cancelled()
             if running.stop_reason is None:
                 raise
             return _stopped(running.stop_reason)
@@ -286,18 +290,21 @@ class Runtime:
             return
         if running.stop_reason is None:
             running.stop_reason = reason
+            # A parking attempt leaves by itself: its fenced park either commits (the row is no
+            # longer active, which is what a heartbeat racing it sees) or is refused.
+            interruptible = running.in_handler and not running.writer.parking
             if reason is StopReason.SUPERSEDED:
                 running.writer.superseded = True
-                # Outside the handler this is mostly a heartbeat racing the attempt's own finish.
+                # Otherwise this is mostly a heartbeat racing the attempt's own finish or park.
                 log.log(
-                    logging.WARNING if running.in_handler else logging.DEBUG,
+                    logging.WARNING if interruptible else logging.DEBUG,
                     "invocation %s: attempt %d superseded; stopping it",
                     invocation_id,
                     running.claim.attempt,
                 )
             if running.ctx is not None:
                 running.ctx.cancel_requested.set()
-            if running.in_handler:
+            if interruptible:
                 running.task.cancel()
 
     def stop_all(self, reason: StopReason) -> None:
