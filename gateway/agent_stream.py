@@ -34,7 +34,7 @@ def translate(translator: EventTranslator, event: Event) -> list[dict[str, Any]]
         return translator.fail(MESSAGES[ErrorCode.CANCELLED])
     if event.type.startswith("run.") or not isinstance(event.data, Mapping):
         return []
-    return translator.translate(event.data)
+    return translator.translate(dict(event.data))
 
 
 def frames(items: list[dict[str, Any]], cursor: int | None) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 class EventTranslator(Protocol):
     """Stateful, one per stream: agent events in, Responses stream events out (spec §3.3)."""
 
-    def translate(self, event: Mapping[str, Any]) -> list[dict[str, Any]]: ...
+    def translate(self, event: dict[str, Any]) -> list[dict[str, Any]]: ...
 
     def fail(self, message: str) -> list[dict[str, Any]]:
         """The run ended without an answer: ``error`` then ``response.failed`` (once)."""

@@ -120,12 +120,13 @@ class WorkspaceAuth:
             raise ValueError("client_for takes 'user' or 'app'")
         if who == "user" and self._credential is None:
             raise UserAuthUnavailable("this attempt runs without the user's credentials")
+        key: Who = "user" if who == "user" else "app"
         with self._lock:
-            client = self._clients.get(who)  # type: ignore[call-overload]
+            client = self._clients.get(key)
             if client is None:
-                token = self._credential.token if who == "user" and self._credential else None
+                token = self._credential.token if key == "user" and self._credential else None
                 client = self._factory(token)
-                self._clients[who] = client  # type: ignore[index]
+                self._clients[key] = client
             return client
 
     def __repr__(self) -> str:

@@ -155,9 +155,10 @@ class Runtime:
         attempts recorded, to replay it. None: the run needs the user's token and it is not in
         this process."""
         claim = running.claim
-        request_auth = self._request_auth(claim)
-        if request_auth is False:
+        found = self._request_auth(claim)
+        if found is False:
             return None
+        request_auth = found if isinstance(found, WorkspaceAuth) else None
         thread = None
         if claim.session_id is not None:
             thread = SessionThread(
@@ -180,7 +181,7 @@ class Runtime:
             recorded=recorded,
             inline_sleep_max=self._inline_sleep_max,
             budget=running.limits,
-            request_auth=request_auth or None,
+            request_auth=request_auth,
             thread=thread,
         )
 
