@@ -4,8 +4,22 @@
 ``tether.*`` (``tether.gateway``, ``tether.worker``, ``tether.store``, ``tether.agents``, ...).
 """
 
-from tether.app import AgentApp
-from tether.context import InvocationContext, LimitExceeded
+from tether.app import AgentApp, InputCheck, InputRejected
+from tether.context import InvocationContext, LimitExceeded, RequestAuth
+from tether.credentials import UserAuthUnavailable
 from tether.durable import StepFailed, WaitTimeout
+from tether.thread import SessionThread, ThreadTurn
 
-__all__ = ["AgentApp", "InvocationContext", "LimitExceeded", "StepFailed", "WaitTimeout"]
+__all__ = [
+    "AgentApp",
+    "InputCheck",
+    "InputRejected",
+    "InvocationContext",
+    "LimitExceeded",
+    "RequestAuth",
+    "SessionThread",
+    "StepFailed",
+    "ThreadTurn",
+    "UserAuthUnavailable",
+    "WaitTimeout",
+]

@@ -223,6 +223,7 @@ def _row(new: NewInvocation) -> dict[str, object]:
         "attempt": 0,
         "cancel_requested": False,
         "last_event_id": 0,
+        "user_auth": new.user_auth,
     }
 
 

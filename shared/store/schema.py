@@ -48,6 +48,7 @@ invocations = sa.Table(
     sa.Column("finished_at", sa.Float),
     sa.Column("resumed_by", sa.Text),
     sa.Column("crashes", sa.Integer, nullable=False),
+    sa.Column("user_auth", sa.Boolean, nullable=False),
 )
 
 events = sa.Table(
@@ -60,6 +61,28 @@ events = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+
+threads = sa.Table(
+    "tether_threads",
+    metadata,
+    sa.Column("owner", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+thread_messages = sa.Table(
+    "tether_thread_messages",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("invocation_id", sa.Text, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
 
 steps = sa.Table(
     "tether_steps",
@@ -145,6 +168,9 @@ class Claim:
     started_cursor: int
     resumed_by: str | None = None
     """Why this attempt runs: None (the first), ``crash`` or ``resume`` (a wait resolved)."""
+    owner: str = ""
+    user_auth: bool = False
+    """The first attempt was handed the caller's access token (kept in that process only)."""
 
     @property
     def is_recovery(self) -> bool:
@@ -167,3 +193,5 @@ class NewInvocation:
     session_id: str | None
     input: Any
     request_hash: str
+    user_auth: bool = False
+    """The accepting process holds the caller's access token for it (in memory only)."""
