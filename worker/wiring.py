@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from tether.app import AgentApp
+from tether.credentials import CredentialVault
 from tether.pubsub import MemoryPubSub, RedisPubSub
 from tether.queue import Queue
 from tether.services import Services, opened
@@ -38,7 +39,9 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
     store = Store.embedded(settings.embedded_path)
     local = LocalQueue()
     pubsub = MemoryPubSub(settings.limits.stream_buffer_bytes)
-    async with opened(store, pubsub, Queue(local)) as services:
+    # One process accepts and runs: the caller's token can reach the handler (memory only).
+    vault = CredentialVault(settings.auth.user_token_ttl)
+    async with opened(store, pubsub, Queue(local), vault) as services:
         await store.migrate()
         async with run_node(settings=settings, services=services, app=app) as runtime:
             local.runtime = runtime

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Tool = FunctionTool | HostedTool
 Origin = Literal["code", "markdown"]
+ON_BEHALF_OF_USER = "on-behalf-of-user"
 
 
 @dataclass(eq=False)
@@ -50,6 +51,10 @@ class AgentDefinition:
     base_system_prompt: str | Literal[False] | None = None
     ephemeral: bool = False
     auth: str | None = None
+    """``on-behalf-of-user``: model calls and tools run on the caller's credentials."""
+    resume_without_user: bool = False
+    """An on-behalf-of-user run that lost the caller's token (a replacement after a crash)
+    goes on with the app's credentials instead of failing ``user_auth_recovery_unsupported``."""
     script: tuple[ScriptedTurn, ...] = ()
     approval_timeout_s: float | None = None
     skill_refs: tuple[str, ...] | None = None
@@ -128,6 +133,9 @@ def create_agent(
     base_system_prompt: str | Literal[False] | None = None,
     script: Sequence[Any] = (),
     approval_timeout_s: float | None = None,
+    auth: str | None = None,
+    resume_without_user: bool = False,
+    ephemeral: bool = False,
     skills: Sequence[str] | None = None,
     mcp_servers: Sequence[McpServer] = (),
 ) -> AgentDefinition:
@@ -138,6 +146,8 @@ def create_agent(
         raise DefinitionError(f"agent name {name!r} must match {AGENT_NAME.pattern}")
     if not isinstance(instructions, str):
         raise DefinitionError(f"Agent '{name}': instructions must be a string")
+    if auth is not None and auth != ON_BEHALF_OF_USER:
+        raise DefinitionError(f"Agent '{name}': auth must be '{ON_BEHALF_OF_USER}'")
     children = dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents or ()}
     for key, child in children.items():
         if not isinstance(child, AgentDefinition):
@@ -159,6 +169,9 @@ def create_agent(
         base_system_prompt=base_system_prompt,
         script=tuple(ScriptedTurn.parse(t) for t in script),
         approval_timeout_s=checked_timeout(approval_timeout_s, f"Agent '{name}'"),
+        auth=auth,
+        resume_without_user=resume_without_user is True,
+        ephemeral=ephemeral is True,
         skill_refs=_skill_refs(name, skills),
         mcp_servers=_servers(name, mcp_servers),
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.agents.calls import ToolCalls
-from tether.agents.definitions import AgentDefinition
+from tether.agents.definitions import ON_BEHALF_OF_USER, AgentDefinition
 from tether.agents.dispatch import ToolDispatcher
 from tether.agents.errors import ModelError
 from tether.agents.mcp.agent_tools import mcp_function_tools, recorded_mcp_tools
@@ -135,7 +135,8 @@ class AgentLoop:
             agent.name, agent.mcp_servers, run.mcp, run.steps, self.path.named("mcp")
         )
         if specs and run.mcp is not None:
-            caller = Caller(run.request_auth, agent.auth == "on-behalf-of-user")
+            strict = agent.auth == ON_BEHALF_OF_USER and not agent.resume_without_user
+            caller = Caller(run.mcp_auth, on_behalf_of_user=strict)
             tools = mcp_function_tools(agent.name, specs, agent.mcp_servers, run.mcp, caller)
             self._wire(tool_index(agent, tools))
         state.prepared = True
@@ -160,8 +161,10 @@ class AgentLoop:
         return state
 
     async def _emit(self, event: AgentEvent) -> None:
-        if self.path.depth > 0 and event.get("type") == "metadata":
-            return  # a child's metadata would overwrite the parent's
+        if self.path.depth > 0:
+            if event.get("type") == "metadata":
+                return  # a child's metadata would overwrite the parent's
+            event = {**event, "agent": self.agent.name}  # forwarded: say whose it is
         await self.run_ctx.emit(event)
 
     async def _turn(self, state: LoopState, turn: int) -> TurnRecord:
@@ -173,6 +176,7 @@ class AgentLoop:
             self.run_ctx.thread_id,
             extensions(self.index),
             self.run_ctx.signal,
+            self.run_ctx.model_headers,
         )
 
         async def ask() -> dict[str, Any]:

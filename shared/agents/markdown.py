@@ -39,6 +39,7 @@ KNOWN_KEYS = frozenset(
         "description",
         "script",
         "approval",
+        "resumeWithoutUser",
         "mcp",
         "mcp_servers",
     }
@@ -206,6 +207,7 @@ def definition_from_markdown(
         base_system_prompt=None if base is True else base,
         ephemeral=fm.get("ephemeral") is True,
         auth=auth,
+        resume_without_user=fm.get("resumeWithoutUser") is True,
         script=_script(fm, path),
         approval_timeout_s=_approval_timeout(fm, path),
         skill_refs=_skill_refs(fm, path),

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import RequestAuth
 from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition
 from tether.agents.dispatch import Budget
@@ -25,8 +26,8 @@ class RunContext:
     """One run. ``thread_id`` is the invocation id in the server (approval ids derive from it);
     ``steps`` is the invocation's record there, and :class:`Unrecorded` in the standalone runner,
     which has no approval gate (``approval.require_for_destructive`` off, as in the reference).
-    ``request_auth`` is the invocation's caller credential (``ctx.request_auth``, possibly
-    None): MCP calls to the workspace go as that caller; ``mcp`` reaches the MCP servers."""
+    ``mcp`` reaches the MCP servers; workspace MCP calls go as ``mcp_auth`` when it holds the
+    caller."""
 
     emit: Emit
     model_for: ModelFor
@@ -37,8 +38,22 @@ class RunContext:
     thread_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     steps: StepLog = field(default_factory=Unrecorded)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
-    request_auth: Any = None
+    attempt: int = 1
+    request_auth: RequestAuth | None = None
+    """The caller's credentials (``ctx.request_auth``), for tools that ask for a context."""
+    model_headers: Callable[[], Awaitable[dict[str, str]]] | None = None
+    """The caller's auth headers for model calls (an on-behalf-of-user agent's run)."""
+    on_behalf_of_user: bool = False
     mcp: McpHub | None = None
+    """Reaches the agents' MCP servers (the registry's pool)."""
+    mcp_auth: RequestAuth | None = None
+    """The caller's credentials for ``tools/call`` on workspace MCP servers (``ctx.request_auth``
+    of any agent that uses them; the service principal's are used without)."""
+
+    @property
+    def step_key(self) -> str:
+        """Inside a step: its idempotency key (``ctx.step_key``); empty when unrecorded."""
+        return str(getattr(self.steps, "step_key", "") or "")
 
     def aborted(self) -> bool:
         return self.signal is not None and self.signal.is_set()

@@ -86,6 +86,11 @@ class AgentPath:
     def call(self, turn: int, position: int) -> str:
         return _bounded(f"{self.prefix}#t{turn}.c{position}")
 
+    def call_id(self, model_call_id: str) -> str:
+        """The id a call goes by in the run's events: the model's own at the top level; under
+        a sub-agent, prefixed by its place, so a parent's and a child's ids never collide."""
+        return model_call_id if self.depth == 0 else f"{self.prefix}/{model_call_id}"
+
     def named(self, what: str) -> str:
         """A once-per-loop step of this agent, such as ``#prompt`` or ``#mcp``."""
         return _bounded(f"{self.prefix}#{what}")

@@ -39,6 +39,7 @@ from tether.store.journal import Journal
 from tether.store.maintenance import Maintenance
 from tether.store.migrate import migrate
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
+from tether.store.threads import Threads
 from tether.store.writes import Accepted, AppendRequest, Finished, FinishRequest, NewEvent
 
 __all__ = [
@@ -71,6 +72,8 @@ class Store:
         self._maintenance = Maintenance(self.db)
         self.journal = Journal(self.db)
         """Durable execution's steps and waits (:mod:`tether.store.journal`)."""
+        self.threads = Threads(self.db)
+        """Agent threads, per owner and session (:mod:`tether.store.threads`)."""
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:

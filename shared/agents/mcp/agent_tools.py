@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from tether.agents.definitions import AgentDefinition
+from tether.agents.definitions import AgentDefinition, reachable
 from tether.agents.errors import DefinitionError
 from tether.agents.mcp.credentials import Caller
 from tether.agents.mcp.errors import McpPolicyError
@@ -33,6 +33,19 @@ def admit_servers(agents: Sequence[AgentDefinition], hub: McpHub) -> None:
                 hub.admit(server)
             except McpPolicyError as exc:
                 raise DefinitionError(f"{agent.where}: MCP server '{server.name}': {exc}") from None
+
+
+def forwards_workspace_auth(hub: McpHub, agent: AgentDefinition) -> bool:
+    """Whether ``agent`` (or a sub-agent) uses an MCP server that gets workspace credentials,
+    so the run should have the caller's credentials when the request carries them."""
+    for each in reachable([agent]):
+        for server in each.mcp_servers:
+            try:
+                if hub.admit(server).forward_auth:
+                    return True
+            except McpPolicyError:
+                continue
+    return False
 
 
 async def recorded_mcp_tools(

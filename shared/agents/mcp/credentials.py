@@ -2,10 +2,10 @@
 
 Discovery and ``tools/list`` go as the service principal (databricks-sdk's credential chain).
 A ``tools/call`` goes as the caller when the invocation carries the caller's credential
-(``ctx.request_auth``); with none, as the service principal, except for an agent declared
-``auth: on-behalf-of-user``, whose calls are refused rather than silently run with more rights:
-this is what a replacement attempt after a crash sees, since a caller's credential lives in the
-memory of the process that accepted the request and is never stored.
+(``ctx.request_auth`` with a user); with none, as the service principal, except for an agent
+declared ``auth: on-behalf-of-user`` (without ``resumeWithoutUser``), whose calls are refused
+rather than silently run with more rights: a caller's credential lives only in the memory of
+the process that accepted the request, so a replacement attempt elsewhere has none.
 Credentials are read when a request needs them, never logged, never recorded.
 """
 
@@ -43,7 +43,8 @@ def _user_authorization(request_auth: Any) -> str | None:
 async def caller_authorization(caller: Caller, server: str) -> str | None:
     """The caller's ``Authorization`` value for a ``tools/call``, or None (the service
     principal's then goes); raises :class:`ToolError` when the call may not go as anyone."""
-    if caller.request_auth is None:
+    auth = caller.request_auth
+    if auth is None or not getattr(auth, "has_user", True):
         if caller.on_behalf_of_user:
             raise ToolError(
                 f"MCP server '{server}': this agent calls tools only as the requesting user, "
@@ -51,7 +52,7 @@ async def caller_authorization(caller: Caller, server: str) -> str | None:
             )
         return None
     try:
-        value = await asyncio.to_thread(_user_authorization, caller.request_auth)
+        value = await asyncio.to_thread(_user_authorization, auth)
     except Exception as exc:  # the credential source's failure: its type logged, never its text
         log.warning(
             "MCP server '%s': the caller's credential failed (%s)", server, type(exc).__name__
