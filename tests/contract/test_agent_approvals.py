@@ -130,3 +130,57 @@ async def test_a_denied_or_unreadable_decision_never_runs_the_tool(
     assert result["result"] == denied
     [resolved] = [e.data for e in events if e.type == "approval.resolved"]
     assert (resolved["decision"], resolved["reason"]) == ("deny", reason)
+
+
+# -- the /api/agents routes on the same two servers ------------------------------------------
+
+
+async def agents_chat(api: Api, body: dict[str, Any]) -> list[dict[str, Any]]:
+    from tests.agents.agent_server import parse_sse
+
+    async with api.session.post(f"{api.base}/api/agents/chat", json=body, headers=api.headers) as r:
+        assert r.status == 200, await r.text()
+        return parse_sse(await r.text())
+
+
+async def test_agents_chat_streams_a_durable_invocation_and_keeps_the_thread(api: Api) -> None:
+    frames = await agents_chat(api, {"message": "hi there", "agent": "greeter"})
+    meta = frames[0]["data"]["data"]
+    assert frames[0]["event"] == "appkit.metadata" and frames[-1]["event"] == "response.completed"
+    done = [f for f in frames if f["event"] == "response.output_item.done"]
+    assert "You said: hi there" in done[-1]["data"]["item"]["content"][0]["text"]
+    status = await api.wait_status(meta["streamId"], {"completed"})  # a durable invocation
+    assert status["status"] == "completed"
+    async with api.session.get(
+        f"{api.base}/api/agents/threads/{meta['threadId']}", headers=api.headers
+    ) as r:
+        assert r.status == 200
+    stranger = Api(api.session, api.base)
+    async with api.session.get(
+        f"{api.base}/api/agents/threads/{meta['threadId']}", headers=stranger.headers
+    ) as r:
+        assert r.status == 404
+
+
+async def test_agents_approve_resolves_the_durable_wait(api: Api) -> None:
+    invocation_id, wait = await parked_on_approval(api)
+    approval_id = wait["approval_id"]
+    approve = {"streamId": invocation_id, "approvalId": approval_id, "decision": "approve"}
+    stranger = Api(api.session, api.base)
+    async with api.session.post(
+        f"{api.base}/api/agents/approve", json=approve, headers=stranger.headers
+    ) as r:
+        assert r.status == 404
+    async with api.session.post(
+        f"{api.base}/api/agents/approve", json=approve, headers=api.headers
+    ) as r:
+        assert r.status == 200
+    done = await api.wait_status(invocation_id, {"completed", "failed"})
+    assert done["status"] == "completed", done
+
+
+async def test_agents_info_lists_the_example_agents(api: Api) -> None:
+    async with api.session.get(f"{api.base}/api/agents/info", headers=api.headers) as r:
+        assert r.status == 200
+        body = await r.json()
+    assert {"greeter", "bookings"} <= set(body["agents"])
