@@ -11,6 +11,7 @@ from tether import AgentApp, InvocationContext
 noop = AgentApp(name="bench-noop")
 sleeper = AgentApp(name="bench-sleeper")
 emitter = AgentApp(name="bench-emitter")
+both = AgentApp(name="bench-peer")  # the peer scenario's: one server for every phase
 
 
 @noop.invoke
@@ -44,3 +45,22 @@ async def emit_events(input: Any, ctx: InvocationContext) -> Any:
             await asyncio.sleep(interval)
         await ctx.emit({"type": "tick", "i": i, "t": time.time()})
     return {"emitted": count}
+
+
+async def noop_or_ticks(input: Any, ctx: Any) -> Any:
+    """A no-op, or ``events`` timestamped ticks ``interval`` s apart when the input asks for them.
+
+    The peer scenario runs this very function in Tether (``both``) and in AgentKit's server
+    (``bench/peer_app.py``): the two frameworks' contexts both have ``emit(event)``.
+    """
+    spec = input if isinstance(input, dict) else {}
+    count = int(spec.get("events", 0))
+    interval = float(spec.get("interval", 0.0))
+    for i in range(count):
+        if interval:
+            await asyncio.sleep(interval)
+        await ctx.emit({"type": "tick", "i": i, "t": time.time()})
+    return {"emitted": count} if count else None
+
+
+both.invoke(noop_or_ticks)

@@ -37,6 +37,15 @@ class Sizes:
     stream_ticks: int = 10
     stream_interval: float = 1.0
     cost_invocations: int = 2000
+    peer_posts: int = 2000
+    peer_warmup: int = 100
+    peer_sync_concurrency: tuple[int, ...] = (1, 32)
+    peer_sync_seconds: float = 5.0
+    peer_sync_count: int = 2000
+    peer_streams: int = 160
+    peer_stream_events: int = 20
+    peer_stream_concurrency: int = 16
+    peer_stream_interval: float = 0.05
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -60,6 +69,13 @@ QUICK = Sizes(
     stream_ticks=3,
     stream_interval=0.2,
     cost_invocations=50,
+    peer_posts=100,
+    peer_warmup=10,
+    peer_sync_seconds=1.0,
+    peer_sync_count=50,
+    peer_streams=8,
+    peer_stream_events=5,
+    peer_stream_concurrency=4,
     deadline=60.0,
 )
 
