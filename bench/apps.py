@@ -48,7 +48,8 @@ async def emit_events(input: Any, ctx: InvocationContext) -> Any:
 
 
 async def noop_or_ticks(input: Any, ctx: Any) -> Any:
-    """A no-op, or ``events`` timestamped ticks ``interval`` s apart when the input asks for them.
+    """A no-op, or ``events`` timestamped ticks ``interval`` s apart (the first ``offset`` s late)
+    when the input asks for them.
 
     The peer scenario runs this very function in Tether (``both``) and in AgentKit's server
     (``bench/peer_app.py``): the two frameworks' contexts both have ``emit(event)``.
@@ -56,6 +57,8 @@ async def noop_or_ticks(input: Any, ctx: Any) -> Any:
     spec = input if isinstance(input, dict) else {}
     count = int(spec.get("events", 0))
     interval = float(spec.get("interval", 0.0))
+    if spec.get("offset"):
+        await asyncio.sleep(float(spec["offset"]))
     for i in range(count):
         if interval:
             await asyncio.sleep(interval)

@@ -40,6 +40,17 @@ REDIS_URL = os.environ.get("TETHER_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 T = TypeVar("T")
 
 
+def rss_mb(proc: Proc) -> float:
+    """Resident memory (VmRSS) of a process and its descendants now, in MB."""
+    total = 0
+    for pid in proc.tree():
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total / 1024
+
+
 def http_answers(url: str) -> bool:
     """Whether ``url`` answers HTTP at all, whatever the status."""
     try:

@@ -11,10 +11,13 @@ from bench.scenarios import (
     cost,
     drain,
     end_to_end,
+    eventlog,
+    fanout,
     io_bound,
     peer,
     streaming,
     sync_latency,
+    terminal,
 )
 from bench.scenarios.common import Sizes
 
@@ -29,4 +32,7 @@ SCENARIOS: dict[str, Scenario] = {
     "stream": streaming.run,
     "cost": cost.run,
     "peer": peer.run,
+    "terminal": terminal.run,
+    "fanout": fanout.run,
+    "eventlog": eventlog.run,
 }

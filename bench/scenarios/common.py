@@ -46,6 +46,19 @@ class Sizes:
     peer_stream_events: int = 20
     peer_stream_concurrency: int = 16
     peer_stream_interval: float = 0.05
+    fanout_connections: tuple[int, ...] = (1000, 5000)
+    fanout_ticks: int = 10
+    fanout_subscribers: int = 1000
+    storm_clients: int = 1000
+    storm_invocations: int = 10
+    storm_events: int = 200
+    eventlog_invocations: int = 10_000
+    eventlog_events_each: int = 200
+    eventlog_append: int = 2000
+    eventlog_replay: int = 500
+    eventlog_rounds: int = 3
+    retention_ticks: int = 1200
+    retention_tick: float = 0.05
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -76,6 +89,19 @@ QUICK = Sizes(
     peer_streams=8,
     peer_stream_events=5,
     peer_stream_concurrency=4,
+    fanout_connections=(50,),
+    fanout_ticks=3,
+    fanout_subscribers=20,
+    storm_clients=20,
+    storm_invocations=2,
+    storm_events=20,
+    eventlog_invocations=200,
+    eventlog_events_each=20,
+    eventlog_append=200,
+    eventlog_replay=50,
+    eventlog_rounds=1,
+    retention_ticks=40,
+    retention_tick=0.05,
     deadline=60.0,
 )
 
