@@ -20,6 +20,7 @@ took. ``EXPLAIN (ANALYZE, BUFFERS)`` of the replay query and table / index sizes
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import statistics
 import time
 import uuid
@@ -96,6 +97,8 @@ async def replay(
     url = f"{base}/api/invocations/{invocation_id}/events?after={after}"
     started = time.perf_counter()
     async with http.get(url, headers=owner_headers(OWNER)) as r:
+        if r.status != 200:
+            raise RuntimeError(f"replay answered {r.status}")
         await r.content.readline()
         first = time.perf_counter() - started
         await r.read()
@@ -105,6 +108,7 @@ async def replay(
 async def measure(base: str, pg: Pg, sizes: Sizes, old: str | None) -> Figures:
     rounds: dict[str, list[float]] = {"append": [], "first": [], "all": []}
     async with session() as http:
+        await append_rate(http, base, pg, sizes.eventlog_append // 10)  # warm-up, not counted
         for _ in range(sizes.eventlog_rounds):
             rounds["append"].append(await append_rate(http, base, pg, sizes.eventlog_append))
         target = await post(http, base, {"events": 2 * sizes.eventlog_replay})
@@ -138,15 +142,17 @@ def bulk_insert(pg: Pg, invocations: int, each: int) -> dict[str, Any]:
             "INSERT INTO tether_invocations (id, owner, input, request_hash, status, attempt,"
             " cancel_requested, last_event_id, created_at, enqueued_at, started_at,"
             " finished_at)"
-            " SELECT 'old-' || g, %s, '{}'::jsonb, 'bulk', 'completed', 1, false, %s, t, t, t, t"
-            " FROM generate_series(%s, %s) AS g,"
+            " SELECT md5('old-' || g)::uuid::text, %s, '{}'::jsonb, 'bulk', 'completed', 1,"
+            " false, %s, t, t, t, t"
+            " FROM generate_series(%s::int, %s::int) AS g,"
             " (SELECT extract(epoch from now()) - %s AS t) AS o",
             (OWNER_NAME, each, first, last - 1, OLD),
         )
         pg.conn.execute(
             "INSERT INTO tether_events (invocation_id, cursor, type, data, created_at)"
-            " SELECT 'old-' || g, c, 'tick', jsonb_build_object('i', c, 't', 0), o.t"
-            " FROM generate_series(1, %s) AS c, generate_series(%s, %s) AS g,"
+            " SELECT md5('old-' || g)::uuid::text, c, 'tick',"
+            " jsonb_build_object('i', c, 't', 0), o.t"
+            " FROM generate_series(1, %s) AS c, generate_series(%s::int, %s::int) AS g,"
             " (SELECT extract(epoch from now()) - %s AS t) AS o ORDER BY c, g",
             (each, first, last - 1, OLD),
         )
@@ -162,6 +168,11 @@ def bulk_insert(pg: Pg, invocations: int, each: int) -> dict[str, Any]:
             "SELECT pg_size_pretty(pg_total_relation_size('tether_invocations'))"
         ),
     }
+
+
+def old_id(k: int) -> str:
+    """The id ``bulk_insert`` gave its ``k``-th invocation."""
+    return str(uuid.UUID(hashlib.md5(f"old-{k}".encode()).hexdigest()))
 
 
 @dataclass
@@ -193,7 +204,7 @@ async def retention(launch: Launcher, base: str, pg: Pg, sizes: Sizes) -> dict[s
     """Restart the worker with the default retention; tick through the deletes."""
 
     def count() -> int:
-        return int(pg.scalar("SELECT count(*) FROM tether_invocations WHERE id LIKE 'old-%%'"))
+        return int(pg.scalar("SELECT count(*) FROM tether_invocations WHERE request_hash = 'bulk'"))
 
     before = await ticking(base, sizes.retention_ticks // 4, sizes.retention_tick)
     for proc in [p for p in launch.procs if p.name == "worker"]:
@@ -277,7 +288,7 @@ async def run(sizes: Sizes) -> list[Row]:
             _, base = launch.gateway(APP, 1)
             empty = await measure(base, pg, sizes, None)
             info = bulk_insert(pg, sizes.eventlog_invocations, sizes.eventlog_events_each)
-            old = f"old-{sizes.eventlog_invocations // 2}"
+            old = old_id(sizes.eventlog_invocations // 2)
             big = await measure(base, pg, sizes, old)
             ret = await retention(launch, base, pg, sizes)
         finally:

@@ -134,6 +134,8 @@ async def storm(
             url = f"{base}/api/invocations/{invocation_id}/events?after={after}"
             started = time.perf_counter()
             async with http.get(url, headers=owner_headers(OWNER)) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"reconnect answered {r.status}")
                 await r.content.readline()  # the first line of the first replayed frame
                 first = time.perf_counter() - started
                 await r.read()
