@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
+import psycopg
 
 from bench.load import Received, owner_headers, percentile, read_sse
 from bench.peer_load import post_body
@@ -160,6 +161,8 @@ def bulk_insert(pg: Pg, invocations: int, each: int) -> dict[str, Any]:
     pg.conn.execute("VACUUM ANALYZE tether_events")
     pg.conn.execute("VACUUM ANALYZE tether_invocations")
     return {
+        "pkey_levels": pkey_levels(pg),
+        "retention_plans": retention_plans(pg, invocations),
         "insert_s": inserted,
         "events": invocations * each,
         "events_table": pg.scalar("SELECT pg_size_pretty(pg_table_size('tether_events'))"),
@@ -168,6 +171,31 @@ def bulk_insert(pg: Pg, invocations: int, each: int) -> dict[str, Any]:
             "SELECT pg_size_pretty(pg_total_relation_size('tether_invocations'))"
         ),
     }
+
+
+def pkey_levels(pg: Pg) -> int | None:
+    """B-tree levels above the leaves of the events' primary key (pageinspect), if available."""
+    try:
+        pg.conn.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        return int(pg.scalar("SELECT level FROM bt_metap('tether_events_pkey')"))
+    except psycopg.Error:
+        return None
+
+
+def retention_plans(pg: Pg, invocations: int) -> str:
+    """The plans of one retention batch: pick expired ids, delete their events (as the reaper
+    does, ``Maintenance.delete_expired``), without running the delete."""
+    ids = [old_id(k) for k in range(min(500, invocations))]
+    pick = pg.conn.execute(
+        "EXPLAIN SELECT id FROM tether_invocations WHERE status IN"
+        " ('completed', 'failed', 'cancelled') AND finished_at < extract(epoch from now()) - %s"
+        " LIMIT 500",
+        (7 * 86400,),
+    ).fetchall()
+    delete = pg.conn.execute(
+        "EXPLAIN DELETE FROM tether_events WHERE invocation_id = ANY(%s)", (ids,)
+    ).fetchall()
+    return "\n".join(r[0] for r in [*pick, *delete])
 
 
 def old_id(k: int) -> str:
