@@ -195,7 +195,12 @@ def retention_plans(pg: Pg, invocations: int) -> str:
     delete = pg.conn.execute(
         "EXPLAIN DELETE FROM tether_events WHERE invocation_id = ANY(%s)", (ids,)
     ).fetchall()
-    return "\n".join(r[0] for r in [*pick, *delete])
+    return "\n".join(clip(r[0]) for r in [*pick, *delete])
+
+
+def clip(line: str, width: int = 160) -> str:
+    """A plan line without its 500 literal ids."""
+    return line if len(line) <= width else line[: width - 5] + " ...)"
 
 
 def old_id(k: int) -> str:

@@ -1,11 +1,11 @@
 """SSE at scale on ONE gateway process (1 gateway + 1 worker process, ``bench.apps:both``).
 
 1. ``connections``: for each N in ``fanout_connections``, N SSE connections
-   (``GET /api/invocations/{id}/events``) spread over N/100 invocations that each emit one
-   timestamped tick a second for ``fanout_ticks`` s, out of step. Figures: emit → receive p50/p99
-   over the ticks emitted after every connection was open, and the gateway's resident memory per
-   open connection ((RSS with N open − RSS idle) / N). Baselines: raw Redis pub/sub at the same
-   pace with as many channels; the same gateway idle.
+   (``GET /api/invocations/{id}/events``, opened ``WAVE`` at a time) spread over N/100
+   invocations that each emit one timestamped tick a second for ``fanout_ticks`` s, out of
+   step. Figures: emit → receive p50/p99 over the ticks emitted after every connection was open,
+   and the gateway's resident memory per open connection ((RSS with N open − RSS idle) / N).
+   Baselines: raw Redis pub/sub at the same pace with as many channels; the same gateway idle.
 2. ``subscribers``: ``fanout_subscribers`` connections on ONE invocation ticking once a second;
    every tick must reach every one. Figure: emit → receive p50/p99.
 3. ``reconnect storm``: ``storm_clients`` clients reconnect at once, each with ``after=k`` (k
@@ -19,6 +19,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -32,6 +33,7 @@ from bench.scenarios.streaming import raw_pubsub_latencies
 
 APP = "bench.apps:both"
 PER_INVOCATION = 100  # connections per ticking invocation in ``connections``
+WAVE = 200  # connections opened at a time (the reconnect storm opens all at once)
 OWNER = 0  # every stream is one owner's: only the owner may read an invocation's events
 
 
@@ -61,13 +63,26 @@ async def start(http: aiohttp.ClientSession, base: str, input: object) -> str:
     return invocation_id
 
 
+async def opened_or_failed(
+    opened: Callable[[], int], readers: list[asyncio.Task[int]], deadline: float
+) -> None:
+    """Wait until every reader has its answer's headers; raise at once if one failed, or after
+    ``deadline`` s."""
+    end = time.perf_counter() + deadline
+    while opened() < len(readers):
+        for failed in (r for r in readers if r.done() and r.exception() is not None):
+            raise RuntimeError("a stream failed to open") from failed.exception()
+        if time.perf_counter() > end:
+            raise TimeoutError("streams did not open in time")
+        await asyncio.sleep(0.01)
+
+
 async def fanout(
     base: str, gateway: Proc, connections: int, invocations: int, ticks: int, deadline: float
 ) -> Fanout:
     """``connections`` streams over ``invocations`` invocations ticking once a second."""
     idle = rss_mb(gateway)
     opened = 0
-    all_open = asyncio.Event()
     open_at = [float("inf")]
     latencies: list[float] = []
 
@@ -84,7 +99,6 @@ async def fanout(
             opened += 1
             if opened == connections:
                 open_at[0] = time.time()
-                all_open.set()
             got = await read_sse(r, on_event)
         return sum(1 for e in got if e.type == "tick")
 
@@ -99,10 +113,13 @@ async def fanout(
             for i in range(invocations)
         ]
         started = time.perf_counter()
-        readers = [
-            asyncio.create_task(follow(http, ids[k % invocations])) for k in range(connections)
-        ]
-        await asyncio.wait_for(all_open.wait(), timeout=deadline)
+        readers: list[asyncio.Task[int]] = []
+        for first in range(0, connections, WAVE):
+            readers.extend(
+                asyncio.create_task(follow(http, ids[k % invocations]))
+                for k in range(first, min(first + WAVE, connections))
+            )
+            await opened_or_failed(lambda: opened, readers, deadline)
         open_s = time.perf_counter() - started
         await asyncio.sleep(1.0)
         open_mb = rss_mb(gateway)
