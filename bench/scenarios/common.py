@@ -52,7 +52,7 @@ class Sizes:
     storm_clients: int = 1000
     storm_invocations: int = 10
     storm_events: int = 200
-    eventlog_invocations: int = 10_000
+    eventlog_invocations: int = 50_000  # x 200 events: the 10 million the issue asks
     eventlog_events_each: int = 200
     eventlog_append: int = 2000
     eventlog_replay: int = 500

@@ -105,7 +105,7 @@ async def fanout(
     cpu0 = time.process_time()
     async with client(connections + 10) as http:
         # the ticks start late enough for every connection to be open (earlier ones are replayed)
-        delay = 2.0 + connections / 1000
+        delay = 3.0 + connections / 300
         ids = [
             await start(
                 http, base, {"events": ticks, "interval": 1.0, "offset": delay + i / invocations}
@@ -124,6 +124,8 @@ async def fanout(
         await asyncio.sleep(1.0)
         open_mb = rss_mb(gateway)
         counts = await asyncio.wait_for(asyncio.gather(*readers), timeout=deadline)
+    if not latencies:
+        raise RuntimeError("no tick was emitted after every connection was open")
     if any(n != ticks for n in counts):
         raise RuntimeError(f"{sum(n != ticks for n in counts)} streams missed ticks")
     return Fanout(latencies, idle, open_mb, connections, open_s, time.process_time() - cpu0)
