@@ -2,8 +2,8 @@
 
 1. ``connections``: for each N in ``fanout_connections``, N SSE connections
    (``GET /api/invocations/{id}/events``, opened ``WAVE`` at a time) spread over N/100
-   invocations that each emit one timestamped tick a second for ``fanout_ticks`` s, out of
-   step. Figures: emit → receive p50/p99 over the ticks emitted after every connection was open,
+   invocations that each emit one timestamped tick a second, out of step, until cancelled.
+   Figures: emit → receive p50/p99 over the ``fanout_ticks`` s after every connection was open,
    and the gateway's resident memory per open connection ((RSS with N open − RSS idle) / N).
    Baselines: raw Redis pub/sub at the same pace with as many channels; the same gateway idle.
 2. ``subscribers``: ``fanout_subscribers`` connections on ONE invocation ticking once a second;
@@ -64,7 +64,7 @@ async def start(http: aiohttp.ClientSession, base: str, input: object) -> str:
 
 
 async def opened_or_failed(
-    opened: Callable[[], int], readers: list[asyncio.Task[int]], deadline: float
+    opened: Callable[[], int], readers: list[asyncio.Task[list[Received]]], deadline: float
 ) -> None:
     """Wait until every reader has its answer's headers; raise at once if one failed, or after
     ``deadline`` s."""
@@ -80,55 +80,60 @@ async def opened_or_failed(
 async def fanout(
     base: str, gateway: Proc, connections: int, invocations: int, ticks: int, deadline: float
 ) -> Fanout:
-    """``connections`` streams over ``invocations`` invocations ticking once a second."""
+    """``connections`` streams over ``invocations`` invocations ticking once a second, measured
+    over ``ticks`` s once every connection is open; then the invocations are cancelled, which
+    ends every stream with ``run.cancelled``."""
     idle = rss_mb(gateway)
     opened = 0
-    open_at = [float("inf")]
-    latencies: list[float] = []
 
-    def on_event(event: Received) -> None:
-        if event.type == "tick" and float(event.data["t"]) >= open_at[0]:
-            latencies.append(event.at - float(event.data["t"]))
-
-    async def follow(http: aiohttp.ClientSession, invocation_id: str) -> int:
+    async def follow(http: aiohttp.ClientSession, invocation_id: str) -> list[Received]:
         nonlocal opened
         url = f"{base}/api/invocations/{invocation_id}/events"
         async with http.get(url, headers=owner_headers(OWNER)) as r:
             if r.status != 200:
                 raise RuntimeError(f"events answered {r.status}")
             opened += 1
-            if opened == connections:
-                open_at[0] = time.time()
-            got = await read_sse(r, on_event)
-        return sum(1 for e in got if e.type == "tick")
+            return await read_sse(r)
 
     cpu0 = time.process_time()
     async with client(connections + 10) as http:
-        # the ticks start late enough for every connection to be open (earlier ones are replayed)
-        delay = 3.0 + connections / 300
+        # ticking until cancelled (at most an hour), out of step: stream i ticks i/m s late
         ids = [
-            await start(
-                http, base, {"events": ticks, "interval": 1.0, "offset": delay + i / invocations}
-            )
+            await start(http, base, {"events": 3600, "interval": 1.0, "offset": i / invocations})
             for i in range(invocations)
         ]
         started = time.perf_counter()
-        readers: list[asyncio.Task[int]] = []
+        readers: list[asyncio.Task[list[Received]]] = []
         for first in range(0, connections, WAVE):
             readers.extend(
                 asyncio.create_task(follow(http, ids[k % invocations]))
                 for k in range(first, min(first + WAVE, connections))
             )
             await opened_or_failed(lambda: opened, readers, deadline)
-        open_s = time.perf_counter() - started
+        open_s, open_at = time.perf_counter() - started, time.time()
         await asyncio.sleep(1.0)
         open_mb = rss_mb(gateway)
-        counts = await asyncio.wait_for(asyncio.gather(*readers), timeout=deadline)
-    if not latencies:
-        raise RuntimeError("no tick was emitted after every connection was open")
-    if any(n != ticks for n in counts):
-        raise RuntimeError(f"{sum(n != ticks for n in counts)} streams missed ticks")
-    return Fanout(latencies, idle, open_mb, connections, open_s, time.process_time() - cpu0)
+        await asyncio.sleep(ticks)
+        window_end = time.time()
+        for invocation_id in ids:
+            url = f"{base}/api/invocations/{invocation_id}/cancel"
+            async with http.post(url, headers=owner_headers(OWNER)) as r:
+                await r.read()
+        streams = await asyncio.wait_for(asyncio.gather(*readers), timeout=deadline)
+    latencies = [
+        [
+            e.at - float(e.data["t"])
+            for e in got
+            if e.type == "tick" and open_at <= float(e.data["t"]) <= window_end
+        ]
+        for got in streams
+    ]
+    short = sum(1 for got in latencies if len(got) < ticks - 1)
+    ended = sum(1 for got in streams if got and got[-1].type == "run.cancelled")
+    if short or ended != connections:
+        raise RuntimeError(f"{short} streams missed ticks, {connections - ended} did not end")
+    flat = [x for got in latencies for x in got]
+    return Fanout(flat, idle, open_mb, connections, open_s, time.process_time() - cpu0)
 
 
 async def storm(
