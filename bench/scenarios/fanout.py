@@ -45,6 +45,8 @@ class Fanout:
     connections: int
     open_s: float  # how long opening them all took
     client_cpu_s: float
+    gateway_cpu_s: float  # over the ``window_s`` after all were open
+    window_s: float
 
 
 def client(limit: int) -> aiohttp.ClientSession:
@@ -113,8 +115,10 @@ async def fanout(
         open_s, open_at = time.perf_counter() - started, time.time()
         await asyncio.sleep(1.0)
         open_mb = rss_mb(gateway)
+        cpu_open = gateway.cpu_seconds()
         await asyncio.sleep(ticks)
         window_end = time.time()
+        gateway_cpu = gateway.cpu_seconds() - cpu_open
         for invocation_id in ids:
             url = f"{base}/api/invocations/{invocation_id}/cancel"
             async with http.post(url, headers=owner_headers(OWNER)) as r:
@@ -133,7 +137,8 @@ async def fanout(
     if short or ended != connections:
         raise RuntimeError(f"{short} streams missed ticks, {connections - ended} did not end")
     flat = [x for got in latencies for x in got]
-    return Fanout(flat, idle, open_mb, connections, open_s, time.process_time() - cpu0)
+    client_cpu = time.process_time() - cpu0
+    return Fanout(flat, idle, open_mb, connections, open_s, client_cpu, gateway_cpu, ticks)
 
 
 async def storm(
@@ -179,6 +184,8 @@ def fanout_rows(label: str, got: Fanout, raw: list[float], ticks: int) -> list[R
         "samples": len(got.latencies),
         "open_s": got.open_s,
         "client_cpu_s": got.client_cpu_s,
+        "gateway_cpu_per_s_of_window": got.gateway_cpu_s / got.window_s,
+        "gateway_cpu_ms_per_delivery": got.gateway_cpu_s * 1000 / max(1, len(got.latencies)),
         "gateway_idle_mb": got.idle_mb,
         "gateway_open_mb": got.open_mb,
     }
