@@ -49,6 +49,7 @@ class Fanout:
     gateway_cpu_s: float  # over the ``window_s`` after all were open
     window_s: float
     refused: dict[int, int]  # answers other than 200 while opening, by status
+    client_window_cpu_s: float  # this process's CPU over the window
 
 
 def client(limit: int) -> aiohttp.ClientSession:
@@ -120,10 +121,11 @@ async def fanout(
         open_s, open_at = time.perf_counter() - started, time.time()
         await asyncio.sleep(1.0)
         open_mb = rss_mb(gateway)
-        cpu_open = gateway.cpu_seconds()
+        cpu_open, client_open = gateway.cpu_seconds(), time.process_time()
         await asyncio.sleep(ticks)
         window_end = time.time()
         gateway_cpu = gateway.cpu_seconds() - cpu_open
+        client_window = time.process_time() - client_open
         for invocation_id in ids:
             url = f"{base}/api/invocations/{invocation_id}/cancel"
             async with http.post(url, headers=owner_headers(OWNER)) as r:
@@ -145,7 +147,16 @@ async def fanout(
     flat = [x for _, lat in served for x in lat]
     client_cpu = time.process_time() - cpu0
     return Fanout(
-        flat, idle, open_mb, connections, open_s, client_cpu, gateway_cpu, ticks, dict(refused)
+        flat,
+        idle,
+        open_mb,
+        connections,
+        open_s,
+        client_cpu,
+        gateway_cpu,
+        ticks,
+        dict(refused),
+        client_window,
     )
 
 
@@ -194,6 +205,7 @@ def fanout_rows(label: str, got: Fanout, raw: list[float], ticks: int) -> list[R
         "client_cpu_s": got.client_cpu_s,
         "refused": got.refused,
         "gateway_cpu_per_s_of_window": got.gateway_cpu_s / got.window_s,
+        "client_cpu_per_s_of_window": got.client_window_cpu_s / got.window_s,
         "gateway_cpu_ms_per_delivery": got.gateway_cpu_s * 1000 / max(1, len(got.latencies)),
         "gateway_idle_mb": got.idle_mb,
         "gateway_open_mb": got.open_mb,
