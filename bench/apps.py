@@ -12,6 +12,7 @@ noop = AgentApp(name="bench-noop")
 sleeper = AgentApp(name="bench-sleeper")
 emitter = AgentApp(name="bench-emitter")
 parker = AgentApp(name="bench-parker")
+both = AgentApp(name="bench-peer")  # the peer scenario's: one server for every phase
 
 
 @noop.invoke
@@ -58,3 +59,25 @@ async def park_durably(input: Any, ctx: InvocationContext) -> Any:
     if spec.get("wait"):
         return {"go": await ctx.wait_for_input("go")}
     return None
+
+
+async def noop_or_ticks(input: Any, ctx: Any) -> Any:
+    """A no-op, or ``events`` timestamped ticks ``interval`` s apart (the first ``offset`` s late)
+    when the input asks for them.
+
+    The peer scenario runs this very function in Tether (``both``) and in AgentKit's server
+    (``bench/peer_app.py``): the two frameworks' contexts both have ``emit(event)``.
+    """
+    spec = input if isinstance(input, dict) else {}
+    count = int(spec.get("events", 0))
+    interval = float(spec.get("interval", 0.0))
+    if spec.get("offset"):
+        await asyncio.sleep(float(spec["offset"]))
+    for i in range(count):
+        if interval:
+            await asyncio.sleep(interval)
+        await ctx.emit({"type": "tick", "i": i, "t": time.time()})
+    return {"emitted": count} if count else None
+
+
+both.invoke(noop_or_ticks)

@@ -114,29 +114,36 @@ async def stream(
     on_event: Callable[[Received], None] | None = None,
 ) -> list[Received]:
     """POST with ``stream: true`` and read the SSE answer to its end."""
-    events: list[Received] = []
-    fields: dict[str, str] = {}
     async with http.post(
         f"{base}/api/invocations", data=body(input, stream=True), headers=owner_headers(i)
     ) as r:
         if r.status != 200:
             raise RuntimeError(f"stream answered {r.status}")
-        async for raw in r.content:
-            line = raw.decode().rstrip("\n")
-            if line.startswith(":"):
-                continue
-            if line:
-                key, _, value = line.partition(": ")
-                fields[key] = value
-                continue
-            if fields:
-                event = Received(
-                    int(fields["id"]), fields["event"], json.loads(fields["data"]), time.time()
-                )
-                events.append(event)
-                if on_event is not None:
-                    on_event(event)
-                fields = {}
+        return await read_sse(r, on_event)
+
+
+async def read_sse(
+    r: aiohttp.ClientResponse, on_event: Callable[[Received], None] | None = None
+) -> list[Received]:
+    """Every event of an SSE answer, read to its end."""
+    events: list[Received] = []
+    fields: dict[str, str] = {}
+    async for raw in r.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith(":"):
+            continue
+        if line:
+            key, _, value = line.partition(": ")
+            fields[key] = value
+            continue
+        if fields:
+            event = Received(
+                int(fields["id"]), fields["event"], json.loads(fields["data"]), time.time()
+            )
+            events.append(event)
+            if on_event is not None:
+                on_event(event)
+            fields = {}
     return events
 
 

@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +38,28 @@ ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("TETHER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TETHER_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 T = TypeVar("T")
+
+
+def rss_mb(proc: Proc) -> float:
+    """Resident memory (VmRSS) of a process and its descendants now, in MB."""
+    total = 0
+    for pid in proc.tree():
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total / 1024
+
+
+def http_answers(url: str) -> bool:
+    """Whether ``url`` answers HTTP at all, whatever the status."""
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
 
 
 @dataclass
@@ -184,6 +208,14 @@ class Launcher:
             raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
         return base
 
+    def _wait_answers(self, proc: Proc, base: str) -> str:
+        """Wait until ``base`` answers HTTP at all (AgentKit's server has no health route)."""
+        probe = f"{base}/api/invocations/{uuid.uuid4()}"
+        wait_for(lambda: http_answers(probe) or not proc.alive(), 60, f"{proc.name} to answer")
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
+        return base
+
     def _wait_workers(self, proc: Proc, processes: int) -> Proc:
         wait_for(
             lambda: proc.log().count("Worker process is ready") >= processes or not proc.alive(),
@@ -227,11 +259,26 @@ class Launcher:
         proc = self.spawn("worker", argv, self.env(app, extra))
         return self._wait_workers(proc, processes)
 
-    def dev(self, app: str, extra: dict[str, str] | None = None) -> tuple[Proc, str]:
+    def dev(
+        self, app: str, extra: dict[str, str] | None = None, db: str = ":memory:"
+    ) -> tuple[Proc, str]:
+        """``tether dev`` on an in-memory store, or on ``db``: ``"file"`` for a SQLite file in
+        this launcher's working directory (what ``tether dev`` uses by default)."""
         port = free_port()
-        argv = [sys.executable, "-m", "tether.cli", "dev", "--port", str(port), "--db", ":memory:"]
+        path = str(self.workdir / "tether.db") if db == "file" else db
+        argv = [sys.executable, "-m", "tether.cli", "dev", "--port", str(port), "--db", path]
         proc = self.spawn("dev", argv, self.env(app, extra))
         return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
+
+    def peer(self, store: str) -> tuple[Proc, str]:
+        """AgentKit's DurableAgentServer (bench/peer_app.py) on its ``memory`` or ``postgres``
+        store; the latter in this launcher's private database, in a schema of its own."""
+        port = free_port()
+        argv = [sys.executable, "-m", "bench.peer_app", "--port", str(port), "--store", store]
+        if store == "postgres":
+            argv += ["--database", self.db.url]
+        proc = self.spawn(f"agentkit-{store}", argv, self.env("bench.apps:both"))
+        return proc, self._wait_answers(proc, f"http://127.0.0.1:{port}")
 
     def bare_gateway(self, processes: int = 1) -> tuple[Proc, str]:
         """The baseline accept handler (bench/baselines.py)."""

@@ -12,9 +12,13 @@ from bench.scenarios import (
     drain,
     durable,
     end_to_end,
+    eventlog,
+    fanout,
     io_bound,
+    peer,
     streaming,
     sync_latency,
+    terminal,
 )
 from bench.scenarios.common import Sizes
 
@@ -29,4 +33,8 @@ SCENARIOS: dict[str, Scenario] = {
     "stream": streaming.run,
     "cost": cost.run,
     "durable": durable.run,
+    "peer": peer.run,
+    "terminal": terminal.run,
+    "fanout": fanout.run,
+    "eventlog": eventlog.run,
 }

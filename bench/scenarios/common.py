@@ -42,6 +42,28 @@ class Sizes:
     timers: int = 500
     timer_sleep: float = 3.0
     timer_spread: float = 10.0
+    peer_posts: int = 2000
+    peer_warmup: int = 100
+    peer_sync_concurrency: tuple[int, ...] = (1, 32)
+    peer_sync_seconds: float = 5.0
+    peer_sync_count: int = 2000
+    peer_streams: int = 160
+    peer_stream_events: int = 20
+    peer_stream_concurrency: int = 16
+    peer_stream_interval: float = 0.05
+    fanout_connections: tuple[int, ...] = (1000, 2500, 5000)
+    fanout_ticks: int = 10
+    fanout_subscribers: int = 1000
+    storm_clients: int = 1000
+    storm_invocations: int = 10
+    storm_events: int = 200
+    eventlog_invocations: int = 50_000  # x 200 events: the 10 million the issue asks
+    eventlog_events_each: int = 200
+    eventlog_append: int = 2000
+    eventlog_replay: int = 500
+    eventlog_rounds: int = 3
+    retention_ticks: int = 1200
+    retention_tick: float = 0.05
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -70,6 +92,26 @@ QUICK = Sizes(
     timers=20,
     timer_sleep=2.0,
     timer_spread=2.0,
+    peer_posts=100,
+    peer_warmup=10,
+    peer_sync_seconds=1.0,
+    peer_sync_count=50,
+    peer_streams=8,
+    peer_stream_events=5,
+    peer_stream_concurrency=4,
+    fanout_connections=(50,),
+    fanout_ticks=3,
+    fanout_subscribers=20,
+    storm_clients=20,
+    storm_invocations=2,
+    storm_events=20,
+    eventlog_invocations=200,
+    eventlog_events_each=20,
+    eventlog_append=200,
+    eventlog_replay=50,
+    eventlog_rounds=1,
+    retention_ticks=40,
+    retention_tick=0.05,
     deadline=60.0,
 )
 

@@ -1,0 +1,298 @@
+"""SSE at scale on ONE gateway process (1 gateway + 1 worker process, ``bench.apps:both``).
+
+1. ``connections``: for each N in ``fanout_connections``, N SSE connections
+   (``GET /api/invocations/{id}/events``, opened ``WAVE`` at a time) spread over N/100
+   invocations that each emit one timestamped tick a second, out of step, until cancelled.
+   Figures: emit → receive p50/p99 over the ``fanout_ticks`` s after every connection was open,
+   and the gateway's resident memory per open connection ((RSS with N open − RSS idle) / N).
+   Baselines: raw Redis pub/sub at the same pace with as many channels; the same gateway idle.
+2. ``subscribers``: ``fanout_subscribers`` connections on ONE invocation ticking once a second;
+   every tick must reach every one. Figure: emit → receive p50/p99.
+3. ``reconnect storm``: ``storm_clients`` clients reconnect at once, each with ``after=k`` (k
+   random) to one of ``storm_invocations`` finished invocations of ``storm_events`` events.
+   Figure: request → first replayed event p50/p99, against the same reconnect made alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from bench.load import Received, owner_headers, percentile, read_sse
+from bench.peer_load import post_body
+from bench.procs import Launcher, Proc, launcher, private_database, rss_mb
+from bench.report import Row
+from bench.scenarios.common import Pg, Sizes
+from bench.scenarios.streaming import raw_pubsub_latencies
+
+APP = "bench.apps:both"
+PER_INVOCATION = 100  # connections per ticking invocation in ``connections``
+WAVE = 200  # connections opened at a time (the reconnect storm opens all at once)
+OWNER = 0  # every stream is one owner's: only the owner may read an invocation's events
+
+
+@dataclass
+class Fanout:
+    latencies: list[float]
+    idle_mb: float
+    open_mb: float
+    connections: int
+    open_s: float  # how long opening them all took
+    client_cpu_s: float
+    gateway_cpu_s: float  # over the ``window_s`` after all were open
+    window_s: float
+    refused: dict[int, int]  # answers other than 200 while opening, by status
+    client_window_cpu_s: float  # this process's CPU over the window
+
+
+def client(limit: int) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=60),
+    )
+
+
+async def start(http: aiohttp.ClientSession, base: str, input: object) -> str:
+    invocation_id = str(uuid.uuid4())
+    data = post_body(invocation_id, input, background=True)
+    async with http.post(f"{base}/api/invocations", data=data, headers=owner_headers(OWNER)) as r:
+        if r.status != 202:
+            raise RuntimeError(f"POST answered {r.status}")
+    return invocation_id
+
+
+async def opened_or_failed(
+    opened: Callable[[], int], readers: list[asyncio.Task[list[Received]]], deadline: float
+) -> None:
+    """Wait until every reader has its answer's headers; raise at once if one failed, or after
+    ``deadline`` s."""
+    end = time.perf_counter() + deadline
+    while opened() < len(readers):
+        for failed in (r for r in readers if r.done() and r.exception() is not None):
+            raise RuntimeError("a stream failed to open") from failed.exception()
+        if time.perf_counter() > end:
+            raise TimeoutError("streams did not open in time")
+        await asyncio.sleep(0.01)
+
+
+async def fanout(
+    base: str, gateway: Proc, connections: int, invocations: int, ticks: int, deadline: float
+) -> Fanout:
+    """``connections`` streams over ``invocations`` invocations ticking once a second, measured
+    over ``ticks`` s once every connection is open; then the invocations are cancelled, which
+    ends every stream with ``run.cancelled``."""
+    idle = rss_mb(gateway)
+    opened = 0
+    refused: Counter[int] = Counter()
+
+    async def follow(http: aiohttp.ClientSession, invocation_id: str) -> list[Received]:
+        nonlocal opened
+        url = f"{base}/api/invocations/{invocation_id}/events"
+        async with http.get(url, headers=owner_headers(OWNER)) as r:
+            opened += 1
+            if r.status != 200:  # counted: a server that cannot open more is a figure too
+                refused[r.status] += 1
+                await r.read()
+                return []
+            return await read_sse(r)
+
+    cpu0 = time.process_time()
+    async with client(connections + 10) as http:
+        # ticking until cancelled (at most an hour), out of step: stream i ticks i/m s late
+        ids = [
+            await start(http, base, {"events": 3600, "interval": 1.0, "offset": i / invocations})
+            for i in range(invocations)
+        ]
+        started = time.perf_counter()
+        readers: list[asyncio.Task[list[Received]]] = []
+        for first in range(0, connections, WAVE):
+            readers.extend(
+                asyncio.create_task(follow(http, ids[k % invocations]))
+                for k in range(first, min(first + WAVE, connections))
+            )
+            await opened_or_failed(lambda: opened, readers, deadline)
+        open_s, open_at = time.perf_counter() - started, time.time()
+        await asyncio.sleep(1.0)
+        open_mb = rss_mb(gateway)
+        cpu_open, client_open = gateway.cpu_seconds(), time.process_time()
+        await asyncio.sleep(ticks)
+        window_end = time.time()
+        gateway_cpu = gateway.cpu_seconds() - cpu_open
+        client_window = time.process_time() - client_open
+        for invocation_id in ids:
+            url = f"{base}/api/invocations/{invocation_id}/cancel"
+            async with http.post(url, headers=owner_headers(OWNER)) as r:
+                await r.read()
+        streams = await asyncio.wait_for(asyncio.gather(*readers), timeout=deadline)
+    latencies = [
+        [
+            e.at - float(e.data["t"])
+            for e in got
+            if e.type == "tick" and open_at <= float(e.data["t"]) <= window_end
+        ]
+        for got in streams
+    ]
+    served = [(got, lat) for got, lat in zip(streams, latencies, strict=True) if got]
+    short = sum(1 for _, lat in served if len(lat) < ticks - 1)
+    ended = sum(1 for got, _ in served if got[-1].type == "run.cancelled")
+    if short or ended != len(served) or not served:
+        raise RuntimeError(f"{short} streams missed ticks, {len(served) - ended} did not end")
+    flat = [x for _, lat in served for x in lat]
+    client_cpu = time.process_time() - cpu0
+    return Fanout(
+        flat,
+        idle,
+        open_mb,
+        connections,
+        open_s,
+        client_cpu,
+        gateway_cpu,
+        ticks,
+        dict(refused),
+        client_window,
+    )
+
+
+async def storm(
+    base: str, clients: int, invocations: int, events: int, deadline: float
+) -> tuple[list[float], list[float]]:
+    """(request → first event, each alone; the same, all ``clients`` at once)."""
+    async with client(clients + 10) as http:
+        ids = [await start(http, base, {"events": events}) for _ in range(invocations)]
+        done: set[str] = set()
+        end = time.perf_counter() + deadline
+        while len(done) < len(ids) and time.perf_counter() < end:
+            for invocation_id in ids:
+                url = f"{base}/api/invocations/{invocation_id}"
+                async with http.get(url, headers=owner_headers(OWNER)) as r:
+                    if (await r.json())["status"] == "completed":
+                        done.add(invocation_id)
+            await asyncio.sleep(0.1)
+        rng = random.Random(13)
+
+        async def reconnect() -> float:
+            invocation_id, after = rng.choice(ids), rng.randrange(events)
+            url = f"{base}/api/invocations/{invocation_id}/events?after={after}"
+            started = time.perf_counter()
+            async with http.get(url, headers=owner_headers(OWNER)) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"reconnect answered {r.status}")
+                await r.content.readline()  # the first line of the first replayed frame
+                first = time.perf_counter() - started
+                await r.read()
+            return first
+
+        alone = [await reconnect() for _ in range(50)]
+        together = await asyncio.wait_for(
+            asyncio.gather(*(reconnect() for _ in range(clients))), timeout=deadline
+        )
+    return alone, list(together)
+
+
+def fanout_rows(label: str, got: Fanout, raw: list[float], ticks: int) -> list[Row]:
+    details = {
+        "connections": got.connections,
+        "ticks": ticks,
+        "samples": len(got.latencies),
+        "open_s": got.open_s,
+        "client_cpu_s": got.client_cpu_s,
+        "refused": got.refused,
+        "gateway_cpu_per_s_of_window": got.gateway_cpu_s / got.window_s,
+        "client_cpu_per_s_of_window": got.client_window_cpu_s / got.window_s,
+        "gateway_cpu_ms_per_delivery": got.gateway_cpu_s * 1000 / max(1, len(got.latencies)),
+        "gateway_idle_mb": got.idle_mb,
+        "gateway_open_mb": got.open_mb,
+    }
+    rows = [
+        Row(
+            scenario="fanout",
+            figure=f"{label}: emit->receive p{q} ms",
+            value=percentile(got.latencies, q) * 1000,
+            unit="ms",
+            better="lower",
+            baseline=percentile(raw, q) * 1000,
+            baseline_label="raw Redis pub/sub",
+            details=details,
+        )
+        for q in (50, 99)
+    ]
+    rows.append(
+        Row(
+            scenario="fanout",
+            figure=f"{label}: connections refused while opening",
+            value=float(sum(got.refused.values())),
+            unit="",
+            better="lower",
+            details=details,
+        )
+    )
+    rows.append(
+        Row(
+            scenario="fanout",
+            figure=f"{label}: gateway RSS with all open (KB per connection in details)",
+            value=got.open_mb,
+            unit="MB",
+            better="lower",
+            baseline=got.idle_mb,
+            baseline_label="same gateway, idle",
+            details={
+                **details,
+                "kb_per_connection": (got.open_mb - got.idle_mb) * 1024 / got.connections,
+            },
+        )
+    )
+    return rows
+
+
+async def tether(launch: Launcher, concurrency: int) -> tuple[Proc, str]:
+    extra = {"TETHER_WORKER__CONCURRENCY": str(concurrency)}
+    launch.worker(APP, 1, 4, extra=extra)
+    return launch.gateway(APP, 1)
+
+
+async def run(sizes: Sizes) -> list[Row]:
+    rows: list[Row] = []
+    ticks = sizes.fanout_ticks
+    with private_database() as db, launcher(db) as launch:
+        pg = Pg(db)
+        try:
+            gateway, base = await tether(launch, 2000)
+            for n in sizes.fanout_connections:
+                m = max(1, n // PER_INVOCATION)
+                raw = await raw_pubsub_latencies(m, ticks, 1.0)
+                got = await fanout(base, gateway, n, m, ticks, sizes.deadline)
+                rows += fanout_rows(f"{n:,} SSE connections, {m} invocations", got, raw, ticks)
+            n = sizes.fanout_subscribers
+            raw = await raw_pubsub_latencies(1, ticks, 1.0)
+            got = await fanout(base, gateway, n, 1, ticks, sizes.deadline)
+            rows += fanout_rows(f"{n:,} subscribers on 1 invocation", got, raw, ticks)[:3]
+            alone, together = await storm(
+                base, sizes.storm_clients, sizes.storm_invocations, sizes.storm_events, 120
+            )
+        finally:
+            pg.close()
+    label = (
+        f"reconnect storm, {sizes.storm_clients:,} clients at once, after=random "
+        f"({sizes.storm_invocations} finished invocations x {sizes.storm_events} events)"
+    )
+    rows += [
+        Row(
+            scenario="fanout",
+            figure=f"{label}: first replayed event p{q} ms",
+            value=percentile(together, q) * 1000,
+            unit="ms",
+            better="lower",
+            baseline=percentile(alone, q) * 1000,
+            baseline_label="the same reconnect alone",
+            details={"clients": sizes.storm_clients, "alone_samples": len(alone)},
+        )
+        for q in (50, 99)
+    ]
+    return rows
