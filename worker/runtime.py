@@ -304,6 +304,21 @@ class Runtime:
         for invocation_id in list(self.attempts):
             self.stop(invocation_id, reason)
 
+    async def hand_back_all(self) -> None:
+        """Another worker declared this process dead: stop every attempt (their writes are
+        refused from now on) and hand back those the reaper has not replaced yet."""
+        running = list(self.attempts.values())
+        self.stop_all(StopReason.SUPERSEDED)
+        for attempt in running:
+            if attempt.task is not None:
+                await asyncio.gather(attempt.task, return_exceptions=True)
+            try:
+                await self.store.release(attempt.claim.invocation_id, attempt.claim.attempt)
+            except StoreError as exc:
+                log.warning(
+                    "could not hand invocation %s back (%s)", attempt.claim.invocation_id, exc
+                )
+
     async def drain(self, grace: float) -> None:
         """Stop taking work, let running attempts finish for ``grace`` s, hand the rest back."""
         self._closing = True

@@ -62,6 +62,18 @@ class Maintenance:
             )
         return result.rowcount == 1
 
+    async def release_active(self) -> int:
+        """Hand back every active attempt (``heartbeat_at = 0``), so the next reap pass replaces
+        them at once. Only for a database this process alone serves: ``tether dev`` at start,
+        holding its file's lock, knows every active attempt there is a dead predecessor's."""
+        async with self._db.transaction() as conn:
+            result = await conn.execute(
+                sa.update(invocations)
+                .where(inv.status == Status.ACTIVE.value)
+                .values(heartbeat_at=0.0)
+            )
+        return int(result.rowcount)
+
     async def take_unclaimed(self, older_than: float, limit: int = 500) -> list[str]:
         """Queued invocations nobody claimed for ``older_than`` s; marks them re-enqueued now."""
         overdue = sa.and_(

@@ -36,6 +36,7 @@ from tether.store.errors import (
 )
 from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
+from tether.store.liveness import Registry
 from tether.store.maintenance import Maintenance
 from tether.store.migrate import migrate
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
@@ -71,6 +72,8 @@ class Store:
         self._maintenance = Maintenance(self.db)
         self.journal = Journal(self.db)
         """Durable execution's steps and waits (:mod:`tether.store.journal`)."""
+        self.registry = Registry(self.db)
+        """The worker registry behind crash detection (:mod:`tether.store.liveness`)."""
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:
@@ -196,6 +199,9 @@ class Store:
 
     async def take_unclaimed(self, older_than: float, limit: int = 500) -> list[str]:
         return await self._maintenance.take_unclaimed(older_than, limit)
+
+    async def release_active(self) -> int:
+        return await self._maintenance.release_active()
 
     async def delete_expired(self, retention: float, limit: int = 500) -> int:
         return await self._maintenance.delete_expired(retention, limit)
