@@ -37,7 +37,7 @@ from tether.store.errors import (
 from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
 from tether.store.liveness import Registry
-from tether.store.maintenance import Maintenance
+from tether.store.maintenance import Maintenance, Queued
 from tether.store.migrate import migrate
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
 from tether.store.writes import Accepted, AppendRequest, Finished, FinishRequest, NewEvent
@@ -202,6 +202,12 @@ class Store:
 
     async def release_active(self) -> int:
         return await self._maintenance.release_active()
+
+    async def queued_page(self, after_seq: int, limit: int = 500) -> list[Queued]:
+        return await self._maintenance.queued_page(after_seq, limit)
+
+    async def mark_resent(self, invocation_ids: Sequence[str]) -> list[str]:
+        return await self._maintenance.mark_resent(invocation_ids)
 
     async def delete_expired(self, retention: float, limit: int = 500) -> int:
         return await self._maintenance.delete_expired(retention, limit)
