@@ -57,6 +57,9 @@ T = TypeVar("T")
 SCANNERS = 4
 """Roughly how many workers scan per ``liveness_interval``: with more workers each scans less
 often, so reading ``pg_locks`` costs the same however many there are."""
+WARM_EVERY = 20
+"""Every so many ticks the fallback's pooled connection is used, so that it is open when the
+liveness session drops at a moment when no new connection can be made (``max_connections``)."""
 POOLER = (
     "the liveness connection does not keep its PostgreSQL session (a pooler in transaction mode, "
     "such as PgBouncer?)"
@@ -152,6 +155,7 @@ class Liveness(threading.Thread):
         self._scan_every = 1
         self._until_scan = 0
         self._connect_failures = 0
+        self._ticks = 0
         self.registered = threading.Event()
 
     def stop(self) -> None:
@@ -170,6 +174,10 @@ class Liveness(threading.Thread):
             loop.close()
 
     async def _tick(self, fallback: Store) -> None:
+        self._ticks += 1
+        if self._ticks % WARM_EVERY == 0:  # keep the fallback's pooled connection open
+            with contextlib.suppress(StoreError, TimeoutError):
+                await self._bounded(fallback.ping())
         try:
             if self._session is None:
                 await self._connect()
@@ -195,6 +203,7 @@ class Liveness(threading.Thread):
         self._session, self._registration = session, registration
         self._observer.new_session()
         self._connect_failures = 0
+        self._ticks = 0
         self.registered.set()
 
     async def _register(self, session: LivenessSession) -> Registration:
