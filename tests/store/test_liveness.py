@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from tests.faults.harness_ext import until
 from tether.store.liveness import LivenessSession
 from tether.store.schema import NewInvocation, workers
 from tether.store.store import Store
@@ -59,6 +60,10 @@ async def age_beat(store: Store, name: str, seconds: float) -> None:
         )
 
 
+async def released(scanner: LivenessSession) -> bool:
+    return not any(s.held for s in (await scanner.scan(GRACE)).sightings)
+
+
 async def active_attempt(store: Store, worker: str) -> str:
     invocation_id = str(uuid.uuid4())
     await store.accept(NewInvocation(invocation_id, "alice", None, {}, "h"))
@@ -80,8 +85,12 @@ async def test_a_workers_lock_is_held_while_its_session_lives_and_gone_once_it_e
         False,
     )
     await worker.close()
-    [sighting] = (await scanner.scan(GRACE)).sightings
-    assert sighting.held is False and sighting.silent is False
+
+    async def released() -> bool:
+        [seen] = (await scanner.scan(GRACE)).sightings
+        return not seen.held and not seen.silent
+
+    await until(released, 10, "the lock to go")
 
 
 async def test_a_worker_is_declared_dead_only_without_its_lock_and_with_an_old_beat(
@@ -97,6 +106,7 @@ async def test_a_worker_is_declared_dead_only_without_its_lock_and_with_an_old_b
     assert await scanner.declare_dead("host:1", lock_id, GRACE) == (False, 0)  # lock held
     assert await worker.beat("host:1", lock_id) == worker.backend_pid
     await worker.close()
+    await until(lambda: released(scanner), 10, "the lock to go")
     assert await scanner.declare_dead("host:1", lock_id, GRACE) == (False, 0)  # fresh beat
     await age_beat(store, "host:1", 10)
     assert await scanner.declare_dead("host:1", lock_id, GRACE) == (True, 1)
@@ -137,9 +147,13 @@ async def test_a_process_finds_what_an_earlier_process_of_its_name_left(
     later = await open_session(migrated_pg, sessions)
     predecessor = await later.predecessor("host:1")
     assert predecessor is not None and predecessor.lock_held  # a namesake that still lives
-    await earlier.close()
-    predecessor = await later.predecessor("host:1")
-    assert predecessor is not None and not predecessor.lock_held
+    await earlier.close()  # its backend ends a moment later, and with it the lock
+
+    async def gone() -> bool:
+        found = await later.predecessor("host:1")
+        return found is not None and not found.lock_held
+
+    await until(gone, 10, "the earlier process's lock to go")
     assert await later.release_attempts_of("host:1") == 1
     assert [s.invocation_id for s in await store.stale_attempts(60)] == [invocation_id]
 

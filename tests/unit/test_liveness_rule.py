@@ -58,7 +58,7 @@ def test_the_liveness_connection_has_keepalives_a_timeout_and_a_name() -> None:
     query = url.query
     assert url.drivername == "postgresql+psycopg" and url.host == "db"
     assert query["keepalives"] == "1" and query["tcp_user_timeout"] == "5000"
-    assert int(query["keepalives_idle"]) + int(query["keepalives_count"]) == 5
+    assert int(str(query["keepalives_idle"])) + int(str(query["keepalives_count"])) == 5
     assert query["application_name"] == "tether-liveness"
     assert query["options"] == "-c search_path=x -c statement_timeout=5000"
 
