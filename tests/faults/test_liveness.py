@@ -184,6 +184,11 @@ async def test_a_live_worker_whose_liveness_session_is_dropped_is_not_replaced_a
         holder = owner_of(worker_pid(db.row(invocation_id)), workers)
 
         with psycopg.connect(db.dsn, autocommit=True) as admin:
+            [(app_name,)] = admin.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE pid = %s",
+                [registry(db)[name]["backend_pid"]],
+            ).fetchall()
+            assert app_name == "tether-liveness"  # the URL's parameters reach libpq
             # Dropped three times; the third time the test holds the old lock itself, as a
             # half-open session of the worker would: the worker takes a fresh lock instead.
             for round_ in range(3):
