@@ -1,4 +1,4 @@
-"""The apps the benchmarks run: a no-op, a 2 s sleeper and an event emitter."""
+"""The apps the benchmarks run: a no-op, a 2 s sleeper, an event emitter and a parker."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tether import AgentApp, InvocationContext
 noop = AgentApp(name="bench-noop")
 sleeper = AgentApp(name="bench-sleeper")
 emitter = AgentApp(name="bench-emitter")
+parker = AgentApp(name="bench-parker")
 
 
 @noop.invoke
@@ -44,3 +45,16 @@ async def emit_events(input: Any, ctx: InvocationContext) -> Any:
             await asyncio.sleep(interval)
         await ctx.emit({"type": "tick", "i": i, "t": time.time()})
     return {"emitted": count}
+
+
+@parker.invoke
+async def park_durably(input: Any, ctx: InvocationContext) -> Any:
+    """``{"sleep": s}``: a durable sleep of ``s`` seconds (parked when longer than
+    ``timers.inline_sleep_max``); ``{"wait": true}``: park until input ``go`` arrives and return
+    it; ``{}``: return at once (the no-op baseline)."""
+    spec = input if isinstance(input, dict) else {}
+    if spec.get("sleep"):
+        await ctx.sleep(float(spec["sleep"]))
+    if spec.get("wait"):
+        return {"go": await ctx.wait_for_input("go")}
+    return None

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
+from tether.gateway.agent_routes import routes as agent_routes
 from tether.gateway.auth import resolve_auth
 from tether.gateway.body import read_body
 from tether.gateway.inputs import routes as input_routes
@@ -125,7 +126,7 @@ def create_app(
     composition root runs a worker node beside it and hands both the same services."""
     json_posts = {
         r.handler
-        for table in (routes, input_routes)
+        for table in (routes, input_routes, agent_routes)
         for r in table
         if isinstance(r, web.RouteDef) and r.method == "POST"
     }
@@ -144,7 +145,7 @@ def create_app(
         async with open_services() as services:
             app[SERVICES] = services
             max_open = settings.limits.max_active_per_owner
-            app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open)
+            app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open, services.credentials)
             app[QUEUED] = QueuedGauge(services.store)
             yield
 
@@ -152,6 +153,7 @@ def create_app(
     app.on_shutdown.append(close_streams)
     app.add_routes(routes)
     app.add_routes(input_routes)
+    app.add_routes(agent_routes)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     for route in agent_app.routes:

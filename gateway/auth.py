@@ -34,6 +34,9 @@ from tether.owners import SINGLE_USER, owner_name_problem
 from tether.settings import AuthSettings
 
 IDENTITY_HEADERS = ("X-Forwarded-User", "X-Forwarded-Email")
+ACCESS_TOKEN_HEADER = "X-Forwarded-Access-Token"
+"""The caller's own token, set by Databricks Apps' proxy (user authorization): believed only
+from a trusted source, in ``forwarded`` mode, and kept in memory only (tether.credentials)."""
 DATABRICKS_APPS_ENV = ("DATABRICKS_APP_NAME", "DATABRICKS_APP_PORT")
 """Set by Databricks Apps in every app's environment; both present means we run there."""
 
@@ -65,7 +68,9 @@ class Authenticator:
 
     def owner(self, request: web.Request) -> str:
         """The authenticated principal of ``request``, or an :class:`ApiError` (401 / 400)."""
-        carried = [name for name in IDENTITY_HEADERS if name in request.headers]
+        carried = [
+            name for name in (*IDENTITY_HEADERS, ACCESS_TOKEN_HEADER) if name in request.headers
+        ]
         if carried and not self.trusts(peer_address(request)):
             raise unauthenticated(f"{carried[0]} is accepted only from a trusted proxy")
         if self.mode == "bearer":
@@ -73,6 +78,20 @@ class Authenticator:
         if self.mode == "forwarded":
             return forwarded_owner(request.headers)
         return SINGLE_USER
+
+    def access_token(self, request: web.Request) -> str | None:
+        """The caller's ``X-Forwarded-Access-Token``, when the proxy that named the owner set
+        it (``forwarded`` mode, a trusted source: :meth:`owner` refused any other); else None.
+        Never logged, never in an error."""
+        if self.mode != "forwarded":
+            return None
+        values = request.headers.getall(ACCESS_TOKEN_HEADER, [])
+        if len(values) > 1:
+            raise invalid_identity(f"{ACCESS_TOKEN_HEADER} was sent more than once")
+        token = values[0].strip() if values else ""
+        if token and not all("!" <= ch <= "~" for ch in token):
+            raise invalid_identity(f"{ACCESS_TOKEN_HEADER} is not a token")
+        return token or None
 
     def trusts(self, peer: Address | None) -> bool:
         """Whether identity headers from this TCP peer are the proxy's, not a client's."""

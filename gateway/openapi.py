@@ -12,6 +12,7 @@ from pydantic.json_schema import models_json_schema
 
 from tether.errors import ErrorCode
 from tether.events import EVENT_TYPE
+from tether.gateway.agent_openapi import AGENT_ANSWERS, AGENT_REQUESTS, agent_paths
 from tether.gateway.models import (
     AcceptedResponse,
     CompletedResponse,
@@ -103,7 +104,8 @@ def query_parameters(model: type[BaseModel], schemas: Json) -> list[Json]:
 
 def component_schemas() -> Json:
     _, top = models_json_schema(
-        [(m, "validation") for m in REQUESTS] + [(m, "serialization") for m in ANSWERS],
+        [(m, "validation") for m in [*REQUESTS, *AGENT_REQUESTS]]
+        + [(m, "serialization") for m in [*ANSWERS, *AGENT_ANSWERS]],
         ref_template=REF,
     )
     schemas: Json = top["$defs"]
@@ -286,7 +288,12 @@ def service_paths() -> Json:
 def build_openapi() -> Json:
     """A fresh document (deep-copied: the constants it is made of stay untouched by its users)."""
     schemas = component_schemas()
-    paths = {"/api/invocations": invocations_path(schemas), **invocation_paths(), **service_paths()}
+    paths = {
+        "/api/invocations": invocations_path(schemas),
+        **invocation_paths(),
+        **agent_paths(),
+        **service_paths(),
+    }
     document = {
         "openapi": "3.1.0",
         "info": {

@@ -9,8 +9,10 @@ from dataclasses import replace
 from aiohttp import web
 
 from tether.channels import CANCEL_CHANNEL, events_channel
+from tether.credentials import UserCredential
 from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
+from tether.gateway.checks import caller_credential, checked_input
 from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS
 from tether.gateway.models import (
     AcceptedResponse,
@@ -61,24 +63,32 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     owner = request.app[AUTH].owner(request)
     after = last_event_id(request)  # a stream's cursor is refused before anything is accepted
     req = validated(InvocationRequest, await read_json(request))
+    credential = caller_credential(request, owner, checked_input(request, req.input))
     await admit(request, req.id, owner)
     new = NewInvocation(
-        req.id, owner, req.session_id, req.input, request_hash(req.input, req.session_id)
+        req.id,
+        owner,
+        req.session_id,
+        req.input,
+        request_hash(req.input, req.session_id),
+        user_auth=credential is not None,
     )
     mode = "background" if req.background else "stream" if req.stream else "sync"
     if mode == "sync":
         # Subscribed before the accept, so the run cannot end unseen in between and the wait
         # needs no first read of the store.
         async with services.pubsub.subscribe(events_channel(req.id)) as sub:
-            accepted = await accept(request, new, mode)
+            accepted = await accept(request, new, mode, credential)
             return await answer_sync(request, accepted.invocation, sub)
-    invocation = (await accept(request, new, mode)).invocation
+    invocation = (await accept(request, new, mode, credential)).invocation
     if req.background:
         return json_response(AcceptedResponse.of(invocation), 202)
     return await stream(request, invocation.id, after)
 
 
-async def accept(request: web.Request, new: NewInvocation, mode: str) -> Accepted:
+async def accept(
+    request: web.Request, new: NewInvocation, mode: str, credential: UserCredential | None = None
+) -> Accepted:
     """Store the invocation (or find the same request's) and enqueue it when new.
 
     An id already used for another request is a 409, and so is another owner's id, with the
@@ -86,7 +96,7 @@ async def accept(request: web.Request, new: NewInvocation, mode: str) -> Accepte
     says nothing more (not whose it is, nor its status, input or output).
     """
     try:
-        accepted = await request.app[ACCEPTOR].accept(new)
+        accepted = await request.app[ACCEPTOR].accept(new, credential)
     except Conflict:
         raise ApiError(ErrorCode.CONFLICT) from None
     except OwnerLimitReached:
@@ -126,16 +136,21 @@ async def answer_sync(
         )
         return json_response(done)
     if invocation.status is Status.FAILED or invocation.status is Status.CANCELLED:
-        error = error_of(invocation)
-        ended = InvocationErrorResponse(
-            error=error, detail=error.message, id=invocation.id, status=invocation.status
-        )
-        return json_response(ended, 409 if invocation.status is Status.CANCELLED else 500)
+        return answer_ended(invocation)
     if invocation.status is Status.WAITING:  # parked: the caller can act on what it waits for
         parked = (await status_document(request, invocation)).root
         assert isinstance(parked, WaitingView)
         return json_response(ParkedResponse.of(parked), 202)
     return json_response(AcceptedResponse.of(invocation), 202)
+
+
+def answer_ended(invocation: Invocation) -> web.Response:
+    """A sync caller's answer for a run that ended without output: 500 failed, 409 cancelled."""
+    error = error_of(invocation)
+    ended = InvocationErrorResponse(
+        error=error, detail=error.message, id=invocation.id, status=invocation.status
+    )
+    return json_response(ended, 409 if invocation.status is Status.CANCELLED else 500)
 
 
 async def status_document(request: web.Request, invocation: Invocation) -> InvocationView:
@@ -227,6 +242,13 @@ async def cancel_invocation(request: web.Request) -> web.Response:
     invocation = await owned_invocation(request)
     if invocation.status.is_terminal:
         return json_response(view(invocation))
+    current = await cancel_owned(request, invocation)
+    return json_response(await status_document(request, current))
+
+
+async def cancel_owned(request: web.Request, invocation: Invocation) -> Invocation:
+    """Cancel an unfinished invocation the caller owns: a queued one here and now, a running
+    one through its worker. Returns it as it stands after."""
     services = request.app[SERVICES]
     finished = await services.store.request_cancel(invocation.id)
     if finished is not None:  # it was queued: cancelled here and now
@@ -238,8 +260,7 @@ async def cancel_invocation(request: web.Request) -> web.Response:
             log.warning(
                 "invocation %s: cancel publish failed (%s)", invocation.id, type(exc).__name__
             )
-    current = await services.store.get(invocation.id)
-    return json_response(await status_document(request, current or invocation))
+    return await services.store.get(invocation.id) or invocation
 
 
 @routes.get("/api/invocations")

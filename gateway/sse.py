@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -96,6 +97,8 @@ class EventStream:
     limits: StreamLimits
     last_sent: int = 0
     done: bool = False
+    encode: Callable[[Event], bytes] = frame
+    """Frames of one event (none: b""); the agents routes translate events here."""
     largest_frame: int = field(default=0, init=False)
 
     async def run(self, open_streams: set[Subscription]) -> None:
@@ -157,7 +160,7 @@ class EventStream:
         for event in batch:
             if event.cursor <= self.last_sent or self.done:
                 continue
-            data = frame(event)
+            data = self.encode(event)
             self.largest_frame = max(self.largest_frame, len(data))
             if chunk and size + len(data) > self.limits.buffer_bytes:
                 await self._write(b"".join(chunk))
@@ -177,14 +180,23 @@ class EventStream:
             raise ReaderTooSlow(self.invocation_id) from None
 
 
-async def serve_stream(request: web.Request, invocation_id: str, after: int) -> web.StreamResponse:
-    """Answer ``request`` with the SSE stream of ``invocation_id`` after cursor ``after``."""
+async def serve_stream(
+    request: web.Request,
+    invocation_id: str,
+    after: int,
+    encode: Callable[[Event], bytes] = frame,
+    preamble: bytes = b"",
+) -> web.StreamResponse:
+    """Answer ``request`` with the SSE stream of ``invocation_id`` after cursor ``after``
+    (``encode`` frames each event; ``preamble`` is written first)."""
     response = web.StreamResponse(status=200, headers=SSE_HEADERS)
     await response.prepare(request)
+    if preamble:
+        await response.write(preamble)
     services, metrics = request.app[SERVICES], request.app[METRICS]
     limits = StreamLimits.of(request.app[SETTINGS])
     events = EventStream(
-        services.store, services.pubsub, invocation_id, response, limits, last_sent=after
+        services.store, services.pubsub, invocation_id, response, limits, after, encode=encode
     )
     metrics.open_streams.inc()
     try:

@@ -1,7 +1,25 @@
-"""Tether's shared core: the handler API, settings, store, pub/sub and the attempt runtime."""
+"""Tether, a durable agent server: the public handler API.
 
-from tether.app import AgentApp
-from tether.context import InvocationContext, LimitExceeded
+``from tether import AgentApp, InvocationContext`` is what an app needs; everything else lives in
+``tether.*`` (``tether.gateway``, ``tether.worker``, ``tether.store``, ``tether.agents``, ...).
+"""
+
+from tether.app import AgentApp, InputCheck, InputRejected
+from tether.context import InvocationContext, LimitExceeded, RequestAuth
+from tether.credentials import UserAuthUnavailable
 from tether.durable import StepFailed, WaitTimeout
+from tether.thread import SessionThread, ThreadTurn
 
-__all__ = ["AgentApp", "InvocationContext", "LimitExceeded", "StepFailed", "WaitTimeout"]
+__all__ = [
+    "AgentApp",
+    "InputCheck",
+    "InputRejected",
+    "InvocationContext",
+    "LimitExceeded",
+    "RequestAuth",
+    "SessionThread",
+    "StepFailed",
+    "ThreadTurn",
+    "UserAuthUnavailable",
+    "WaitTimeout",
+]

@@ -10,6 +10,7 @@ from tether.durable import Durable, JournalSink
 from tether.events import user_event_type
 from tether.jsonvalue import dumps
 from tether.store.journal import Recorded
+from tether.thread import SessionThread
 
 if TYPE_CHECKING:
     from databricks.sdk import WorkspaceClient
@@ -44,7 +45,20 @@ class EventBudget(Protocol):
 
 
 class RequestAuth(Protocol):
-    def client_for(self, who: str) -> WorkspaceClient: ...
+    """The caller's credentials for this attempt (``tether.credentials.WorkspaceAuth``)."""
+
+    @property
+    def user(self) -> str | None:
+        """Whose token it is; None when the attempt runs without the user."""
+        ...
+
+    @property
+    def has_user(self) -> bool: ...
+
+    def client_for(self, who: str) -> WorkspaceClient:
+        """A ``databricks.sdk.WorkspaceClient``: ``"user"`` on the caller's token (raises
+        ``UserAuthUnavailable`` without one), ``"app"`` on the app's own credentials."""
+        ...
 
 
 class InvocationContext:
@@ -63,11 +77,14 @@ class InvocationContext:
         recorded: Recorded | None = None,
         inline_sleep_max: float = 5.0,
         budget: EventBudget | None = None,
+        thread: SessionThread | None = None,
     ) -> None:
         self.invocation_id = invocation_id
         self.session_id = session_id
         self.attempt = attempt
         self.request_auth = request_auth
+        self.thread = thread
+        """The session's conversation (None without a ``session_id``): see ``tether.thread``."""
         self.cancel_requested = asyncio.Event()
         self._is_recovery = attempt > 1 if is_recovery is None else is_recovery
         self._sink = sink

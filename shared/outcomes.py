@@ -19,7 +19,7 @@ from tether.events import (
     RUN_WAITING,
     Event,
 )
-from tether.store.schema import Status
+from tether.status import Status
 
 
 @dataclass(frozen=True, slots=True)

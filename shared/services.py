@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from tether.credentials import CredentialVault
 from tether.pubsub import PubSub, publish_events
 from tether.queue import Queue
 from tether.store.store import Finished, Store
@@ -24,19 +25,27 @@ class Services:
     store: Store
     pubsub: PubSub
     queue: Queue
+    credentials: CredentialVault | None = None
+    """Callers' access tokens for the invocations this process both accepts and runs; None
+    where the gateway and the worker are different processes (the token cannot travel)."""
 
     async def after_terminal(self, invocation_id: str, finished: Finished) -> None:
-        """Wake the invocation's readers, then let its session's next invocation run."""
+        """Forget the caller's token, wake the invocation's readers, then let its session's next
+        invocation run."""
+        if self.credentials is not None:
+            self.credentials.discard(invocation_id)
         await publish_events(self.pubsub, invocation_id, finished.events)
         if finished.successor_id is not None:
             await self.queue.send([finished.successor_id])
 
 
 @contextlib.asynccontextmanager
-async def opened(store: Store, pubsub: PubSub, queue: Queue) -> AsyncIterator[Services]:
+async def opened(
+    store: Store, pubsub: PubSub, queue: Queue, credentials: CredentialVault | None = None
+) -> AsyncIterator[Services]:
     """Own the three for the block; each is closed even if another fails to close."""
     try:
-        yield Services(store, pubsub, queue)
+        yield Services(store, pubsub, queue, credentials)
     finally:
         for name, close in (
             ("queue", queue.close),

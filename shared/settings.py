@@ -208,6 +208,46 @@ class WorkerSettings(BaseModel):
     )
 
 
+class AgentSettings(BaseModel):
+    """The built-in agent runtime's limits and defaults (``tether.agents``). They apply to an
+    agent app whose registry was built without explicit ``Limits`` (``tether dev --agents``,
+    ``build_app_from_dir(dir)``); limits given in code win."""
+
+    max_tool_calls: int = Field(50, ge=1, description="Tool calls per run, sub-agents included.")
+    max_sub_agent_depth: int = Field(3, ge=0, description="How deep sub-agents may nest.")
+    tool_call_timeout: float = Field(
+        300.0, gt=0, description="Seconds a tool call may take unless the tool sets its own."
+    )
+    max_steps: int = Field(
+        10, ge=1, description="Model turns per agent run unless the agent sets maxSteps."
+    )
+    max_result_chars: int = Field(
+        50_000, ge=1, description="A tool result longer than this is cut, with a marker."
+    )
+    max_tool_argument_bytes: int = Field(
+        256 * 1024,
+        ge=1,
+        description=(
+            "JSON bytes of one tool call's arguments; larger calls are refused with an error "
+            "the model reads (must stay below limits.max_event_bytes)."
+        ),
+    )
+    default_model: str | None = Field(
+        None,
+        description=(
+            "Model string for agents that name none (else DATABRICKS_SERVING_ENDPOINT_NAME)."
+        ),
+    )
+    max_thread_messages: int = Field(
+        200,
+        ge=2,
+        description=(
+            "Messages kept per agent thread (a session's conversation), trimmed oldest-first; "
+            "also how many earlier turns an agent is shown."
+        ),
+    )
+
+
 AuthMode = Literal["auto", "none", "forwarded", "bearer"]
 Platform = Literal["auto", "databricks_apps", "none"]
 MIN_TOKEN_CHARS = 16
@@ -252,6 +292,15 @@ class AuthSettings(BaseModel):
             "A platform whose own proxy sets the identity headers and is the only way in: "
             "auto detects Databricks Apps (DATABRICKS_APP_NAME and DATABRICKS_APP_PORT set); "
             "databricks_apps asserts it; none turns detection off."
+        ),
+    )
+
+    user_token_ttl: float = Field(
+        3600.0,
+        gt=0,
+        description=(
+            "Seconds a process keeps a caller's X-Forwarded-Access-Token in memory for an "
+            "unfinished invocation (never stored anywhere else)."
         ),
     )
 
@@ -312,6 +361,7 @@ class Settings(BaseSettings):
     limits: Limits = Field(default_factory=Limits)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    agents: AgentSettings = Field(default_factory=AgentSettings)
 
     @field_validator("database_url")
     @classmethod

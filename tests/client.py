@@ -63,7 +63,9 @@ class Api:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"X-Forwarded-Email": self.owner}
+        """The owner as a trusted proxy would name it; none for an empty owner (the local user
+        of a single-user `tether dev`)."""
+        return {"X-Forwarded-Email": self.owner} if self.owner else {}
 
     async def post(self, body: Any, **kw: Any) -> tuple[int, Any]:
         async with self.session.post(

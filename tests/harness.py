@@ -118,8 +118,12 @@ def start_dev(
     env_overrides: dict[str, str] | None = None,
     db: str = ":memory:",
     launch: Launch = Launch(),
+    proxy_auth: bool = True,
 ) -> tuple[Proc, str]:
-    """`tether dev` as a real subprocess on the embedded store (``app`` None: its default app)."""
+    """`tether dev` as a real subprocess on the embedded store (``app`` None: its default app).
+
+    ``proxy_auth``: identities from ``X-Forwarded-*`` headers sent from loopback, as the contract
+    suite sends them; False: `tether dev` as a newcomer runs it, single-user."""
     port = free_port()
     app_args = [] if app is None else ["--app", app]
     log_path = workdir / f"dev-{port}.log"
@@ -127,7 +131,9 @@ def start_dev(
         popen = subprocess.Popen(
             [*launch.command, "dev", *app_args, "--port", str(port), "--db", db],
             cwd=launch.cwd,
-            env=launch.env({**LOOPBACK_PROXY_AUTH, **(env_overrides or {})}),
+            env=launch.env(
+                {**(LOOPBACK_PROXY_AUTH if proxy_auth else {}), **(env_overrides or {})}
+            ),
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -11,18 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.events import Event
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
-from tether.store.journal import NewWait
+from tether.store.journal import CancelPending, NewWait
 from tether.store.schema import RESUME, Claim
-from tether.store.store import AppendRequest, NewEvent, Store, StoreError, Superseded
+from tether.store.store import (
+    AppendRequest,
+    NewEvent,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    Superseded,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_BUFFERED = 1000
+RETRY_FIRST = 0.1
+RETRY_MAX = 1.0
+TRANSIENT = (StoreUnavailable,)
+"""What a lost or restarting database raises (wrapped by the store); anything else is not
+retried."""
+T = TypeVar("T")
 
 Append = Callable[[AppendRequest], Awaitable[list[Event]]]
 """How a writer stores a batch: ``Store.append``, or a group commit over many writers."""
@@ -32,9 +45,15 @@ class EventWriter:
     """The :class:`shared.context.AttemptSink` of one attempt."""
 
     def __init__(
-        self, store: Store, pubsub: PubSub, claim: Claim, append: Append | None = None
+        self,
+        store: Store,
+        pubsub: PubSub,
+        claim: Claim,
+        append: Append | None = None,
+        retry_for: float = 0.0,
     ) -> None:
         self._store = store
+        self._retry_for = retry_for
         self._append = append or store.append
         self._pubsub = pubsub
         self._claim = claim
@@ -45,6 +64,10 @@ class EventWriter:
         self._checkpoint = claim.checkpoint
         self.superseded = False
         self.parked = False
+        self.parking = False
+        """Between the handler's park and its unwinding: the row may already be ``waiting``."""
+        self.cancel_pending = False
+        """A cancel, requested while the attempt ran, stopped it from parking."""
 
     async def emit(self, event_type: str, data: Any) -> int:
         if self.superseded:
@@ -91,10 +114,38 @@ class EventWriter:
     def last_cursor(self) -> int:
         return self._next_cursor
 
+    async def _retrying(self, what: str, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()``, repeated through a database outage for up to ``retry_for`` seconds, so a
+        blip does not reach the handler as an error and fail the run. Repeating is safe: a
+        step's first record wins, and a park that did commit is refused (superseded) after."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._retry_for
+        delay = RETRY_FIRST
+        while True:
+            try:
+                return await write()
+            except TRANSIENT as exc:
+                if self.superseded:
+                    raise Superseded(self._claim.invocation_id) from exc
+                if loop.time() + delay > give_up:
+                    raise
+                log.warning(
+                    "invocation %s: %s failed (%s); retrying",
+                    self._claim.invocation_id,
+                    what,
+                    type(exc).__name__,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+
     async def record_step(self, name: str, result: Any, error_type: str | None) -> None:
         claim = self._claim
-        if not await self._store.journal.record_step(
-            claim.invocation_id, claim.attempt, name, result, error_type
+        journal = self._store.journal
+        if not await self._retrying(
+            "recording a step",
+            lambda: journal.record_step(
+                claim.invocation_id, claim.attempt, name, result, error_type
+            ),
         ):
             self.superseded = True
             raise Superseded(claim.invocation_id)
@@ -102,9 +153,19 @@ class EventWriter:
     async def park(self, waits: Sequence[NewWait]) -> None:
         """End this attempt as ``waiting`` (with its buffered events) and tell the readers."""
         claim = self._claim
-        await self.flush()
+        self.parking = True
+        await self._retrying("writing events", self.flush)
         pending = await self.take_pending()
-        stored = await self._store.journal.park(claim.invocation_id, claim.attempt, waits, pending)
+        journal = self._store.journal
+        try:
+            stored = await self._retrying(
+                "parking",
+                lambda: journal.park(claim.invocation_id, claim.attempt, waits, pending),
+            )
+        except CancelPending:  # the handler gets the cancel; its finish writes these events
+            self._buffer = pending + self._buffer
+            self.cancel_pending = True
+            raise asyncio.CancelledError from None
         self.superseded = True  # nothing more may be written by this attempt
         if stored is None:
             raise Superseded(claim.invocation_id)

@@ -48,8 +48,10 @@ async def run_node(
         finish_retry=settings.timers.stale_after,
         inline_sleep_max=settings.timers.inline_sleep_max,
         limits=RunLimits.from_settings(settings),
+        thread_keep=settings.agents.max_thread_messages,
     )
-    app.warn_if_unrecoverable()
+    app.configure(settings)
+    app.report_at_start()
     reaper = reaper_for(settings, runtime)
     heartbeat = Heartbeat(
         store=store,

@@ -46,15 +46,16 @@ def decide(stale: StaleAttempt, *, has_recover: bool, settings: Settings) -> Out
     max_attempts = settings.limits.max_attempts
     if max_attempts and stale.crashes + 1 >= max_attempts:
         return failed(ErrorCode.RECOVERY_LIMIT_EXCEEDED)
-    return Recover(recovery_delay(stale.attempt, settings))
+    return Recover(recovery_delay(stale.crashes + 1, settings))
 
 
-def recovery_delay(dead_attempt: int, settings: Settings) -> float:
-    """No wait for the first replacement, then exponential backoff up to the cap."""
-    if dead_attempt <= 1:
+def recovery_delay(crash: int, settings: Settings) -> float:
+    """The delay before replacing the ``crash``-th attempt lost to a crash (attempts that parked
+    do not count): none for the first, then exponential backoff up to the cap."""
+    if crash <= 1:
         return 0.0
     timers = settings.timers
-    doublings = min(dead_attempt - 2, MAX_DOUBLINGS)  # no overflow on a poison pill's 2000th
+    doublings = min(crash - 2, MAX_DOUBLINGS)  # no overflow on a poison pill's 2000th
     return float(min(timers.recovery_backoff_max, timers.recovery_backoff * 2.0**doublings))
 
 

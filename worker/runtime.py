@@ -14,6 +14,7 @@ from enum import Enum
 
 from tether.app import AgentApp, Handler
 from tether.context import InvocationContext
+from tether.credentials import WorkspaceAuth
 from tether.durable import Suspend
 from tether.errors import ErrorCode
 from tether.events import Event
@@ -34,6 +35,7 @@ from tether.store.store import (
     Superseded,
     ValueRefused,
 )
+from tether.thread import SessionThread
 from tether.worker.attempt import EventWriter
 from tether.worker.run_limits import AttemptLimits, RunLimits
 
@@ -75,6 +77,7 @@ class Runtime:
         finish_retry: float = 0.0,
         inline_sleep_max: float = 5.0,
         limits: RunLimits | None = None,
+        thread_keep: int = 200,
     ) -> None:
         self.services = services
         self.store = services.store
@@ -95,6 +98,7 @@ class Runtime:
         self._finish_retry = finish_retry
         self._inline_sleep_max = inline_sleep_max
         self._limits = limits or RunLimits()
+        self._thread_keep = thread_keep
         self._closing = False
 
     async def start(self, invocation_id: str) -> bool:
@@ -115,7 +119,9 @@ class Runtime:
             self._slots.release()
             return False
         # an attempt's events, stored with the other attempts' writing meanwhile (group commit)
-        writer = EventWriter(self.store, self.pubsub, claim, self._appends.submit)
+        writer = EventWriter(
+            self.store, self.pubsub, claim, self._appends.submit, self._finish_retry
+        )
         limits = AttemptLimits(
             self._limits,
             invocation_id,
@@ -130,10 +136,40 @@ class Runtime:
     async def _claim_batch(self, invocation_ids: list[str]) -> list[Claim | None | StoreError]:
         return await self.store.claim_many(invocation_ids, self.name)
 
-    async def _context(self, running: RunningAttempt) -> InvocationContext:
+    def _request_auth(self, claim: Claim) -> WorkspaceAuth | None | bool:
+        """The caller's credentials where this process holds them; ``None`` for an invocation
+        that never had any; ``False`` when it had them, they are not here (another process, or
+        lost with a dead one), and the app cannot go on without the user."""
+        vault = self.services.credentials
+        credential = vault.get(claim.invocation_id) if vault is not None else None
+        if credential is not None:
+            return WorkspaceAuth(credential)
+        if not claim.user_auth:
+            return None
+        try:
+            resumable = self.app.check_input(claim.input).resumes_without_user
+        except Exception:  # an input it no longer accepts: it cannot vouch for it either
+            resumable = False
+        return WorkspaceAuth(None) if resumable else False
+
+    async def _context(self, running: RunningAttempt) -> InvocationContext | None:
         """The handler's context; a resumed or replacement attempt first reads what earlier
-        attempts recorded, to replay it."""
+        attempts recorded, to replay it. None: the run needs the user's token and it is not in
+        this process."""
         claim = running.claim
+        found = self._request_auth(claim)
+        if found is False:
+            return None
+        request_auth = found if isinstance(found, WorkspaceAuth) else None
+        thread = None
+        if claim.session_id is not None:
+            thread = SessionThread(
+                self.store.threads,
+                claim.owner,
+                claim.session_id,
+                claim.invocation_id,
+                self._thread_keep,
+            )
         recorded = Recorded()
         if claim.resumed_by is not None:
             recorded = await self.store.journal.load(claim.invocation_id)
@@ -147,6 +183,8 @@ class Runtime:
             recorded=recorded,
             inline_sleep_max=self._inline_sleep_max,
             budget=running.limits,
+            request_auth=request_auth,
+            thread=thread,
         )
 
     async def _run(self, running: RunningAttempt) -> None:
@@ -155,7 +193,16 @@ class Runtime:
             await publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
             log.info("invocation %s: attempt %d started", claim.invocation_id, claim.attempt)
             running.ctx = await self._context(running)
-            outcome = await self._execute(running, self.app.handler_for(claim.is_recovery))
+            if running.ctx is None:
+                log.warning(
+                    "invocation %s: attempt %d needs the caller's credentials, which this "
+                    "process does not hold; failing it",
+                    claim.invocation_id,
+                    claim.attempt,
+                )
+                outcome: Outcome | None = failed(ErrorCode.USER_AUTH_RECOVERY_UNSUPPORTED)
+            else:
+                outcome = await self._execute(running, self.app.handler_for(claim.is_recovery))
             if outcome is None:
                 self._log_stopped(running)
             else:
@@ -208,6 +255,8 @@ class Runtime:
         except Suspend:
             return None  # parked: the invocation is waiting, its attempt is over
         except asyncio.CancelledError:
+            if running.stop_reason is StopReason.CANCEL or running.writer.cancel_pending:
+                return cancelled()
             if running.stop_reason is None:
                 raise
             return _stopped(running.stop_reason)
@@ -286,18 +335,21 @@ class Runtime:
             return
         if running.stop_reason is None:
             running.stop_reason = reason
+            # A parking attempt leaves by itself: its fenced park either commits (the row is no
+            # longer active, which is what a heartbeat racing it sees) or is refused.
+            interruptible = running.in_handler and not running.writer.parking
             if reason is StopReason.SUPERSEDED:
                 running.writer.superseded = True
-                # Outside the handler this is mostly a heartbeat racing the attempt's own finish.
+                # Otherwise this is mostly a heartbeat racing the attempt's own finish or park.
                 log.log(
-                    logging.WARNING if running.in_handler else logging.DEBUG,
+                    logging.WARNING if interruptible else logging.DEBUG,
                     "invocation %s: attempt %d superseded; stopping it",
                     invocation_id,
                     running.claim.attempt,
                 )
             if running.ctx is not None:
                 running.ctx.cancel_requested.set()
-            if running.in_handler:
+            if interruptible:
                 running.task.cancel()
 
     def stop_all(self, reason: StopReason) -> None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from tether.app import AgentApp
+from tether.credentials import CredentialVault
 from tether.pubsub import MemoryPubSub, RedisPubSub
 from tether.queue import Queue
 from tether.services import Services, opened
@@ -47,7 +48,9 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
     store = Store.embedded(settings.embedded_path)
     local = LocalQueue()
     pubsub = MemoryPubSub(settings.limits.stream_buffer_bytes)
-    async with opened(store, pubsub, Queue(local)) as services:
+    # One process accepts and runs: the caller's token can reach the handler (memory only).
+    vault = CredentialVault(settings.auth.user_token_ttl)
+    async with opened(store, pubsub, Queue(local), vault) as services:
         await store.migrate()
         with sole_server(settings.embedded_path) as sole:
             if sole:

@@ -6,7 +6,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench.report import Row
-from bench.scenarios import accept, cost, drain, end_to_end, io_bound, streaming, sync_latency
+from bench.scenarios import (
+    accept,
+    cost,
+    drain,
+    durable,
+    end_to_end,
+    io_bound,
+    streaming,
+    sync_latency,
+)
 from bench.scenarios.common import Sizes
 
 Scenario = Callable[[Sizes], Coroutine[Any, Any, list[Row]]]
@@ -19,4 +28,5 @@ SCENARIOS: dict[str, Scenario] = {
     "io": io_bound.run,
     "stream": streaming.run,
     "cost": cost.run,
+    "durable": durable.run,
 }

@@ -37,6 +37,11 @@ class Sizes:
     stream_ticks: int = 10
     stream_interval: float = 1.0
     cost_invocations: int = 2000
+    parked_invocations: int = 10_000
+    resume_samples: int = 500
+    timers: int = 500
+    timer_sleep: float = 3.0
+    timer_spread: float = 10.0
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -60,6 +65,11 @@ QUICK = Sizes(
     stream_ticks=3,
     stream_interval=0.2,
     cost_invocations=50,
+    parked_invocations=200,
+    resume_samples=20,
+    timers=20,
+    timer_sleep=2.0,
+    timer_spread=2.0,
     deadline=60.0,
 )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.agents.approvals import ApprovalGate, ApprovalRequest, approval_id, denial_text
@@ -21,6 +21,7 @@ from tether.agents.errors import LimitExceeded, ModelError, ToolError
 from tether.agents.registry import SUB_AGENT_PREFIX, ToolEntry
 from tether.agents.run_context import Emit, RunContext
 from tether.agents.steps import AgentPath
+from tether.agents.tool_context import ToolContext
 from tether.agents.types import ToolCall, tool_call_event, tool_result_event
 from tether.jsonvalue import dumps
 
@@ -73,12 +74,17 @@ class ToolCalls:
     def __post_init__(self) -> None:
         self.gate = ApprovalGate(self.run.steps, self.run.emit, self.run.approval)
 
-    async def call(self, call: ToolCall, turn: int, position: int) -> str:
+    async def call(self, model_call: ToolCall, turn: int, position: int) -> str:
         """Run one call (or replay it) and return the tool message's content."""
         name = self.path.call(turn, position)
-        await self.emit(tool_call_event(call))
+        call = replace(model_call, id=self.path.call_id(model_call.id))  # as events name it
+        oversize = self._oversize(call)
+        shown = call if oversize is None else replace(call, args={"omitted": oversize})
+        await self.emit(tool_call_event(shown))
         try:
             entry = self.dispatcher.admit(call)
+            if oversize is not None:
+                raise ToolError(f"Tool '{call.name}' arguments are too large: {oversize}")
         except LimitExceeded as exc:
             await self.emit(tool_result_event(call.id, None, str(exc)))
             raise
@@ -97,6 +103,15 @@ class ToolCalls:
             return await self._function(call, entry)
 
         return await self._settle(name, call, function)
+
+    def _oversize(self, call: ToolCall) -> str | None:
+        """Why the call's arguments cannot be run or shown (too large, or not storable)."""
+        limit = self.run.limits.max_tool_argument_bytes
+        try:
+            size = len(dumps(call.args).encode())
+        except ValueError:
+            return "they hold characters that cannot be stored"
+        return None if size <= limit else f"{size} bytes (limit {limit})"
 
     def _request(self, call: ToolCall, entry: ToolEntry, name: str) -> ApprovalRequest:
         return ApprovalRequest(
@@ -119,9 +134,21 @@ class ToolCalls:
 
         return ToolOutcome.from_json(await self.run.steps.step(name, settle)).message()
 
+    def _context(self, call: ToolCall) -> ToolContext:
+        run = self.run
+        return ToolContext(
+            call_id=call.id,
+            invocation_id=run.thread_id,
+            attempt=run.attempt,
+            step_key=run.step_key,
+            agent=self.agent.name,
+            request_auth=run.request_auth,
+            on_behalf_of_user=run.on_behalf_of_user,
+        )
+
     async def _function(self, call: ToolCall, entry: ToolEntry) -> ToolOutcome:
         try:
-            return ToolOutcome(await self.dispatcher.run_function(call, entry))
+            return ToolOutcome(await self.dispatcher.run_function(call, entry, self._context(call)))
         except ToolError as exc:
             return ToolOutcome(error=str(exc))
         except Exception as exc:  # the tool's own failure: a fixed text out, its type logged

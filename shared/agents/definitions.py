@@ -18,6 +18,7 @@ from tether.agents.types import ModelAdapter
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Tool = FunctionTool | HostedTool
 Origin = Literal["code", "markdown"]
+ON_BEHALF_OF_USER = "on-behalf-of-user"
 
 
 @dataclass(eq=False)
@@ -43,6 +44,10 @@ class AgentDefinition:
     base_system_prompt: str | Literal[False] | None = None
     ephemeral: bool = False
     auth: str | None = None
+    """``on-behalf-of-user``: model calls and tools run on the caller's credentials."""
+    resume_without_user: bool = False
+    """An on-behalf-of-user run that lost the caller's token (a replacement after a crash)
+    goes on with the app's credentials instead of failing ``user_auth_recovery_unsupported``."""
     script: tuple[ScriptedTurn, ...] = ()
     approval_timeout_s: float | None = None
     origin: Origin = "code"
@@ -104,12 +109,17 @@ def create_agent(
     base_system_prompt: str | Literal[False] | None = None,
     script: Sequence[Any] = (),
     approval_timeout_s: float | None = None,
+    auth: str | None = None,
+    resume_without_user: bool = False,
+    ephemeral: bool = False,
 ) -> AgentDefinition:
     """A validated code agent. Sub-agent cycles are rejected here."""
     if not isinstance(name, str) or not AGENT_NAME.match(name):
         raise DefinitionError(f"agent name {name!r} must match {AGENT_NAME.pattern}")
     if not isinstance(instructions, str):
         raise DefinitionError(f"Agent '{name}': instructions must be a string")
+    if auth is not None and auth != ON_BEHALF_OF_USER:
+        raise DefinitionError(f"Agent '{name}': auth must be '{ON_BEHALF_OF_USER}'")
     children = dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents or ()}
     for key, child in children.items():
         if not isinstance(child, AgentDefinition):
@@ -131,6 +141,9 @@ def create_agent(
         base_system_prompt=base_system_prompt,
         script=tuple(ScriptedTurn.parse(t) for t in script),
         approval_timeout_s=checked_timeout(approval_timeout_s, f"Agent '{name}'"),
+        auth=auth,
+        resume_without_user=resume_without_user is True,
+        ephemeral=ephemeral is True,
     )
     check_no_cycles(agent)
     return agent

@@ -8,14 +8,19 @@ call still uses it up), then the name is looked up; the approval gate comes afte
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tether.agents.errors import LimitExceeded, ToolError
 from tether.agents.registry import ToolEntry
+from tether.agents.tool_context import ToolContext
 from tether.agents.types import Limits, ToolCall
 from tether.jsonvalue import dumps
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,9 +42,31 @@ class Budget:
         self.used += 1
 
 
+def storable(text: str) -> str:
+    """``text`` with what no database column or JSON event can hold replaced by U+FFFD: NUL
+    (PostgreSQL refuses it) and lone surrogates. A tool's side effects are done by the time its
+    result is stored; an odd character in it must not fail the run."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def normalize_result(result: Any, max_chars: int) -> str:
-    """None → ``""``; a string as-is; anything else as JSON; cut past ``max_chars``."""
-    text = "" if result is None else result if isinstance(result, str) else dumps(result)
+    """None → ``""``; a string as-is; anything else as JSON; cut past ``max_chars``; made
+    storable (:func:`storable`)."""
+    if result is None:
+        text = ""
+    elif isinstance(result, str):
+        text = storable(result)
+    else:
+        try:
+            text = dumps(result)
+        except ValueError:  # NUL or a lone surrogate inside: JSON of the cleaned text instead
+            text = storable(json.dumps(result, default=str, ensure_ascii=False))
     if len(text) > max_chars:
         return (
             text[:max_chars]
@@ -77,13 +104,31 @@ class ToolDispatcher:
             raise ToolError(f"Sub-agent depth exceeded (limit {self.limits.max_sub_agent_depth}).")
         return entry
 
-    async def run_function(self, call: ToolCall, entry: ToolEntry) -> str:
-        """A function tool's normalized result; raises ToolError or the tool's own exception."""
+    async def run_function(
+        self, call: ToolCall, entry: ToolEntry, context: ToolContext | None = None
+    ) -> str:
+        """A function tool's normalized result; raises ToolError or the tool's own exception.
+
+        An async tool past its timeout is cancelled. A sync tool runs on a thread, which
+        cannot be stopped: the call is reported (to the model, the client and the log) as timed
+        out *and still running*, and its eventual result is dropped."""
         assert entry.tool is not None
         timeout = entry.tool.timeout_s or self.limits.tool_call_timeout_s
         try:
-            result = await asyncio.wait_for(entry.tool.call(call.args), timeout)
+            result = await asyncio.wait_for(entry.tool.call(call.args, context), timeout)
         except TimeoutError:
+            if entry.tool.is_sync:
+                log.warning(
+                    "tool '%s' (call %s) timed out after %gs; its thread is still running",
+                    call.name,
+                    call.id,
+                    timeout,
+                )
+                raise ToolError(
+                    f"Tool '{call.name}' timed out after {timeout:g}s and is still running in "
+                    "the background (a sync tool cannot be stopped); its result will be "
+                    "discarded."
+                ) from None
             raise ToolError(f"Tool '{call.name}' timed out after {timeout:g}s") from None
         return self.normalize(result)
 

@@ -7,6 +7,7 @@ replays what earlier attempts finished and goes on from there.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -14,22 +15,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tether import AgentApp, InvocationContext
+from tether import AgentApp, InputCheck, InputRejected, InvocationContext, RequestAuth
 from tether.agents.approvals import ApprovalPolicy
-from tether.agents.definitions import AgentDefinition
+from tether.agents.definitions import ON_BEHALF_OF_USER, AgentDefinition
 from tether.agents.dispatch import Budget
-from tether.agents.errors import AgentError
+from tether.agents.errors import AgentError, DefinitionError
 from tether.agents.loader import load_agents_dir
 from tether.agents.loop import AgentLoop, LoopState
+from tether.agents.memory import history, remember
 from tether.agents.registry import AgentRegistry
 from tether.agents.run_context import RunContext
+from tether.agents.surface import AgentsView
 from tether.agents.types import Limits, Message, ModelAdapter, status
 
 MAX_CONTENT_CHARS = 64_000
 MAX_ITEMS = 100
 
 
-class InvalidAgentInput(AgentError, ValueError):
+class InvalidAgentInput(AgentError, InputRejected):
     """The invocation input is not a string, a message list or ``{agent, messages}``."""
 
 
@@ -67,18 +70,46 @@ def parse_input(value: Any) -> AgentRequest:
         raise InvalidAgentInput(f"invalid agent input: {problems}") from None
 
 
-def _result(state: LoopState) -> dict[str, Any]:
+def check_input(registry: AgentRegistry, value: Any) -> InputCheck:
+    """The gateway's check before it accepts ``value``: a well-formed request for a registered
+    agent, and whether that agent runs on the caller's credentials. Raises
+    :class:`InvalidAgentInput` (an ``InputRejected``: a 422 with the reason)."""
+    request = parse_input(value)
+    try:
+        agent = registry.get(request.agent)
+    except DefinitionError as exc:
+        raise InvalidAgentInput(str(exc)) from None
+    if agent.auth == ON_BEHALF_OF_USER:
+        return InputCheck("required", resumes_without_user=agent.resume_without_user)
+    return InputCheck("none")
+
+
+def _result(state: LoopState, start: int) -> dict[str, Any]:
+    """The answer: the agent, its text and this invocation's messages (never the system prompt,
+    nor the earlier turns of its thread)."""
     return {
         "agent": state.agent,
         "text": state.text,
-        "messages": [m.to_json() for m in state.messages],
+        "messages": [m.to_json() for m in state.messages[start:]],
     }
+
+
+def _user_headers(auth: RequestAuth) -> Any:
+    async def headers() -> dict[str, str]:
+        def authenticate() -> dict[str, str]:
+            return dict(auth.client_for("user").config.authenticate())
+
+        return await asyncio.to_thread(authenticate)
+
+    return headers
 
 
 async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationContext) -> Any:
     """Run (or resume) one invocation; returns ``{"agent", "text", "messages"}``."""
     request = parse_input(value)
     agent = registry.get(request.agent)
+    obo = agent.auth == ON_BEHALF_OF_USER
+    auth = ctx.request_auth if obo else None
     run = RunContext(
         emit=ctx.emit,
         model_for=registry.model_for,
@@ -87,12 +118,19 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         thread_id=ctx.invocation_id,
         steps=ctx,
         approval=registry.approval,
+        attempt=ctx.attempt,
+        request_auth=auth,
+        model_headers=_user_headers(auth) if auth is not None and auth.has_user else None,
+        on_behalf_of_user=obo,
     )
     loop = AgentLoop(agent, run)
+    earlier = await history(ctx, agent)
+    asked = [Message(m.role, m.content) for m in request.messages]
     await ctx.emit(status("running"))  # not stored again by an attempt that replays
-    final = await loop.run(loop.start([Message(m.role, m.content) for m in request.messages]))
+    final = await loop.run(loop.start([*earlier, *asked]))
     await ctx.emit(status("complete"))
-    return _result(final)
+    await remember(ctx, agent, asked, final.text)
+    return _result(final, 1 + len(earlier))
 
 
 def build_agent_app(registry: AgentRegistry, *, name: str = "tether-agents") -> AgentApp:
@@ -104,6 +142,10 @@ def build_agent_app(registry: AgentRegistry, *, name: str = "tether-agents") -> 
 
     app.invoke(handle)
     app.recover(handle)
+    app.input_checker = lambda value: check_input(registry, value)
+    app.startup_checks.append(registry.preflight)
+    app.settings_hooks.append(registry.apply_settings)
+    app.agents = AgentsView(registry, parse_input)
     return app
 
 

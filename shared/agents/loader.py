@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from tether.agents.approvals import ApprovalPolicy
-from tether.agents.definitions import AgentDefinition, Tool, normalize_tools
+from tether.agents.definitions import AGENT_NAME, AgentDefinition, Tool, normalize_tools
 from tether.agents.errors import DefinitionError
 from tether.agents.markdown import definition_from_markdown, parse_front_matter, sub_agent_refs
 from tether.agents.registry import AgentRegistry
@@ -83,6 +83,10 @@ def _scan(root: Path) -> list[Path]:
         if not md.exists() and not py.exists():
             log.warning("Skipping %s: no agent.md or agent.py", folder)
             continue
+        if not AGENT_NAME.match(folder.name):  # the id becomes a tool name and a step name
+            raise DefinitionError(
+                f"{folder}: agent folder name {folder.name!r} must match {AGENT_NAME.pattern}"
+            )
         folders.append(folder)
     return folders
 
@@ -171,6 +175,7 @@ def load_agents_dir(
         default_model,
         limits or Limits(),
         approval or ApprovalPolicy(),
+        explicit_limits=limits is not None,
     )
     if default_agent is not None:
         registry.default_name()  # an unknown configured default fails at load, not at first run

@@ -122,8 +122,10 @@ class AgentLoop:
         return state
 
     async def _emit(self, event: AgentEvent) -> None:
-        if self.path.depth > 0 and event.get("type") == "metadata":
-            return  # a child's metadata would overwrite the parent's
+        if self.path.depth > 0:
+            if event.get("type") == "metadata":
+                return  # a child's metadata would overwrite the parent's
+            event = {**event, "agent": self.agent.name}  # forwarded: say whose it is
         await self.run_ctx.emit(event)
 
     async def _turn(self, state: LoopState, turn: int) -> TurnRecord:
@@ -135,6 +137,7 @@ class AgentLoop:
             self.run_ctx.thread_id,
             extensions(self.index),
             self.run_ctx.signal,
+            self.run_ctx.model_headers,
         )
 
         async def ask() -> dict[str, Any]:

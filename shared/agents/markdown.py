@@ -38,6 +38,7 @@ KNOWN_KEYS = frozenset(
         "description",
         "script",
         "approval",
+        "resumeWithoutUser",
     }
 )
 APPROVAL_KEYS = frozenset({"timeout"})
@@ -190,6 +191,7 @@ def definition_from_markdown(
         base_system_prompt=None if base is True else base,
         ephemeral=fm.get("ephemeral") is True,
         auth=auth,
+        resume_without_user=fm.get("resumeWithoutUser") is True,
         script=_script(fm, path),
         approval_timeout_s=_approval_timeout(fm, path),
         origin="markdown",

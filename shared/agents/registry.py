@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
 
 from tether.agents.adapters.hosted import HostedTool
 from tether.agents.approvals import ApprovalPolicy
@@ -108,6 +108,18 @@ def system_prompt(agent: AgentDefinition, *, with_base: bool = True) -> str:
     return "\n\n".join(p for p in (base_text.strip(), agent.instructions.strip()) if p)
 
 
+class AgentSettingsLike(Protocol):
+    """``settings.agents`` as the composition root hands it over (``tether.settings``)."""
+
+    max_tool_calls: int
+    max_sub_agent_depth: int
+    tool_call_timeout: float
+    max_steps: int
+    max_result_chars: int
+    max_tool_argument_bytes: int
+    default_model: str | None
+
+
 @dataclass
 class AgentRegistry:
     """Named agents plus the defaults the built-in handler needs."""
@@ -117,11 +129,51 @@ class AgentRegistry:
     default_model: ModelAdapter | str | None = None
     limits: Limits = field(default_factory=Limits)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    explicit_limits: bool = False
+    """Limits were given in code: the server's settings do not replace them."""
     _models: dict[int, ModelAdapter] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, agents: Iterable[AgentDefinition], **options: object) -> AgentRegistry:
+        options.setdefault("explicit_limits", "limits" in options)
         return cls({a.name: a for a in agents}, **options)  # type: ignore[arg-type]
+
+    def apply_settings(self, settings: AgentSettingsLike) -> None:
+        """The server's ``agents`` settings: limits (unless given in code) and the default
+        model (unless given in code)."""
+        if not self.explicit_limits:
+            self.limits = replace(
+                self.limits,
+                max_tool_calls=settings.max_tool_calls,
+                max_sub_agent_depth=settings.max_sub_agent_depth,
+                tool_call_timeout_s=settings.tool_call_timeout,
+                max_steps=settings.max_steps,
+                max_result_chars=settings.max_result_chars,
+                max_tool_argument_bytes=settings.max_tool_argument_bytes,
+            )
+        if self.default_model is None and settings.default_model:
+            self.default_model = settings.default_model
+            self._models.clear()
+
+    def preflight(self) -> list[str]:
+        """Resolve every agent's model now, so a missing model or unusable Databricks
+        credentials, and tools a model would ignore, are reported when the server starts
+        rather than on a user's first request. Never raises."""
+        problems: list[str] = []
+        for agent in self.agents.values():
+            try:
+                self.model_for(agent, warn=False)
+            except DefinitionError as exc:
+                problems.append(str(exc))
+                continue
+            except Exception as exc:  # the credential chain: its text may name a secret source
+                problems.append(
+                    f"Agent '{agent.name}': its model cannot be used ({type(exc).__name__}); "
+                    "check DATABRICKS_HOST and the Databricks credentials"
+                )
+                continue
+            problems += capability_warnings(agent, self._models[id(agent)])
+        return problems
 
     def default_name(self) -> str:
         """Configured default, else a code agent with default, else a Markdown one, else first."""
@@ -148,13 +200,13 @@ class AgentRegistry:
             )
         return self.agents[key]
 
-    def model_for(self, agent: AgentDefinition) -> ModelAdapter:
+    def model_for(self, agent: AgentDefinition, *, warn: bool = True) -> ModelAdapter:
         """The agent's adapter, built once per agent; capability warnings are logged then."""
         cached = self._models.get(id(agent))
         if cached is not None:
             return cached
         adapter = resolve_model(agent, self.default_model)
-        for warning in capability_warnings(agent, adapter):
+        for warning in capability_warnings(agent, adapter) if warn else ():
             log.warning("%s", warning)
         self._models[id(agent)] = adapter
         return adapter

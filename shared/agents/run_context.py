@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import RequestAuth
 from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition
 from tether.agents.dispatch import Budget
@@ -34,6 +35,17 @@ class RunContext:
     thread_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     steps: StepLog = field(default_factory=Unrecorded)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    attempt: int = 1
+    request_auth: RequestAuth | None = None
+    """The caller's credentials (``ctx.request_auth``), for tools that ask for a context."""
+    model_headers: Callable[[], Awaitable[dict[str, str]]] | None = None
+    """The caller's auth headers for model calls (an on-behalf-of-user agent's run)."""
+    on_behalf_of_user: bool = False
+
+    @property
+    def step_key(self) -> str:
+        """Inside a step: its idempotency key (``ctx.step_key``); empty when unrecorded."""
+        return str(getattr(self.steps, "step_key", "") or "")
 
     def aborted(self) -> bool:
         return self.signal is not None and self.signal.is_set()

@@ -86,5 +86,10 @@ class AgentPath:
     def call(self, turn: int, position: int) -> str:
         return _bounded(f"{self.prefix}#t{turn}.c{position}")
 
+    def call_id(self, model_call_id: str) -> str:
+        """The id a call goes by in the run's events: the model's own at the top level; under
+        a sub-agent, prefixed by its place, so a parent's and a child's ids never collide."""
+        return model_call_id if self.depth == 0 else f"{self.prefix}/{model_call_id}"
+
     def child(self, turn: int, position: int, agent: str) -> AgentPath:
         return AgentPath((*self.agents, agent), f"{self.prefix}#t{turn}.c{position}/{agent}")

@@ -12,6 +12,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from tether.agents.errors import DefinitionError, ToolError
+from tether.agents.tool_context import ToolContext
 from tether.agents.types import JsonSchema, ToolAnnotations, ToolDefinition, ToolEffect
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -48,6 +49,12 @@ class FunctionTool:
     model_argument: str | None = None  # the fn takes one pydantic model argument of this name
     annotations: ToolAnnotations | None = None
     timeout_s: float | None = None
+    context_argument: str | None = None  # the fn takes a ToolContext under this name
+
+    @property
+    def is_sync(self) -> bool:
+        """A sync function runs on a thread, which a timeout cannot stop."""
+        return self.validator is not None and not inspect.iscoroutinefunction(self.fn)
 
     def definition(self, name: str | None = None) -> ToolDefinition:
         return ToolDefinition(
@@ -75,9 +82,11 @@ class FunctionTool:
             return {self.model_argument: parsed}
         return {field: getattr(parsed, field) for field in type(parsed).model_fields}
 
-    async def call(self, args: Any) -> Any:
+    async def call(self, args: Any, context: ToolContext | None = None) -> Any:
         """Validate ``args`` and run the function (sync functions run in a thread)."""
         kwargs = self._arguments(args)
+        if self.context_argument is not None:
+            kwargs[self.context_argument] = context
         if self.validator is None:  # a schema tool: execute(args)
             result = self.fn(kwargs["args"])
         elif inspect.iscoroutinefunction(self.fn):
@@ -89,12 +98,18 @@ class FunctionTool:
         return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
 
 
+def _context_argument(fn: Callable[..., Any]) -> str | None:
+    hints = get_type_hints(fn)
+    return next((name for name, hint in hints.items() if hint is ToolContext), None)
+
+
 def _validator(fn: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
     hints = get_type_hints(fn, include_extras=True)
+    context = _context_argument(fn)
     params = [
         p
         for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != context
     ]
     if len(params) == 1:
         hint = hints.get(params[0].name)
@@ -139,6 +154,7 @@ def make_tool(
         model_argument,
         ToolAnnotations(effect=effect) if effect else None,
         timeout_s,
+        _context_argument(fn),
     )
 
 

@@ -31,7 +31,9 @@ class _OpenMessage:
 class ResponsesTranslator:
     """One per response stream: strictly increasing ``sequence_number`` and ``output_index``."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream_id: str | None = None) -> None:
+        self.stream_id = stream_id
+        """The invocation id on ``/api/agents/chat``: AppKit clients approve by it."""
         self._seq = 0
         self._next_index = 0
         self._message: _OpenMessage | None = None
@@ -74,18 +76,27 @@ class ResponsesTranslator:
             name, keys = _PASSTHROUGH[kind]
             return [self._out({"type": name, **{k: event.get(k) for k in keys}})]
         if kind == PENDING:
-            return [self._out(_approval(event))]
+            approval = _approval(event)
+            if self.stream_id is not None:
+                approval["stream_id"] = self.stream_id
+            return [self._out(approval)]
         if kind == "status":
             return self._status(event)
         return []  # telemetry (model_start, model_end, remote_trace) is not streamed
 
+    def fail(self, message: str) -> list[dict[str, Any]]:
+        """``error`` then ``response.failed``, once; nothing follows (the port's fix)."""
+        if self.finalized:
+            return []
+        self.finalized = True
+        return [
+            self._out({"type": "error", "error": message or "Unknown error"}),
+            self._out({"type": "response.failed"}),
+        ]
+
     def _status(self, event: AgentEvent) -> list[dict[str, Any]]:
         if event.get("status") == "error":
-            self.finalized = True
-            return [
-                self._out({"type": "error", "error": event.get("error") or "Unknown error"}),
-                self._out({"type": "response.failed"}),
-            ]
+            return self.fail(str(event.get("error") or ""))
         if event.get("status") == "complete":
             return self.finalize()
         return []
@@ -188,7 +199,7 @@ def _output(event: AgentEvent) -> str:
 
 
 def _approval(event: AgentEvent) -> dict[str, Any]:
-    """``approval.pending`` as the reference's ``appkit.approval_pending``. There is no stream
-    id: a Tether client decides through the invocation's ``/input``, under ``approval_id``."""
+    """``approval.pending`` as the reference's ``appkit.approval_pending``; ``stream_id`` (the
+    invocation id) is added on ``/api/agents/chat``, where ``/api/agents/approve`` takes it."""
     keys = ("approval_id", "tool_name", "args", "annotations", "agent")
     return {"type": "appkit.approval_pending", **{k: event.get(k) for k in keys}}

@@ -115,6 +115,9 @@ class Limits:
     tool_call_timeout_s: float = 300.0
     max_steps: int = 10
     max_result_chars: int = 50_000
+    max_tool_argument_bytes: int = 256 * 1024
+    """JSON bytes of one call's arguments; a larger call is refused (the model reads why), so
+    its ``tool_call`` event stays under the server's event cap."""
 
 
 ExecuteTool = Callable[[str, Any], Awaitable[Any]]
@@ -129,6 +132,9 @@ class AgentInput:
     thread_id: str = ""
     extensions: dict[str, Any] | None = None
     signal: asyncio.Event | None = None
+    auth_headers: Callable[[], Awaitable[dict[str, str]]] | None = None
+    """Headers to call the model with instead of the adapter's own credentials: the caller's,
+    for an ``auth: on-behalf-of-user`` agent."""
 
 
 @dataclass(frozen=True, slots=True)

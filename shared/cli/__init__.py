@@ -88,7 +88,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     log.info("gateway %s", auth_for_listening("tether gateway", settings, args.insecure))
     app = load_app(settings.app)
-    app.warn_if_unrecoverable()
+    app.configure(settings)
+    app.report_at_start()
 
     processes = args.processes
     if processes <= 1:

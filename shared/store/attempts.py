@@ -78,6 +78,8 @@ class Attempts:
                 inv.checkpoint,
                 inv.last_event_id,
                 inv.resumed_by,
+                inv.owner,
+                inv.user_auth,
             )
         )
         async with self._db.transaction() as conn:
@@ -98,6 +100,8 @@ class Attempts:
                     r.checkpoint,
                     r.last_event_id,
                     r.resumed_by,
+                    r.owner,
+                    bool(r.user_auth),
                 )
             )
         return claims

@@ -19,6 +19,7 @@ from tether.store.errors import Conflict, OwnerLimitReached, StoreError, ValueRe
 from tether.store.schema import (
     INVOCATION_COLUMNS,
     OPEN,
+    TERMINAL_VALUES,
     Invocation,
     NewInvocation,
     Status,
@@ -28,6 +29,8 @@ from tether.store.schema import (
 from tether.store.writes import Accepted, Finished
 
 inv = invocations.c
+CANCEL_ROUNDS = 3
+"""How often a cancel looks again at an invocation that changed status under it."""
 AcceptResult = Accepted | Conflict | OwnerLimitReached | StoreError
 """What accepting one request gives: the invocation, or what to raise for that request alone
 (:class:`ValueRefused` for a value no column can hold: the client's error)."""
@@ -79,21 +82,29 @@ class Invocations:
     async def request_cancel(self, invocation_id: str) -> Finished | None:
         """Cancel a queued or waiting invocation at once, or flag an active one for its worker.
 
-        Returns the terminal transition when it was cancelled here.
+        Returns the terminal transition when it was cancelled here. Each statement sees what was
+        committed when it began: an attempt that parks between them (the ending saw it
+        ``active``, the flag then finds it ``waiting``) is looked at again, so the cancel cannot
+        fall between the two.
         """
         async with self._db.transaction() as conn:
-            for status in (Status.QUEUED, Status.WAITING):  # no worker holds it: end it here
-                ending = Ending(invocation_id, cancelled(), from_status=status)
-                [finished] = await write_endings(conn, self._db.dialect, [ending])
-                if finished is not None:
-                    return finished
-            if finished is None:
-                await conn.execute(
+            for _ in range(CANCEL_ROUNDS):
+                for status in (Status.QUEUED, Status.WAITING):  # no worker holds it: end it here
+                    ending = Ending(invocation_id, cancelled(), from_status=status)
+                    [finished] = await write_endings(conn, self._db.dialect, [ending])
+                    if finished is not None:
+                        return finished
+                flagged = await conn.execute(
                     sa.update(invocations)
                     .where(inv.id == invocation_id, inv.status == Status.ACTIVE.value)
                     .values(cancel_requested=True)
                 )
-        return finished
+                if flagged.rowcount:
+                    return None
+                status_now = await conn.scalar(sa.select(inv.status).where(inv.id == invocation_id))
+                if status_now is None or status_now in TERMINAL_VALUES:
+                    return None
+        return None
 
     async def get(self, invocation_id: str) -> Invocation | None:
         async with self._db.connection() as conn:
@@ -212,6 +223,7 @@ def _row(new: NewInvocation) -> dict[str, object]:
         "attempt": 0,
         "cancel_requested": False,
         "last_event_id": 0,
+        "user_auth": new.user_auth,
     }
 
 

@@ -85,6 +85,12 @@ class NewWait:
     """Seconds from now (database clock) until the wait resolves by itself; None: never."""
 
 
+class CancelPending(Exception):
+    """The attempt may not park: its invocation's cancel was requested. It ends ``cancelled``
+    instead (nothing was written), so the cancel is not left on a waiting invocation that no
+    worker holds."""
+
+
 class InputAnswer(StrEnum):
     """What ``resolve_input`` did."""
 
@@ -162,7 +168,8 @@ class Journal:
         pending: Sequence[NewEvent],
     ) -> list[Event] | None:
         """End the attempt as ``waiting`` on ``new_waits``, appending the attempt's ``pending``
-        events and then ``run.waiting``. None: the attempt no longer owns the invocation."""
+        events and then ``run.waiting``. None: the attempt no longer owns the invocation.
+        Raises :class:`CancelPending` (writing nothing) when a cancel was requested."""
         async with self._db.transaction() as conn:
             now = float(await conn.scalar(sa.select(self._now)) or 0.0)
             records = [
@@ -190,13 +197,16 @@ class Journal:
             batch = [*pending, NewEvent(RUN_WAITING, waiting_data([r.entry() for r in records]))]
             last = await conn.scalar(
                 sa.update(invocations)
-                .where(*fence(invocation_id, attempt))
+                .where(*fence(invocation_id, attempt), inv.cancel_requested.is_(False))
                 .values(
                     status=Status.WAITING.value, worker=None, last_event_id=advanced(len(batch))
                 )
                 .returning(inv.last_event_id)
             )
             if last is None:
+                owned = sa.select(inv.cancel_requested).where(*fence(invocation_id, attempt))
+                if await conn.scalar(owned):
+                    raise CancelPending(invocation_id)
                 raise _Superseded
             stored = numbered(int(last), batch)
             await insert_events(conn, self._now, {invocation_id: stored})

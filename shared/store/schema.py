@@ -6,11 +6,14 @@ The DDL itself lives in ``migrations/``; ``tests/store/test_migrations.py`` prov
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
+
+from tether.status import CRASH, OPEN, RESUME, TERMINAL, TERMINAL_VALUES, Status
+
+__all__ = ["CRASH", "OPEN", "RESUME", "TERMINAL", "TERMINAL_VALUES", "Status"]  # re-exported
 
 metadata = sa.MetaData()
 Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
@@ -19,29 +22,6 @@ JsonValue = sa.JSON(none_as_null=False).with_variant(JSONB(none_as_null=False), 
 """A JSON column that always holds a value; None is JSON ``null``, which the contract allows
 (``{"input": null}``)."""
 
-
-class Status(StrEnum):
-    QUEUED = "queued"
-    ACTIVE = "active"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL
-
-
-RESUME = "resume"
-"""``resumed_by`` of an attempt that runs because a wait was resolved."""
-CRASH = "crash"
-"""``resumed_by`` of an attempt that replaces one whose worker died."""
-
-TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
-TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
-OPEN = (Status.QUEUED.value, Status.ACTIVE.value, Status.WAITING.value)
-"""Statuses that hold their session's turn and count towards the owner's open invocations."""
 
 invocations = sa.Table(
     "tether_invocations",
@@ -68,6 +48,7 @@ invocations = sa.Table(
     sa.Column("finished_at", sa.Float),
     sa.Column("resumed_by", sa.Text),
     sa.Column("crashes", sa.Integer, nullable=False),
+    sa.Column("user_auth", sa.Boolean, nullable=False),
 )
 
 events = sa.Table(
@@ -80,6 +61,28 @@ events = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+
+threads = sa.Table(
+    "tether_threads",
+    metadata,
+    sa.Column("owner", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+thread_messages = sa.Table(
+    "tether_thread_messages",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("invocation_id", sa.Text, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
 
 steps = sa.Table(
     "tether_steps",
@@ -179,6 +182,9 @@ class Claim:
     started_cursor: int
     resumed_by: str | None = None
     """Why this attempt runs: None (the first), ``crash`` or ``resume`` (a wait resolved)."""
+    owner: str = ""
+    user_auth: bool = False
+    """The first attempt was handed the caller's access token (kept in that process only)."""
 
     @property
     def is_recovery(self) -> bool:
@@ -201,3 +207,5 @@ class NewInvocation:
     session_id: str | None
     input: Any
     request_hash: str
+    user_auth: bool = False
+    """The accepting process holds the caller's access token for it (in memory only)."""

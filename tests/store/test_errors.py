@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import psycopg
@@ -79,6 +81,7 @@ def test_a_wrapped_error_keeps_the_driver_class_and_first_line_for_the_log_only(
 
 
 async def test_an_unreachable_database_is_unavailable(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
     sqlite_store = Store.embedded(str(tmp_path / "missing" / "dir" / "t.db"))
     postgres = Store.postgres("postgresql+psycopg://postgres@127.0.0.1:9/nowhere", pool_size=1)
     for store in (sqlite_store, postgres):
@@ -87,6 +90,18 @@ async def test_an_unreachable_database_is_unavailable(tmp_path: Path) -> None:
                 await store.ping()
         finally:
             await store.close()
+    await aiosqlite_threads_ended(set(threading.enumerate()) - before)
+
+
+async def aiosqlite_threads_ended(started: set[threading.Thread], deadline: float = 10.0) -> None:
+    """aiosqlite answers a failed connect by queueing a stop whose completion it reports to this
+    test's event loop from its worker thread; if the loop closed first, that thread raises. Let
+    it finish while the loop still runs."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deadline
+    while any(t.is_alive() and "_connection_worker_thread" in t.name for t in started):
+        assert loop.time() < give_up, "an aiosqlite worker thread did not stop"
+        await asyncio.sleep(0.01)
 
 
 def test_every_engine_hides_bound_parameters() -> None:

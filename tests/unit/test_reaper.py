@@ -70,6 +70,12 @@ def test_attempts_that_parked_do_not_count_towards_max_attempts() -> None:
     assert not isinstance(decide(stale(50, parks=47), has_recover=True, settings=limited), Recover)
 
 
+def test_the_first_crash_after_many_parks_is_replaced_at_once() -> None:
+    timers = settings(recovery_backoff=1, recovery_backoff_max=60)
+    assert decide(stale(12, parks=11), has_recover=True, settings=timers) == Recover(0.0)
+    assert decide(stale(12, parks=10), has_recover=True, settings=timers) == Recover(1.0)
+
+
 def test_max_attempts_counts_every_attempt_then_fails_recovery_limit_exceeded() -> None:
     limited = settings(max_attempts=3)
     assert isinstance(decide(stale(1), has_recover=True, settings=limited), Recover)

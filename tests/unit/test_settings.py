@@ -15,7 +15,9 @@ def test_defaults_are_documented_and_sane() -> None:
     assert s.worker.concurrency >= 100
     for model in (s, s.timers, s.limits, s.worker, s.auth):
         for name, field in type(model).model_fields.items():
-            assert field.description or name in {"timers", "limits", "worker", "auth"}, name
+            assert field.description or name in {"timers", "limits", "worker", "auth", "agents"}, (
+                name
+            )
 
 
 def test_yaml_then_environment_then_overrides(

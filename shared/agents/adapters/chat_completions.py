@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -107,7 +107,8 @@ class ChatCompletionsAdapter:
         reverse = wire_names(request.tools)
         parser = ChatDeltaParser(self.max_stream_text_chars, self.max_tool_arguments_chars)
         try:
-            async with contextlib.aclosing(self._lines(body, request.signal)) as lines:
+            lines_of = self._lines(body, request.signal, request.auth_headers)
+            async with contextlib.aclosing(lines_of) as lines:
                 async for line in lines:
                     for event in parser.feed_line(line):
                         yield event
@@ -131,9 +132,12 @@ class ChatCompletionsAdapter:
         yield TurnOutcome(parser.text, calls)
 
     async def _lines(
-        self, body: dict[str, Any], signal: asyncio.Event | None
+        self,
+        body: dict[str, Any],
+        signal: asyncio.Event | None,
+        auth_headers: Callable[[], Awaitable[dict[str, str]]] | None = None,
     ) -> AsyncGenerator[str, None]:
-        headers = await self.auth.headers()
+        headers = await (auth_headers or self.auth.headers)()
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         upstream = guarded(post_stream(self.url, body, headers), signal, deadline)
         async with contextlib.aclosing(upstream) as chunks:

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -191,7 +191,7 @@ class SupervisorAdapter:
         state = _StreamState()
         try:
             async with contextlib.aclosing(
-                self._events(build_body(self.model, request), signal)
+                self._events(build_body(self.model, request), signal, request.auth_headers)
             ) as events:
                 async for sse in events:
                     for event in state.map(sse):
@@ -234,9 +234,12 @@ class SupervisorAdapter:
         yield TurnOutcome(state.text)
 
     async def _events(
-        self, body: dict[str, Any], signal: asyncio.Event | None
+        self,
+        body: dict[str, Any],
+        signal: asyncio.Event | None,
+        auth_headers: Callable[[], Awaitable[dict[str, str]]] | None = None,
     ) -> AsyncGenerator[SseEvent, None]:
-        headers = await self.auth.headers()
+        headers = await (auth_headers or self.auth.headers)()
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         async for sse in read_sse(
             post_stream(self.url, body, headers), signal=signal, deadline=deadline

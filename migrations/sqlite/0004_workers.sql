@@ -1,4 +1,4 @@
--- Mirrors migrations/postgresql/0003. The embedded store keeps the table for a common schema;
+-- Mirrors migrations/postgresql/0004. The embedded store keeps the table for a common schema;
 -- `tether dev` recognises its own dead attempts through a file lock instead (docs/operations.md).
 CREATE TABLE tether_workers (
     name        TEXT PRIMARY KEY,

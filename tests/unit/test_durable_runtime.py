@@ -1,0 +1,181 @@
+"""The runtime around a park, on the embedded store: a cancel requested on the way to parking is
+not lost, and a heartbeat that sees the parked row before the attempt has left does not stop it
+halfway (its ``run.waiting`` still reaches the readers)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import AgentApp, InvocationContext
+from tether.channels import events_channel
+from tether.events import decode_batch
+from tether.pubsub import MemoryPubSub
+from tether.queue import Queue
+from tether.services import Services
+from tether.store.schema import NewInvocation, Status
+from tether.store.store import Store, StoreUnavailable
+from tether.worker.runtime import Runtime, StopReason
+
+
+class NoQueue:
+    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def runtime_for(
+    store: Store, app: AgentApp, pubsub: MemoryPubSub | None = None, finish_retry: float = 0.0
+) -> Runtime:
+    return Runtime(
+        services=Services(store, pubsub or MemoryPubSub(), Queue(NoQueue())),
+        app=app,
+        name="host:1",
+        concurrency=10,
+        max_event_bytes=1 << 20,
+        finish_retry=finish_retry,
+    )
+
+
+async def accepted(store: Store) -> str:
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "ann", None, {}, "h"))
+    return invocation_id
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = Store.embedded(str(tmp_path / "tether.db"))
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def test_a_cancel_requested_before_the_park_commits_ends_the_attempt_cancelled(
+    store: Store,
+) -> None:
+    app, at_gate, gate = AgentApp(), asyncio.Event(), asyncio.Event()
+    cleaned_up: list[str] = []
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        await ctx.emit({"type": "before"})
+        at_gate.set()
+        await gate.wait()
+        try:
+            return await ctx.wait_for_input("approve")
+        except asyncio.CancelledError:
+            cleaned_up.append("cancelled")
+            raise
+
+    runtime = runtime_for(store, app)
+    invocation_id = await accepted(store)
+    assert await runtime.start(invocation_id)
+    await asyncio.wait_for(at_gate.wait(), 10)
+    # The cancel is recorded, but its message (or heartbeat) reaches the worker only after the
+    # handler has gone on to park.
+    assert await store.request_cancel(invocation_id) is None
+    gate.set()
+    task = runtime.attempts[invocation_id].task
+    assert task is not None
+    await asyncio.wait_for(task, 10)
+
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.CANCELLED
+    assert cleaned_up == ["cancelled"]  # the handler saw the cancel as CancelledError
+    types = [e.type for e in await store.events_after(invocation_id, 0)]
+    assert types == ["run.started", "before", "run.cancelled"]
+    assert await store.journal.waiting_for([invocation_id]) == {}
+
+
+async def test_a_heartbeat_that_finds_the_row_parked_does_not_stop_the_attempt_halfway(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether.worker.runtime")
+    app, committed, release = AgentApp(), asyncio.Event(), asyncio.Event()
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        return await ctx.wait_for_input("approve")
+
+    real_park = store.journal.park
+
+    async def park_then_pause(*args: Any, **kwargs: Any) -> Any:
+        stored = await real_park(*args, **kwargs)
+        committed.set()  # the row is waiting now; the attempt has not left yet
+        await release.wait()
+        return stored
+
+    store.journal.park = park_then_pause  # type: ignore[method-assign]
+    pubsub = MemoryPubSub()
+    runtime = runtime_for(store, app, pubsub)
+    invocation_id = await accepted(store)
+    async with pubsub.subscribe(events_channel(invocation_id)) as readers:
+        assert await runtime.start(invocation_id)
+        await asyncio.wait_for(committed.wait(), 10)
+        # What the heartbeat thread does when its statement no longer matches the row:
+        runtime.stop(invocation_id, StopReason.SUPERSEDED, attempt=1)
+        release.set()
+        task = runtime.attempts[invocation_id].task
+        assert task is not None
+        await asyncio.wait_for(task, 10)
+        published = []
+        while (message := await readers.get(timeout=0.01)) is not None:
+            published += [e.type for e in decode_batch(str(message))]
+
+    assert "run.waiting" in published  # readers learn at once that it parked
+    assert "parked; waiting" in caplog.text and "superseded" not in caplog.text
+    parked = await store.get(invocation_id)
+    assert parked is not None and parked.status is Status.WAITING
+
+
+async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
+    store: Store,
+) -> None:
+    app, calls = AgentApp(), []
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        async def charge() -> str:
+            calls.append(ctx.attempt)
+            return "charged"
+
+        await ctx.step("charge", charge)
+        return await ctx.wait_for_input("approve")
+
+    failures = {"record_step": 2, "park": 2}
+
+    def blipping(name: str) -> Any:
+        real = getattr(store.journal, name)
+
+        async def write(*args: Any, **kwargs: Any) -> Any:
+            if failures[name]:
+                failures[name] -= 1
+                raise StoreUnavailable("OperationalError: server closed the connection")
+            return await real(*args, **kwargs)
+
+        return write
+
+    for name in failures:
+        setattr(store.journal, name, blipping(name))
+    runtime = runtime_for(store, app, finish_retry=5.0)
+    invocation_id = await accepted(store)
+    assert await runtime.start(invocation_id)
+    task = runtime.attempts[invocation_id].task
+    assert task is not None
+    await asyncio.wait_for(task, 10)
+
+    parked = await store.get(invocation_id)
+    assert parked is not None and parked.status is Status.WAITING  # not failed by the blips
+    assert failures == {"record_step": 0, "park": 0} and calls == [1]
+    assert (await store.journal.load(invocation_id)).steps["charge"].result == "charged"
