@@ -70,7 +70,8 @@ class BrokerWatch:
             return None
         why = "Redis has no marker" if first else "Redis lost or changed its data"
         sent = await self.resync()
-        log.warning("%s (queue %s): re-sent %d queued invocations", why, self._queue, sent)
+        level = logging.WARNING if sent else logging.INFO
+        log.log(level, "%s (queue %s): re-sent %d queued invocations", why, self._queue, sent)
         return sent
 
     async def resync(self) -> int:

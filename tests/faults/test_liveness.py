@@ -216,3 +216,32 @@ async def test_a_live_worker_whose_liveness_session_is_dropped_is_not_replaced_a
         assert registry(db)[name]["state"] == "alive"
         assert log_has(holder, "liveness connection lost")
         assert not any(log_has(w, FOUND_DEAD) or log_has(w, "lost its worker") for w in workers)
+
+
+async def test_a_worker_that_learns_it_was_declared_dead_hands_its_runs_back_and_lives_on(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster
+) -> None:
+    """As after a false death: another worker marked it dead (here, by hand) while it runs."""
+    cluster = make_cluster(fresh_db, redis_url, **LONG_STALE)
+    _, base = cluster.start_gateway()
+    [worker] = start_workers(cluster, 1)
+    db = Db(fresh_db)
+    await until(lambda: settled(db, 1), 30, "the worker registered")
+    invocation_id = new_id()
+    async with api_for(base) as api:
+        assert (
+            await api.post({"id": invocation_id, "input": HOLD_THEN_RECOVER, "background": True})
+        )[0] == 202
+        await until(lambda: db.all_match([invocation_id], holding(3)), 30, "the run holding")
+        name = db.row(invocation_id)["worker"]
+        db.query("UPDATE tether_workers SET state = 'dead' WHERE name = %s RETURNING name", [name])
+
+        await until(lambda: db.row(invocation_id)["status"] == "completed", 30, "the replacement")
+        events = db.events(invocation_id)
+        assert_clean_events(events)
+        assert attempts_started(events) == [1, 2]
+        assert log_has(worker, "declared dead by another worker; re-registering")
+        assert log_has(worker, f"invocation {invocation_id}: attempt 1 stopped without finishing")
+        assert registry(db)[name]["state"] == "alive"  # registered again, and serving
+        status, answer = await api.post({"id": new_id(), "input": {"default": {"emit": 1}}})
+        assert status == 200 and answer["status"] == "completed", answer
