@@ -93,6 +93,11 @@ def liveness_url(settings: Settings) -> sa.URL:
     )
 
 
+class NameTaken(Exception):
+    """Another live process registered this worker's name: this one stays out of the registry
+    (writing its row would make the other think it had been declared dead)."""
+
+
 class Observer:
     """Who died, judged from the scans of one scanner (pure: no I/O).
 
@@ -169,6 +174,13 @@ class Liveness(threading.Thread):
             while not self._stopping.wait(self._interval * random.uniform(0.9, 1.1)):
                 loop.run_until_complete(self._tick(fallback))
             loop.run_until_complete(self._unregister())
+        except NameTaken:
+            log.error(
+                "worker %s: a live process already uses this name (two hosts with one hostname?): "
+                "crash detection through the session is off for this process; a dead worker is "
+                "found by its heartbeats after stale_after",
+                self._name,
+            )
         finally:
             loop.run_until_complete(fallback.close())
             loop.close()
@@ -186,6 +198,8 @@ class Liveness(threading.Thread):
             await self._bounded(self._maybe_scan())
         except (StoreError, TimeoutError) as exc:
             await self._lost(exc, fallback)
+        except NameTaken:
+            raise
         except Exception as exc:  # never let the thread die: the process would look dead
             log.exception("liveness check failed unexpectedly")
             await self._lost(exc, fallback)
@@ -211,9 +225,9 @@ class Liveness(threading.Thread):
         previous = None if fresh else self._registration
         lock_id: int | None = None
         problem = ""
-        if fresh:
-            problem = await self._first_registration_problem(session)
-        if not problem and self._session_only:
+        if fresh and await self._namesake_lives(session):
+            raise NameTaken(self._name)
+        if self._session_only:
             if not await session.keeps_its_session():
                 problem = POOLER
             else:
@@ -225,7 +239,8 @@ class Liveness(threading.Thread):
             log.warning(
                 "worker %s: %s: crash detection through the session is off for this process; a "
                 "dead worker is found by its heartbeats after stale_after. Point "
-                "worker.liveness_url at PostgreSQL directly to turn it on.",
+                "worker.liveness_url at PostgreSQL directly (or at a pool in session mode) to "
+                "turn it on.",
                 self._name,
                 problem,
             )
@@ -242,14 +257,14 @@ class Liveness(threading.Thread):
             )
         return Registration(self._name, lock_id, session.backend_pid, problem)
 
-    async def _first_registration_problem(self, session: LivenessSession) -> str:
+    async def _namesake_lives(self, session: LivenessSession) -> bool:
         """An earlier process of the same name (a container restarted with the same pid): its
-        attempts are handed back, unless it still lives, which makes the name ambiguous."""
+        attempts are handed back; True if it still lives (two hosts with one hostname)."""
         predecessor = await session.predecessor(self._name)
         if predecessor is None:
-            return ""
+            return False
         if predecessor.lock_held:
-            return f"a live process already registered the name {self._name}"
+            return True
         released = await session.release_attempts_of(self._name)
         if released:
             log.warning(
@@ -258,7 +273,7 @@ class Liveness(threading.Thread):
                 released,
             )
             self._found_dead()
-        return ""
+        return False
 
     async def _beat(self) -> None:
         assert self._session is not None and self._registration is not None

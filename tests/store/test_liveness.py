@@ -3,6 +3,7 @@ verdict, and a transaction pooler recognised (emulated: each statement on anothe
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -12,9 +13,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tests.faults.harness_ext import until
+from tether.settings import Settings
 from tether.store.liveness import LivenessSession
 from tether.store.schema import NewInvocation, workers
 from tether.store.store import Store
+from tether.worker.liveness import Liveness
 
 GRACE = 1.0
 
@@ -202,3 +205,53 @@ async def test_a_transaction_pooler_is_recognised_and_the_lock_it_took_is_let_go
     finally:
         for conn in conns:
             await conn.close()
+
+
+def liveness_thread(url: str, store: Store, name: str, found: list[str]) -> Liveness:
+    settings = Settings.model_validate({"database_url": url})
+    return Liveness(
+        settings=settings,
+        store=store,
+        name=name,
+        found_dead=lambda: found.append("found"),
+        declared_dead=lambda: found.append("declared"),
+    )
+
+
+async def test_a_process_whose_name_a_live_process_holds_stays_out_of_the_registry(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    namesake = await open_session(migrated_pg, sessions)
+    lock_id = await register(namesake, "host:1")
+    found: list[str] = []
+    thread = liveness_thread(migrated_pg, store, "host:1", found)
+    thread.start()
+    await asyncio.to_thread(thread.join, 20)
+    assert not thread.is_alive() and not thread.registered.is_set()
+    assert await namesake.beat("host:1", lock_id) == namesake.backend_pid  # untouched
+    assert found == []
+
+
+async def test_a_process_hands_back_what_a_dead_process_of_its_name_left_and_registers(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    earlier = await open_session(migrated_pg, sessions)
+    await register(earlier, "host:1")
+    invocation_id = await active_attempt(store, "host:1")
+    sessions.remove(earlier)
+    await earlier.close()
+    scanner = await open_session(migrated_pg, sessions)
+    await until(lambda: released(scanner), 10, "the earlier process's lock to go")
+    found: list[str] = []
+    thread = liveness_thread(migrated_pg, store, "host:1", found)
+    thread.start()
+    try:
+        await asyncio.to_thread(thread.registered.wait, 20)
+        assert found == ["found"]
+        assert [s.invocation_id for s in await store.stale_attempts(60)] == [invocation_id]
+        [sighting] = (await scanner.scan(GRACE)).sightings
+        assert sighting.name == "host:1" and sighting.held
+    finally:
+        thread.stop()
+        await asyncio.to_thread(thread.join, 20)
+    assert (await scanner.scan(GRACE)).sightings == []  # stopped cleanly
