@@ -280,8 +280,9 @@ class Liveness(threading.Thread):
         backend = await self._session.beat(self._name, self._registration.lock_id)
         if backend is None:
             log.error("worker %s: declared dead by another worker; re-registering", self._name)
-            self._declared_dead()
-            self._registration = await self._register(self._session)
+            self._declared_dead()  # once: its attempts are handed back
+            # this session still holds the lock: the row says alive again, and nothing else
+            await self._session.enrol(self._name, self._registration.lock_id, fresh=True)
         elif backend != self._session.backend_pid and self._registration.lock_id is not None:
             raise StoreError(f"the liveness session moved to backend {backend} ({POOLER})")
 
