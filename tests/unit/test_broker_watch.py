@@ -143,3 +143,30 @@ async def test_a_resent_invocation_waits_a_whole_requeue_period_before_the_reape
     watch = BrokerWatch(client=client, queue=queue, store=store, send=Sent())
     assert await watch.check() == 2
     assert await store.take_unclaimed(older_than=30) == []
+
+
+async def test_dramatiqs_own_enqueue_lands_where_the_watch_looks(
+    store: Store, client: aioredis.Redis, queue: str, redis_url: str
+) -> None:
+    """The key layout is one of Dramatiq's internals (tether.worker.dramatiq_private, 6): a
+    message its RedisBroker enqueues, due or delayed, is found, so it is not sent again."""
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    ids = await queued(store, 3)
+    broker = RedisBroker(url=redis_url)  # type: ignore[no-untyped-call]
+    try:
+        for invocation_id, delay in ((ids[0], None), (ids[1], 60_000)):
+            message: dramatiq.Message[None] = dramatiq.Message(
+                queue_name=queue,
+                actor_name="run_invocation",
+                args=(invocation_id,),
+                kwargs={},
+                options={},
+            )
+            broker.enqueue(message, delay=delay)
+    finally:
+        broker.close()
+    sent = Sent()
+    assert await BrokerWatch(client=client, queue=queue, store=store, send=sent).check() == 1
+    assert sent.ids == [ids[2]]
