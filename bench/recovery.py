@@ -1,14 +1,21 @@
-"""How long a run waits after its worker is SIGKILLed: kill → replacement ``run.started`` → done.
+"""How long a run waits after its worker dies, and after Redis loses its messages.
 
-Each round submits one invocation whose first attempt holds still, SIGKILLs the worker process
-that runs it (found through ``tether_invocations.worker``) while a second worker lives, and reads
-the replacement's ``run.started`` and ``run.completed`` times from ``tether_events.created_at``.
-Every time is on the database clock, the kill's included (read right after the signal), so no
-two clocks are compared. The killed worker is replaced before the next round.
+**kill**: each round submits one invocation whose first attempt holds still, SIGKILLs the worker
+process that runs it (found through ``tether_invocations.worker``) while a second worker lives,
+and reads the replacement's ``run.started`` and ``run.completed`` times from
+``tether_events.created_at``. Every time is on the database clock, the kill's included (read
+right after the signal), so no two clocks are compared. The killed worker is replaced before the
+next round, and a round starts once every worker has been registered for a while (a lock gone
+before any scanner saw it is left to the heartbeat rule). Timer sets: ``default`` (crash
+detection through the session), ``heartbeats`` (the same timers with it turned off: the
+same-run baseline, how Tether recovered before), ``fast``.
 
-Run: ``python -m bench.recovery`` (``--kills N``, ``--timers default fast``). It starts its own
-gateway and workers on a private database and Dramatiq queue, prints a table with the bound
-``stale_after + reaper_interval + 1 s`` beside each figure, and writes ``bench/results/``.
+**freeze** and **flush**: see :mod:`bench.recovery_faults`.
+
+Run: ``python -m bench.recovery`` (``--kills N``, ``--timers ...``, ``--freezes N``,
+``--flushes N``, ``--queued N``). It starts its own gateway and workers on a private database and
+Dramatiq queue (and, for ``flush``, a private ``redis-server``), prints a table, and writes
+``bench/results/``.
 """
 
 from __future__ import annotations
@@ -39,8 +46,21 @@ app = AgentApp(name="recovery-bench")
 
 @app.invoke
 async def hold(input: Any, ctx: InvocationContext) -> Any:
-    """The first attempt: one event, then hold until the worker is killed (or an hour passes)."""
+    """The first attempt: one event, then hold until the worker is killed (or an hour passes).
+    ``{"ticks": N}``: an event every 0.2 s instead, N times; ``{"gate": path}``: wait for that
+    file to exist, then return."""
+    spec = input if isinstance(input, dict) else {}
+    if spec.get("gate"):
+        gate = str(spec["gate"])
+        for _ in range(60_000):  # twenty minutes at most
+            if os.path.exists(gate):  # noqa: ASYNC240 - one stat(), the go signal
+                break
+            await asyncio.sleep(0.02)
+        return {"attempt": ctx.attempt}
     await ctx.emit({"type": "holding"})
+    for i in range(int(spec.get("ticks", 0))):
+        await ctx.emit({"type": "tick", "i": i, "attempt": ctx.attempt})
+        await asyncio.sleep(0.2)
     await asyncio.sleep(3600)
     return {"attempt": ctx.attempt}
 
@@ -52,6 +72,7 @@ async def finish_at_once(input: Any, ctx: InvocationContext) -> Any:
 
 TIMERS: dict[str, dict[str, str]] = {
     "default": {},
+    "heartbeats": {"TETHER_WORKER__SESSION_LIVENESS": "false"},
     "fast": {
         "TETHER_TIMERS__HEARTBEAT_INTERVAL": "0.5",
         "TETHER_TIMERS__STALE_AFTER": "3",
@@ -70,8 +91,36 @@ class Kill:
 
 
 def timers_for(env: dict[str, str]) -> Timers:
-    values = {k.removeprefix("TETHER_TIMERS__").lower(): float(v) for k, v in env.items()}
+    values = {
+        k.removeprefix("TETHER_TIMERS__").lower(): float(v)
+        for k, v in env.items()
+        if k.startswith("TETHER_TIMERS__")
+    }
     return Timers.model_validate(values)
+
+
+def session_liveness(env: dict[str, str]) -> bool:
+    return env.get("TETHER_WORKER__SESSION_LIVENESS", "true") != "false"
+
+
+def bound_for(env: dict[str, str]) -> tuple[float, str]:
+    """The worst case of a timer set, kill → replacement's run.started, and how it is made."""
+    timers = timers_for(env)
+    if session_liveness(env):
+        bound = timers.liveness_grace + 2 * timers.liveness_interval + 1.0
+        return bound, "liveness_grace + 2 × liveness_interval + 1 s"
+    return timers.stale_after + timers.reaper_interval + 1.0, "stale_after + reaper_interval + 1 s"
+
+
+def settled(dsn: str, count: int) -> bool:
+    """``count`` workers alive, each registered two liveness intervals ago or more (every
+    scanner has seen every lock since)."""
+    rows = query(
+        dsn,
+        "SELECT count(*) FROM tether_workers WHERE state = 'alive' AND lock_id IS NOT NULL "
+        "AND started_at < extract(epoch from clock_timestamp()) - 1.5",
+    )
+    return int(rows[0][0]) == count
 
 
 def query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -87,9 +136,9 @@ def wait(predicate: Any, what: str, limit: float = ROUND_LIMIT) -> Any:
     return wait_for(predicate, limit, what)
 
 
-def submit(base: str) -> str:
+def submit(base: str, input: Any = None) -> str:
     invocation_id = str(uuid.uuid4())
-    body = json.dumps({"id": invocation_id, "input": {}, "background": True}).encode()
+    body = json.dumps({"id": invocation_id, "input": input or {}, "background": True}).encode()
     request = urllib.request.Request(
         f"{base}/api/invocations",
         data=body,
@@ -110,8 +159,10 @@ def holding_pid(dsn: str, invocation_id: str) -> int | None:
     return int(str(rows[0][0]).rsplit(":", 1)[1]) if rows else None
 
 
-def one_kill(launch: Any, base: str, dsn: str) -> Kill:
+def one_kill(launch: Any, base: str, dsn: str, liveness: bool) -> Kill:
     """Submit, wait for the run to hold, SIGKILL its worker, measure, replace the worker."""
+    if liveness:
+        wait(lambda: settled(dsn, 2), "both workers registered")
     invocation_id = submit(base)
     pid = wait(lambda: holding_pid(dsn, invocation_id), "the run to start")
     group = os.getpgid(pid)
@@ -147,14 +198,14 @@ def run_config(name: str, kills: int) -> dict[str, Any]:
 
     env = TIMERS[name]
     timers = timers_for(env)
-    bound = timers.stale_after + timers.reaper_interval + 1.0
+    bound, bound_rule = bound_for(env)
     samples: list[Kill] = []
     with private_database() as db, launcher(db, env_overrides=env) as launch:
         _, base = launch.gateway(APP)
         launch.worker(APP)
         launch.worker(APP)
         for i in range(kills):
-            samples.append(one_kill(launch, base, db.url))
+            samples.append(one_kill(launch, base, db.url, session_liveness(env)))
             last = samples[-1]
             print(
                 f"  {name} kill {i + 1:2d}/{kills}: run.started +{last.to_started:.2f}s, "
@@ -165,11 +216,22 @@ def run_config(name: str, kills: int) -> dict[str, Any]:
     completed = [k.to_completed for k in samples]
     return {
         "timers": name,
-        "settings": timers.model_dump(
-            include={"heartbeat_interval", "stale_after", "reaper_interval"}
-        ),
+        "scenario": "kill",
+        "settings": {
+            **timers.model_dump(
+                include={
+                    "heartbeat_interval",
+                    "stale_after",
+                    "reaper_interval",
+                    "liveness_interval",
+                    "liveness_grace",
+                }
+            ),
+            "session_liveness": session_liveness(env),
+        },
         "kills": kills,
         "bound_s": bound,
+        "bound_rule": bound_rule,
         "to_started_s": {"p50": statistics.median(started), "max": max(started)},
         "to_completed_s": {"p50": statistics.median(completed), "max": max(completed)},
         "within_bound": sum(s <= bound for s in started),
@@ -179,7 +241,7 @@ def run_config(name: str, kills: int) -> dict[str, Any]:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     header = (
-        f"{'timers':<8} {'kills':>5}  {'kill→run.started p50':>21} {'max':>7}  "
+        f"{'timers':<10} {'kills':>5}  {'kill→run.started p50':>21} {'max':>7}  "
         f"{'kill→completed p50':>19} {'max':>7}  {'bound':>6}  within"
     )
     print(header)
@@ -187,26 +249,49 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         s, c = r["to_started_s"], r["to_completed_s"]
         print(
-            f"{r['timers']:<8} {r['kills']:>5}  {s['p50']:>20.2f}s {s['max']:>6.2f}s  "
+            f"{r['timers']:<10} {r['kills']:>5}  {s['p50']:>20.2f}s {s['max']:>6.2f}s  "
             f"{c['p50']:>18.2f}s {c['max']:>6.2f}s  {r['bound_s']:>5.1f}s  "
             f"{r['within_bound']}/{r['kills']}"
         )
-    print("bound = stale_after + reaper_interval + 1 s, kill → the replacement's run.started")
+    for rule in sorted({r["bound_rule"] for r in rows}):
+        names = ", ".join(r["timers"] for r in rows if r["bound_rule"] == rule)
+        print(f"bound ({names}) = {rule}, kill → the replacement's run.started")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.recovery", description=__doc__)
     parser.add_argument("--kills", type=int, default=20, help="SIGKILLs per timer set (default 20)")
-    parser.add_argument("--timers", nargs="+", choices=list(TIMERS), default=list(TIMERS))
+    parser.add_argument("--timers", nargs="*", choices=list(TIMERS), default=list(TIMERS))
+    parser.add_argument(
+        "--freezes", type=int, default=5, help="SIGSTOP rounds, default timers (default 5; 0: none)"
+    )
+    parser.add_argument(
+        "--flushes", type=int, default=3, help="Redis FLUSHALL rounds (default 3; 0: none)"
+    )
+    parser.add_argument(
+        "--queued", type=int, default=200, help="invocations queued at each flush (default 200)"
+    )
     parser.add_argument(
         "--out", help="JSON file to write (default bench/results/recovery-<time>.json)"
     )
     args = parser.parse_args(argv)
     if not 1 <= args.kills <= 100:
         parser.error("--kills must be between 1 and 100")
+    from bench.recovery_faults import print_faults, run_flushes, run_freezes
+
     rows = [run_config(name, args.kills) for name in args.timers]
+    faults = []
+    if args.freezes:
+        faults.append(run_freezes(args.freezes))
+    if args.flushes:
+        faults.extend(run_flushes(args.flushes, args.queued))
     print()
-    print_table(rows)
+    if rows:
+        print_table(rows)
+    if faults:
+        print()
+        print_faults(faults)
+    rows += faults
     out = (
         Path(args.out) if args.out else RESULTS / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
     )

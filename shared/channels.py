@@ -14,3 +14,15 @@ def events_channel(invocation_id: str) -> str:
 def wake_channel(queue: str) -> str:
     """Wake-ups for the idle Dramatiq consumers of one queue (``q`` or its delay queue ``q.DQ``)."""
     return f"tether:wake:{queue}"
+
+
+def broker_marker(queue: str) -> str:
+    """A token that lives as long as the broker's data: gone means Redis lost the queue's messages
+    (a flush, or a restart without persistence)."""
+    return f"tether:broker:{queue}"
+
+
+def broker_resync(queue: str, run_id: str) -> str:
+    """Taken (``SET NX``) by the one worker that re-sends what a new Redis server (``run_id``)
+    may have lost while keeping the marker (a restart from persistence, a fail-over)."""
+    return f"tether:broker:{queue}:resync:{run_id}"

@@ -41,6 +41,32 @@ class Timers(BaseModel):
     requeue_after: float = Field(
         30.0, gt=0, description="Re-enqueue a queued invocation nobody claimed for this long."
     )
+    liveness_interval: float = Field(
+        0.5,
+        gt=0,
+        description=(
+            "How often each worker process beats its row in tether_workers and checks its "
+            "liveness connection, and (with more than 4 workers, less often) looks for workers "
+            "whose session ended."
+        ),
+    )
+    liveness_grace: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "A worker whose session lock is gone is dead once its last liveness beat is this old "
+            "(at least twice liveness_interval, at most stale_after)."
+        ),
+    )
+    broker_check: float = Field(
+        1.0,
+        ge=0,
+        description=(
+            "How often each worker checks that Redis still holds the queue's messages (a marker "
+            "key and the server's run_id) and re-sends what a flush, restart or fail-over lost "
+            "(0: never; lost messages wait for requeue_after)."
+        ),
+    )
     recovery_backoff: float = Field(
         1.0, ge=0, description="Base delay between successive replacements of one invocation."
     )
@@ -101,6 +127,12 @@ class Timers(BaseModel):
                 f"(got stale_after={self.stale_after}, "
                 f"heartbeat_interval={self.heartbeat_interval})"
             )
+        if not 2 * self.liveness_interval <= self.liveness_grace <= self.stale_after:
+            raise ValueError(
+                "timers.liveness_grace must be at least twice timers.liveness_interval and at "
+                f"most timers.stale_after (got liveness_grace={self.liveness_grace}, "
+                f"liveness_interval={self.liveness_interval}, stale_after={self.stale_after})"
+            )
         return self
 
 
@@ -159,6 +191,21 @@ class WorkerSettings(BaseModel):
         100, ge=1, description="Longest idle wait of a Dramatiq consumer between queue polls."
     )
     queue: str = Field("tether", description="Dramatiq queue name.")
+    session_liveness: bool = Field(
+        True,
+        description=(
+            "Notice a dead worker process through its PostgreSQL session (an advisory lock held "
+            "on a connection of its own) within about a second; false: by heartbeats only, "
+            "after stale_after."
+        ),
+    )
+    liveness_url: str = Field(
+        "",
+        description=(
+            "PostgreSQL URL of that connection when database_url goes through a pooler in "
+            "transaction mode (PgBouncer), which breaks session locks; empty: database_url."
+        ),
+    )
 
 
 class AgentSettings(BaseModel):

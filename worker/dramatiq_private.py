@@ -26,6 +26,9 @@ them:
    Created with an idle timeout of 0 (:func:`unsleeping_consumer`) it returns at once, and
    Tether's consumer waits for a wake-up instead. Tether touches none of its attributes, only
    the public ``Consumer`` interface.
+6. **Where messages wait**: ``dramatiq:<queue>.msgs`` and ``dramatiq:<queue>.DQ.msgs``, hashes of
+   message id → encoded message, from enqueue until acknowledgement (:func:`message_hashes`).
+   :mod:`tether.worker.broker_watch` reads them to re-send only what Redis lost.
 """
 
 from __future__ import annotations
@@ -135,3 +138,8 @@ def unsleeping_consumer(broker: RedisBroker, queue_name: str, prefetch: int) -> 
     """Dramatiq's own Redis consumer of ``queue_name``, whose back-off after an empty fetch is
     0 ms: ``__next__`` fetches, and returns None at once when nothing came."""
     return RedisBroker.consume(broker, queue_name, prefetch, timeout=0)
+
+
+def message_hashes(queue: str) -> tuple[str, str]:
+    """The hashes holding every message of ``queue`` not yet acknowledged: due, and delayed."""
+    return f"{NAMESPACE}:{queue}.msgs", f"{NAMESPACE}:{dq_name(queue)}.msgs"

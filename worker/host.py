@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from tether.app import load_app
 from tether.settings import Settings
+from tether.worker.broker_watch import watching_broker
 from tether.worker.node import run_node
 from tether.worker.parent_watch import ParentWatch
 from tether.worker.runtime import Runtime
@@ -139,6 +140,7 @@ class NodeHost(dramatiq.Middleware):
             async with (
                 distributed_services(self.settings, database_url=database_url) as services,
                 run_node(settings=self.settings, services=services, app=app) as runtime,
+                watching_broker(self.settings, services.store, services.queue.send),
             ):
                 self.runtime = runtime
                 self._ready.set()

@@ -12,7 +12,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from tether.app import AgentApp
 from tether.channels import CANCEL_CHANNEL
@@ -21,6 +21,7 @@ from tether.services import Services
 from tether.settings import Settings
 from tether.store.store import StoreError
 from tether.worker.heartbeat import Heartbeat
+from tether.worker.liveness import Liveness
 from tether.worker.reaper import Reaper
 from tether.worker.run_limits import RunLimits
 from tether.worker.runtime import Runtime, StopReason
@@ -60,8 +61,12 @@ async def run_node(
         stale_after=settings.timers.stale_after,
     )
     heartbeat.start()
+    reap_now = asyncio.Event()
+    liveness = start_liveness(settings, services, runtime, reap_now)
     tasks = [
-        asyncio.create_task(_reap_forever(reaper, settings.timers.reaper_interval), name="reaper"),
+        asyncio.create_task(
+            _reap_forever(reaper, settings.timers.reaper_interval, reap_now), name="reaper"
+        ),
         asyncio.create_task(_listen_for_cancels(pubsub, runtime), name="cancel-listener"),
         asyncio.create_task(_fire_timers(services, settings.timers.timer_poll), name="timers"),
     ]
@@ -75,6 +80,40 @@ async def run_node(
         await asyncio.gather(*tasks, return_exceptions=True)
         heartbeat.stop()
         await asyncio.to_thread(heartbeat.join, 10)
+        if liveness is not None:  # after the drain: attempts it still runs keep their worker
+            liveness.stop()
+            await asyncio.to_thread(liveness.join, 10)
+
+
+def start_liveness(
+    settings: Settings, services: Services, runtime: Runtime, reap_now: asyncio.Event
+) -> Liveness | None:
+    """Crash detection through the database session, on PostgreSQL unless turned off
+    (:mod:`tether.worker.liveness`). A dead worker it finds is reaped at once."""
+    if services.store.dialect != "postgresql" or not settings.worker.session_liveness:
+        return None
+    loop = asyncio.get_running_loop()
+    handing_back: set[asyncio.Task[None]] = set()
+
+    def hand_back() -> None:
+        task = loop.create_task(runtime.hand_back_all())
+        handing_back.add(task)
+        task.add_done_callback(handing_back.discard)
+
+    liveness = Liveness(
+        settings=settings,
+        store=services.store,
+        name=runtime.name,
+        found_dead=lambda: _call_soon(loop, reap_now.set),
+        declared_dead=lambda: _call_soon(loop, hand_back),
+    )
+    liveness.start()
+    return liveness
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # a closed loop: the process is going away
+        loop.call_soon_threadsafe(fn)
 
 
 def reaper_for(settings: Settings, runtime: Runtime) -> Reaper:
@@ -85,15 +124,19 @@ def reaper_for(settings: Settings, runtime: Runtime) -> Reaper:
     )
 
 
-async def _reap_forever(reaper: Reaper, interval: float) -> None:
+async def _reap_forever(reaper: Reaper, interval: float, now: asyncio.Event) -> None:
+    """A pass at start (a process that starts after a crash finds the dead attempts at once),
+    then every ``interval`` with jitter, or as soon as ``now`` is set (a dead worker found)."""
     while True:
-        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        now.clear()
         try:
             await reaper.reap_once()
         except StoreError as exc:
             log.warning("reaper pass failed (%s)", exc)
         except Exception:  # never let the timer die: the next pass may well succeed
             log.exception("reaper pass failed unexpectedly")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(now.wait(), interval * random.uniform(0.8, 1.2))
 
 
 async def _fire_timers(services: Services, interval: float) -> None:

@@ -80,6 +80,7 @@ class Reaper:
         unclaimed = await self.store.take_unclaimed(self.settings.timers.requeue_after)
         if unclaimed and await self.services.queue.send(unclaimed):
             report.requeued += len(unclaimed)
+        await self.store.registry.delete_expired(self.settings.timers.retention)
         for _ in range(DELETE_BATCHES_PER_PASS):
             deleted = await self.store.delete_expired(self.settings.timers.retention, DELETE_BATCH)
             report.deleted += deleted

@@ -356,6 +356,11 @@ class Runtime:
         for invocation_id in list(self.attempts):
             self.stop(invocation_id, reason)
 
+    async def hand_back_all(self) -> None:
+        """Another worker declared this process dead: stop every attempt (their writes are
+        refused from now on) and hand back those the reaper has not replaced yet."""
+        await self._hand_back(list(self.attempts.values()), StopReason.SUPERSEDED)
+
     async def drain(self, grace: float) -> None:
         """Stop taking work, let running attempts finish for ``grace`` s, hand the rest back."""
         self._closing = True
@@ -364,9 +369,15 @@ class Runtime:
             log.info("waiting up to %.1fs for %d running attempts", grace, len(tasks))
             await asyncio.wait(tasks, timeout=grace)
         leftovers = list(self.attempts.values())
-        for running in leftovers:
-            self.stop(running.claim.invocation_id, StopReason.SHUTDOWN)
-        for running in leftovers:
+        await self._hand_back(leftovers, StopReason.SHUTDOWN)
+        if leftovers:
+            log.warning("handed %d unfinished attempts back for recovery", len(leftovers))
+
+    async def _hand_back(self, attempts: list[RunningAttempt], reason: StopReason) -> None:
+        """Stop these attempts, then mark each stale (fenced): the next reap pass replaces it."""
+        for running in attempts:
+            self.stop(running.claim.invocation_id, reason)
+        for running in attempts:
             if running.task is not None:
                 await asyncio.gather(running.task, return_exceptions=True)
             try:
@@ -375,8 +386,6 @@ class Runtime:
                 log.warning(
                     "could not hand invocation %s back (%s)", running.claim.invocation_id, exc
                 )
-        if leftovers:
-            log.warning("handed %d unfinished attempts back for recovery", len(leftovers))
 
 
 def _stopped(reason: StopReason) -> Outcome | None:

@@ -8,7 +8,9 @@ them here, so every process opens and closes the same three things the same way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 from tether.app import AgentApp
 from tether.credentials import CredentialVault
@@ -20,6 +22,13 @@ from tether.store.store import Store
 from tether.worker.enqueuer import AsyncEnqueuer
 from tether.worker.local_queue import LocalQueue
 from tether.worker.node import run_node
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: `tether dev` there recovers by heartbeats only
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
@@ -43,6 +52,46 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
     vault = CredentialVault(settings.auth.user_token_ttl)
     async with opened(store, pubsub, Queue(local), vault) as services:
         await store.migrate()
-        async with run_node(settings=settings, services=services, app=app) as runtime:
-            local.runtime = runtime
-            yield services
+        with sole_server(settings.embedded_path) as sole:
+            if sole:
+                await hand_back_dead_attempts(store)
+            async with run_node(settings=settings, services=services, app=app) as runtime:
+                local.runtime = runtime
+                yield services
+
+
+async def hand_back_dead_attempts(store: Store) -> None:
+    """This process alone serves the file, and has run nothing yet: every active attempt in it
+    belongs to a ``tether dev`` that died. The node's first reap pass replaces them at once."""
+    released = await store.release_active()
+    if released:
+        log.warning("%d attempts of an earlier tether dev on this file handed back", released)
+
+
+@contextlib.contextmanager
+def sole_server(path: str) -> Iterator[bool]:
+    """Hold an exclusive lock on ``<path>.lock`` while the block runs: True when this is the one
+    ``tether dev`` serving ``path``. The operating system drops the lock when the process ends,
+    however it ends. False (no recovery at start: heartbeats decide, after ``stale_after``) for a
+    throwaway store, where locks are unsupported, or when another process holds it."""
+    if path == ":memory:" or fcntl is None:
+        yield False
+        return
+    lock_path = Path(f"{path}.lock")
+    try:
+        handle = lock_path.open("a")
+    except OSError as exc:
+        log.warning("could not open %s (%s): no recovery at start", lock_path, exc)
+        yield False
+        return
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            log.warning(
+                "another process serves %s: its running attempts are left to the heartbeat rule",
+                path,
+            )
+            yield False
+            return
+        yield True

@@ -7,6 +7,9 @@ attempt's own finish, with ``FinishRequest.stale_after``.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 
 from tether.store.attempts import fence
@@ -23,6 +26,14 @@ from tether.store.schema import (
 )
 
 inv = invocations.c
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    invocation_id: str
+    seq: int
+    delay: float
+    """Seconds before it is due: a replacement waiting out its backoff; 0 for the rest."""
 
 
 class Maintenance:
@@ -62,6 +73,18 @@ class Maintenance:
             )
         return result.rowcount == 1
 
+    async def release_active(self) -> int:
+        """Hand back every active attempt (``heartbeat_at = 0``), so the next reap pass replaces
+        them at once. Only for a database this process alone serves: ``tether dev`` at start,
+        holding its file's lock, knows every active attempt there is a dead predecessor's."""
+        async with self._db.transaction() as conn:
+            result = await conn.execute(
+                sa.update(invocations)
+                .where(inv.status == Status.ACTIVE.value)
+                .values(heartbeat_at=0.0)
+            )
+        return int(result.rowcount)
+
     async def take_unclaimed(self, older_than: float, limit: int = 500) -> list[str]:
         """Queued invocations nobody claimed for ``older_than`` s; marks them re-enqueued now."""
         overdue = sa.and_(
@@ -75,6 +98,37 @@ class Maintenance:
             rows = await conn.execute(
                 sa.update(invocations)
                 .where(overdue, inv.id.in_(ids))
+                .values(enqueued_at=self._db.now)
+                .returning(inv.id)
+            )
+            return list(rows.scalars().all())
+
+    async def queued_page(self, after_seq: int, limit: int = 500) -> list[Queued]:
+        """Queued invocations past ``after_seq``, in order, with the delay left before each is
+        due (a replacement's backoff), for re-sending what the broker lost."""
+        query = (
+            sa.select(inv.id, inv.seq, (inv.enqueued_at - self._db.now).label("delay"))
+            .where(inv.status == Status.QUEUED.value, inv.seq > after_seq)
+            .order_by(inv.seq)
+            .limit(limit)
+        )
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).all()
+        return [Queued(r.id, r.seq, max(0.0, float(r.delay))) for r in rows]
+
+    async def mark_resent(self, invocation_ids: Sequence[str]) -> list[str]:
+        """Those of ``invocation_ids`` still queued and due, re-enqueued now: the
+        ``requeue_after`` rule then waits a whole period before sending them again."""
+        if not invocation_ids:
+            return []
+        async with self._db.transaction() as conn:
+            rows = await conn.execute(
+                sa.update(invocations)
+                .where(
+                    inv.id.in_(list(invocation_ids)),
+                    inv.status == Status.QUEUED.value,
+                    inv.enqueued_at <= self._db.now,
+                )
                 .values(enqueued_at=self._db.now)
                 .returning(inv.id)
             )

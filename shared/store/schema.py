@@ -110,6 +110,20 @@ waits = sa.Table(
 )
 
 
+workers = sa.Table(
+    "tether_workers",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("lock_id", sa.Integer),
+    sa.Column("backend_pid", sa.Integer),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("beat_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+)
+"""Worker processes and their liveness locks (:mod:`tether.store.liveness`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Invocation:
     """One invocation row as the API and the runtime see it."""

@@ -36,7 +36,8 @@ from tether.store.errors import (
 )
 from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
-from tether.store.maintenance import Maintenance
+from tether.store.liveness import Registry
+from tether.store.maintenance import Maintenance, Queued
 from tether.store.migrate import migrate
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
 from tether.store.threads import Threads
@@ -72,6 +73,8 @@ class Store:
         self._maintenance = Maintenance(self.db)
         self.journal = Journal(self.db)
         """Durable execution's steps and waits (:mod:`tether.store.journal`)."""
+        self.registry = Registry(self.db)
+        """The worker registry behind crash detection (:mod:`tether.store.liveness`)."""
         self.threads = Threads(self.db)
         """Agent threads, per owner and session (:mod:`tether.store.threads`)."""
 
@@ -199,6 +202,15 @@ class Store:
 
     async def take_unclaimed(self, older_than: float, limit: int = 500) -> list[str]:
         return await self._maintenance.take_unclaimed(older_than, limit)
+
+    async def release_active(self) -> int:
+        return await self._maintenance.release_active()
+
+    async def queued_page(self, after_seq: int, limit: int = 500) -> list[Queued]:
+        return await self._maintenance.queued_page(after_seq, limit)
+
+    async def mark_resent(self, invocation_ids: Sequence[str]) -> list[str]:
+        return await self._maintenance.mark_resent(invocation_ids)
 
     async def delete_expired(self, retention: float, limit: int = 500) -> int:
         return await self._maintenance.delete_expired(retention, limit)

@@ -4,7 +4,7 @@ Input ``{"attempt1": {...}, "attempt2": {...}, "default": {...}}``: attempt N ru
 app's ``behave`` with ``attemptN`` (else ``default``), so a first attempt can hold still until it is
 killed while its replacement finishes at once. One more key, ``block_mid_write`` (seconds), blocks
 the event loop at the worst moment, while a write of this process is mid-transaction, once the
-file named by ``after_file`` exists.
+file named by ``after_file`` exists; ``after_file`` alone waits for that file, then behaves.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ async def until_exists(path: str, within: float = 60.0) -> None:
 async def by_attempt(input: Any, ctx: InvocationContext) -> Any:
     spec = input if isinstance(input, dict) else {}
     chosen = spec.get(f"attempt{ctx.attempt}", spec.get("default", {}))
-    if isinstance(chosen, dict) and "block_mid_write" in chosen:
+    if isinstance(chosen, dict) and "after_file" in chosen:
         await until_exists(str(chosen["after_file"]))
-        return await block_mid_write(float(chosen["block_mid_write"]), ctx)
+        if "block_mid_write" in chosen:
+            return await block_mid_write(float(chosen["block_mid_write"]), ctx)
     return await behave(chosen, ctx)
 
 

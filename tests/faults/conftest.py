@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.faults.harness_ext import FAST_TIMERS, hard_stop
+from tests.faults.harness_ext import FAST_TIMERS, PrivatePostgres, PrivateRedis, hard_stop
 from tests.harness import Cluster
 from tests.services import PG_ADMIN_URL, create_database, drop_database, require
 from tether.store.store import Store
@@ -97,3 +98,35 @@ def make_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Mak
         for proc in procs:
             tail = "\n".join(proc.log().splitlines()[-120:])
             print(f"\n===== {proc.name} (pid {proc.pid}) {proc.log_path.name} =====\n{tail}")
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    try:
+        server = PrivateRedis(tmp_path)
+    except FileNotFoundError as exc:
+        pytest.skip(f"no private Redis: {exc}")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivatePostgres]:
+    try:
+        server = PrivatePostgres()
+    except (OSError, KeyError) as exc:  # no binaries, no runuser, no postgres user
+        pytest.skip(f"cannot run a private PostgreSQL ({exc}); the shared one is never restarted")
+    try:
+        try:
+            server.start()
+        except subprocess.SubprocessError as exc:
+            pytest.skip(
+                f"a private PostgreSQL did not start ({exc}); the shared one is never restarted"
+            )
+        migrate(server.url)
+        yield server
+    finally:
+        server.destroy()

@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 
 from tests.client import Api
 from tests.harness import Cluster, Proc, free_port, wait_for
+from tether.store.liveness import LOCK_NAMESPACE
 
 # Fast durability timers: a dead attempt is replaced ~3.5 s after its last heartbeat.
 STALE_AFTER = 3.0
@@ -122,6 +123,34 @@ def assert_clean_events(events: list[Row]) -> None:
 
 def attempts_started(events: list[Row]) -> list[int]:
     return [e["data"]["attempt"] for e in events if e["type"] == "run.started"]
+
+
+# -- the worker registry (crash detection through the session) ------------------------------
+
+
+def registry(db: Db) -> dict[str, Row]:
+    """``tether_workers`` by worker name, each row with ``holder``: the backend holding its
+    liveness lock now (None: nobody)."""
+    rows = db.query(
+        f"""SELECT w.*, l.pid AS holder FROM tether_workers w
+        LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.classid = {LOCK_NAMESPACE} AND l.objid::bigint = w.lock_id
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+    )
+    return {r["name"]: r for r in rows}
+
+
+def settled(db: Db, count: int, age: float = 1.5) -> bool:
+    """``count`` workers alive, each holding its lock, registered ``age`` s ago or more: long
+    enough for every scanner to have seen every lock held (a lock gone before anyone saw it is
+    left to the heartbeat rule)."""
+    rows = db.query(
+        "SELECT name FROM tether_workers WHERE state = 'alive' AND lock_id IS NOT NULL "
+        "AND started_at < extract(epoch FROM clock_timestamp()) - %s",
+        [age],
+    )
+    held = registry(db)
+    return len(rows) == count and all(held[r["name"]]["holder"] for r in rows)
 
 
 # -- worker processes ------------------------------------------------------------------------

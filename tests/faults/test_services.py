@@ -6,14 +6,10 @@ ports), so the shared ones other people test against are never disturbed.
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from tests.client import new_id
-from tests.faults.conftest import MakeCluster, migrate
+from tests.faults.conftest import MakeCluster
 from tests.faults.harness_ext import (
     TERMINAL,
     Db,
@@ -30,38 +26,6 @@ from tests.faults.harness_ext import (
 from tests.harness import http_ok
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    try:
-        server = PrivateRedis(tmp_path)
-    except FileNotFoundError as exc:
-        pytest.skip(f"no private Redis: {exc}")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
-@pytest.fixture
-def private_pg() -> Iterator[PrivatePostgres]:
-    try:
-        server = PrivatePostgres()
-    except (OSError, KeyError) as exc:  # no binaries, no runuser, no postgres user
-        pytest.skip(f"cannot run a private PostgreSQL ({exc}); the shared one is never restarted")
-    try:
-        try:
-            server.start()
-        except subprocess.SubprocessError as exc:
-            pytest.skip(
-                f"a private PostgreSQL did not start ({exc}); the shared one is never restarted"
-            )
-        migrate(server.url)
-        yield server
-    finally:
-        server.destroy()
 
 
 def ended_once(db: Db, ids: list[str]) -> None:

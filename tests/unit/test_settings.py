@@ -44,6 +44,17 @@ def test_stale_threshold_must_exceed_the_heartbeat_by_a_margin(
         load_settings()
 
 
+@pytest.mark.parametrize(
+    ("grace", "interval", "stale"), [(0.9, 0.5, 10.0), (12.0, 0.5, 10.0), (1.0, 0.6, 10.0)]
+)
+def test_the_liveness_grace_spans_two_beats_and_never_outlasts_stale_after(
+    grace: float, interval: float, stale: float
+) -> None:
+    timers = {"liveness_grace": grace, "liveness_interval": interval, "stale_after": stale}
+    with pytest.raises(ValidationError, match="liveness_grace"):
+        Settings.model_validate({"timers": timers})
+
+
 def test_unknown_keys_are_errors(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("prot: 1\n")

@@ -1,0 +1,257 @@
+"""The liveness session on a real PostgreSQL: locks as other sessions see them, the one-statement
+verdict, and a transaction pooler recognised (emulated: each statement on another connection)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tests.faults.harness_ext import until
+from tether.settings import Settings
+from tether.store.liveness import LivenessSession
+from tether.store.schema import NewInvocation, workers
+from tether.store.store import Store
+from tether.worker.liveness import Liveness
+
+GRACE = 1.0
+
+
+@pytest.fixture
+async def store(migrated_pg: str) -> AsyncIterator[Store]:
+    s = Store.postgres(migrated_pg, pool_size=2)
+    async with s.engine.begin() as conn:
+        await conn.execute(sa.text("TRUNCATE tether_invocations, tether_events, tether_workers"))
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def sessions(migrated_pg: str) -> AsyncIterator[list[LivenessSession]]:
+    opened: list[LivenessSession] = []
+    yield opened
+    for session in opened:
+        await session.close()
+
+
+async def open_session(url: str, opened: list[LivenessSession]) -> LivenessSession:
+    session = await LivenessSession.open(url)
+    opened.append(session)
+    return session
+
+
+async def register(session: LivenessSession, name: str) -> int:
+    lock_id = await session.take_lock(None)
+    assert lock_id is not None
+    assert await session.enrol(name, lock_id, fresh=True)
+    return lock_id
+
+
+async def age_beat(store: Store, name: str, seconds: float) -> None:
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            sa.update(workers)
+            .where(workers.c.name == name)
+            .values(beat_at=workers.c.beat_at - seconds)
+        )
+
+
+async def released(scanner: LivenessSession) -> bool:
+    return not any(s.held for s in (await scanner.scan(GRACE)).sightings)
+
+
+async def active_attempt(store: Store, worker: str) -> str:
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "alice", None, {}, "h"))
+    assert await store.claim(invocation_id, worker) is not None
+    return invocation_id
+
+
+async def test_a_workers_lock_is_held_while_its_session_lives_and_gone_once_it_ends(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    scanner = await open_session(migrated_pg, sessions)
+    worker = await open_session(migrated_pg, sessions)
+    lock_id = await register(worker, "host:1")
+    [sighting] = (await scanner.scan(GRACE)).sightings
+    assert (sighting.name, sighting.lock_id, sighting.held, sighting.silent) == (
+        "host:1",
+        lock_id,
+        True,
+        False,
+    )
+    await worker.close()
+
+    async def released() -> bool:
+        [seen] = (await scanner.scan(GRACE)).sightings
+        return not seen.held and not seen.silent
+
+    await until(released, 10, "the lock to go")
+
+
+async def test_a_worker_is_declared_dead_only_without_its_lock_and_with_an_old_beat(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    scanner = await open_session(migrated_pg, sessions)
+    worker = await open_session(migrated_pg, sessions)
+    lock_id = await register(worker, "host:1")
+    invocation_id = await active_attempt(store, "host:1")
+    other = await active_attempt(store, "host:2")
+
+    await age_beat(store, "host:1", 10)
+    assert await scanner.declare_dead("host:1", lock_id, GRACE) == (False, 0)  # lock held
+    assert await worker.beat("host:1", lock_id) == worker.backend_pid
+    await worker.close()
+    await until(lambda: released(scanner), 10, "the lock to go")
+    assert await scanner.declare_dead("host:1", lock_id, GRACE) == (False, 0)  # fresh beat
+    await age_beat(store, "host:1", 10)
+    assert await scanner.declare_dead("host:1", lock_id, GRACE) == (True, 1)
+    assert await scanner.declare_dead("host:1", lock_id, GRACE) == (False, 0)  # once
+
+    stale = {s.invocation_id for s in await store.stale_attempts(stale_after=60)}
+    assert stale == {invocation_id}  # handed back: the reaper takes it now, not the other
+    assert other not in stale
+
+
+async def test_a_worker_declared_dead_learns_it_from_its_next_beat(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    worker = await open_session(migrated_pg, sessions)
+    lock_id = await register(worker, "host:1")
+    async with store.engine.begin() as conn:
+        await conn.execute(sa.update(workers).values(state="dead"))
+    assert await worker.beat("host:1", lock_id) is None
+    assert await worker.enrol("host:1", lock_id, fresh=False) is False
+
+
+async def test_a_clean_stop_leaves_a_stopped_row_that_no_scan_judges(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    scanner = await open_session(migrated_pg, sessions)
+    worker = await open_session(migrated_pg, sessions)
+    lock_id = await register(worker, "host:1")
+    await worker.unregister("host:1", lock_id)
+    assert (await scanner.scan(GRACE)).sightings == []
+
+
+async def test_a_process_finds_what_an_earlier_process_of_its_name_left(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    earlier = await open_session(migrated_pg, sessions)
+    await register(earlier, "host:1")
+    invocation_id = await active_attempt(store, "host:1")
+    later = await open_session(migrated_pg, sessions)
+    predecessor = await later.predecessor("host:1")
+    assert predecessor is not None and predecessor.lock_held  # a namesake that still lives
+    await earlier.close()  # its backend ends a moment later, and with it the lock
+
+    async def gone() -> bool:
+        found = await later.predecessor("host:1")
+        return found is not None and not found.lock_held
+
+    await until(gone, 10, "the earlier process's lock to go")
+    assert await later.release_attempts_of("host:1") == 1
+    assert [s.invocation_id for s in await store.stale_attempts(60)] == [invocation_id]
+
+
+class RoundRobin:
+    """A transaction pooler, emulated: each statement runs on the next of several connections."""
+
+    def __init__(self, conns: list[AsyncConnection]) -> None:
+        self._conns = conns
+        self._next = 0
+
+    def _conn(self) -> AsyncConnection:
+        conn = self._conns[self._next % len(self._conns)]
+        self._next += 1
+        return conn
+
+    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._conn().scalar(*args, **kwargs)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._conn().execute(*args, **kwargs)
+
+    async def close(self) -> None:
+        for conn in self._conns:
+            await conn.close()
+
+
+async def test_a_transaction_pooler_is_recognised_and_the_lock_it_took_is_let_go(
+    store: Store,
+) -> None:
+    conns = []
+    for _ in range(2):
+        conn = await store.engine.connect()
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        conns.append(conn)
+    pid = await conns[0].scalar(sa.text("SELECT pg_backend_pid()"))
+    pooled = LivenessSession(store.engine, cast(AsyncConnection, RoundRobin(conns)), int(pid))
+    try:
+        assert await pooled.keeps_its_session() is False
+        assert await pooled.take_lock(None) is None
+        async with store.engine.connect() as probe:
+            held = await probe.scalar(
+                sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+            )
+        assert held == 0
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+def liveness_thread(url: str, store: Store, name: str, found: list[str]) -> Liveness:
+    settings = Settings.model_validate({"database_url": url})
+    return Liveness(
+        settings=settings,
+        store=store,
+        name=name,
+        found_dead=lambda: found.append("found"),
+        declared_dead=lambda: found.append("declared"),
+    )
+
+
+async def test_a_process_whose_name_a_live_process_holds_stays_out_of_the_registry(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    namesake = await open_session(migrated_pg, sessions)
+    lock_id = await register(namesake, "host:1")
+    found: list[str] = []
+    thread = liveness_thread(migrated_pg, store, "host:1", found)
+    thread.start()
+    await asyncio.to_thread(thread.join, 20)
+    assert not thread.is_alive() and not thread.registered.is_set()
+    assert await namesake.beat("host:1", lock_id) == namesake.backend_pid  # untouched
+    assert found == []
+
+
+async def test_a_process_hands_back_what_a_dead_process_of_its_name_left_and_registers(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    earlier = await open_session(migrated_pg, sessions)
+    await register(earlier, "host:1")
+    invocation_id = await active_attempt(store, "host:1")
+    sessions.remove(earlier)
+    await earlier.close()
+    scanner = await open_session(migrated_pg, sessions)
+    await until(lambda: released(scanner), 10, "the earlier process's lock to go")
+    found: list[str] = []
+    thread = liveness_thread(migrated_pg, store, "host:1", found)
+    thread.start()
+    try:
+        await asyncio.to_thread(thread.registered.wait, 20)
+        assert found == ["found"]
+        assert [s.invocation_id for s in await store.stale_attempts(60)] == [invocation_id]
+        [sighting] = (await scanner.scan(GRACE)).sightings
+        assert sighting.name == "host:1" and sighting.held
+    finally:
+        thread.stop()
+        await asyncio.to_thread(thread.join, 20)
+    assert (await scanner.scan(GRACE)).sightings == []  # stopped cleanly

@@ -1,0 +1,74 @@
+"""The rule that finds dead workers from the scans of one session (pure), and the liveness
+connection's URL."""
+
+from __future__ import annotations
+
+from tether.settings import Settings
+from tether.store.liveness import Sighting
+from tether.worker.liveness import Observer, liveness_url
+
+
+def seen(name: str, held: bool, silent: bool, lock_id: int = 7) -> Sighting:
+    return Sighting(name, lock_id, held=held, silent=silent)
+
+
+def test_a_lock_seen_held_then_gone_with_a_silent_worker_is_a_death() -> None:
+    observer = Observer("me")
+    assert observer.judge([seen("w", held=True, silent=False)]) == []
+    assert observer.judge([seen("w", held=False, silent=True)]) == [seen("w", False, True)]
+
+
+def test_a_lock_never_seen_held_on_this_session_proves_nothing() -> None:
+    """After a server restart every lock is gone and every beat is old: nobody is dead."""
+    observer = Observer("me")
+    assert observer.judge([seen("w", held=False, silent=True)]) == []
+
+
+def test_a_new_session_forgets_every_lock_it_saw() -> None:
+    observer = Observer("me")
+    observer.judge([seen("w", held=True, silent=False)])
+    observer.new_session()
+    assert observer.judge([seen("w", held=False, silent=True)]) == []
+
+
+def test_a_worker_that_still_beats_is_alive_without_its_lock() -> None:
+    observer = Observer("me")
+    observer.judge([seen("w", held=True, silent=False)])
+    assert observer.judge([seen("w", held=False, silent=False)]) == []
+    assert observer.judge([seen("w", held=False, silent=True)]) == [seen("w", False, True)]
+
+
+def test_a_worker_that_took_a_new_lock_is_judged_by_the_new_one() -> None:
+    observer = Observer("me")
+    observer.judge([seen("w", held=True, silent=False, lock_id=1)])
+    assert observer.judge([seen("w", held=False, silent=True, lock_id=2)]) == []
+
+
+def test_a_scanner_never_judges_itself() -> None:
+    observer = Observer("me")
+    observer.judge([seen("me", held=True, silent=False)])
+    assert observer.judge([seen("me", held=False, silent=True)]) == []
+
+
+def test_the_liveness_connection_has_keepalives_a_timeout_and_a_name() -> None:
+    settings = Settings.model_validate(
+        {"database_url": "postgresql://u@db/t?options=-c%20search_path%3Dx"}
+    )
+    url = liveness_url(settings)
+    query = url.query
+    assert url.drivername == "postgresql+psycopg" and url.host == "db"
+    assert query["keepalives"] == "1" and query["tcp_user_timeout"] == "5000"
+    assert int(str(query["keepalives_idle"])) + int(str(query["keepalives_count"])) == 5
+    assert query["application_name"] == "tether-liveness"
+    assert query["options"] == "-c search_path=x -c statement_timeout=5000"
+
+
+def test_a_direct_liveness_url_bypasses_the_pooler() -> None:
+    settings = Settings.model_validate(
+        {
+            "database_url": "postgresql://u@pgbouncer:6432/t",
+            "worker": {"liveness_url": "postgresql://u@db:5432/t"},
+        }
+    )
+    url = liveness_url(settings)
+    assert (url.host, url.port) == ("db", 5432)
