@@ -22,8 +22,14 @@ app = AgentApp(name="faults")
 IN_FLIGHT = """
 SELECT 1 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
-  AND state = 'idle in transaction' AND query LIKE 'UPDATE tether_invocations%'
+  AND state = 'idle in transaction'
+  AND (query LIKE 'UPDATE tether_invocations%'
+       OR query LIKE 'INSERT INTO tether_events%'
+       OR (query LIKE 'SELECT tether_invocations.id%' AND query LIKE '%FOR UPDATE%'))
 """
+"""A session of this process mid-transaction on an invocation row: it locked the row (the group
+commit's ``SELECT … FOR UPDATE SKIP LOCKED``), updated it, or is appending its events after the
+update, and waits for this loop to go on."""
 
 
 async def block_mid_write(seconds: float, ctx: InvocationContext) -> dict[str, Any]:
