@@ -103,8 +103,10 @@ async def worker_pid(database_url: str, invocation_id: str) -> int:
 
 
 async def test_a_killed_agent_run_resumes_without_rerunning_tools(
-    model: FakeModel, migrated_pg: str, redis_url: str, tmp_path: Path
+    model: FakeModel, fresh_db: str, redis_url: str, tmp_path: Path
 ) -> None:
+    # a database of its own: another suite's workers on a shared one would take over the
+    # killed run (every worker reaps every dead attempt) and run it with their own app
     tool_log = tmp_path / "tools.log"
     env = {
         **FAST_TIMERS,
@@ -113,7 +115,7 @@ async def test_a_killed_agent_run_resumes_without_rerunning_tools(
         "TETHER_TEST_TOOL_LOG": str(tool_log),
     }
     cluster = Cluster(
-        migrated_pg,
+        fresh_db,
         redis_url,
         tmp_path,
         app="tests.apps.recovery_agents.app:app",
@@ -128,7 +130,7 @@ async def test_a_killed_agent_run_resumes_without_rerunning_tools(
             status, _ = await api.post({"id": invocation_id, "input": "go", "background": True})
             assert status == 202
             await asyncio.wait_for(model.third_turn_seen.wait(), 60)
-            victim = await worker_pid(migrated_pg, invocation_id)
+            victim = await worker_pid(fresh_db, invocation_id)
             await asyncio.to_thread(cluster.start_worker, 1)  # a survivor to take over
             os.kill(victim, signal.SIGKILL)
 

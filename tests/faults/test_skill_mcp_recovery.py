@@ -125,10 +125,12 @@ def mcp_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 async def test_a_killed_run_resumes_without_calling_the_mcp_tool_again(
     model: FakeModel,
     mcp_server: tuple[str, Path],
-    migrated_pg: str,
+    fresh_db: str,
     redis_url: str,
     tmp_path: Path,
 ) -> None:
+    # a database of its own: another suite's workers on a shared one would take over the
+    # killed run (every worker reaps every dead attempt) and run it with their own app
     url, mcp_calls = mcp_server
     skills = tmp_path / "skills"
     shutil.copytree(SKILL, skills / "trip-notes")
@@ -140,7 +142,7 @@ async def test_a_killed_run_resumes_without_calling_the_mcp_tool_again(
         "TETHER_TEST_SKILLS_DIR": str(skills),
     }
     cluster = Cluster(
-        migrated_pg,
+        fresh_db,
         redis_url,
         tmp_path,
         app="tests.apps.skill_mcp_agents.app:app",
@@ -157,7 +159,7 @@ async def test_a_killed_run_resumes_without_calling_the_mcp_tool_again(
             )
             assert status == 202
             await asyncio.wait_for(model.third_turn_seen.wait(), 60)
-            victim = await worker_pid(migrated_pg, invocation_id)
+            victim = await worker_pid(fresh_db, invocation_id)
             skill_md = skills / "trip-notes" / "SKILL.md"
             skill_md.write_text(skill_md.read_text().replace(ORIGINAL, CHANGED))
             await asyncio.to_thread(cluster.start_worker, 1)  # boots with the changed skill
