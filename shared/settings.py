@@ -6,24 +6,22 @@ highest first: explicit overrides (command-line flags), environment, YAML file, 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
-    IPvAnyNetwork,
-    SecretStr,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from tether.owners import owner_name_problem
+from tether.auth_settings import MIN_TOKEN_CHARS, AuthSettings
+
+__all__ = ["MIN_TOKEN_CHARS", "AuthSettings", "Settings", "load_settings", "reference"]
 
 CONFIG_ENV = "TETHER_CONFIG"
 STREAM_BUFFER_BYTES = 256 * 1024
@@ -269,93 +267,6 @@ class AgentSettings(BaseModel):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
-
-
-AuthMode = Literal["auto", "none", "forwarded", "bearer"]
-Platform = Literal["auto", "databricks_apps", "none"]
-MIN_TOKEN_CHARS = 16
-
-
-class AuthSettings(BaseModel):
-    """Who the caller is, and whom Tether believes about it (docs/security.md)."""
-
-    model_config = ConfigDict(hide_input_in_errors=True)  # errors must not echo a token
-
-    mode: AuthMode = Field(
-        "auto",
-        description=(
-            "auto: what the other auth settings imply (forwarded with trusted_proxies or a "
-            "detected platform such as Databricks Apps, bearer with tokens, else none); "
-            "none: no authentication, every caller is the one user 'anonymous' (the server "
-            "refuses a non-loopback address unless started with --insecure); forwarded: the "
-            "owner is X-Forwarded-User (else X-Forwarded-Email) as set by a trusted proxy or "
-            "platform, and a request without one is refused; bearer: Authorization: Bearer "
-            "<token> must be one of `tokens`, and the owner is the token's name."
-        ),
-    )
-    tokens: dict[str, SecretStr] = Field(
-        default_factory=dict,
-        description=(
-            "bearer mode: owner name → token (at least 16 visible ASCII characters, each "
-            'token unique); in the environment as JSON, e.g. {"ci": "<token>"}.'
-        ),
-    )
-    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
-        default_factory=list,
-        description=(
-            "Addresses or CIDRs (IPv4, IPv6) of the proxies whose X-Forwarded-User/-Email "
-            "headers are believed, matched against the TCP peer address (never against "
-            "X-Forwarded-For); comma-separated in the environment. Those headers from any "
-            "other peer are refused with 401."
-        ),
-    )
-    platform: Platform = Field(
-        "auto",
-        description=(
-            "A platform whose own proxy sets the identity headers and is the only way in: "
-            "auto detects Databricks Apps (DATABRICKS_APP_NAME and DATABRICKS_APP_PORT set); "
-            "databricks_apps asserts it; none turns detection off."
-        ),
-    )
-
-    user_token_ttl: float = Field(
-        3600.0,
-        gt=0,
-        description=(
-            "Seconds a process keeps a caller's X-Forwarded-Access-Token in memory for an "
-            "unfinished invocation (never stored anywhere else)."
-        ),
-    )
-
-    @field_validator("trusted_proxies", mode="before")
-    @classmethod
-    def comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
-
-    @field_validator("tokens")
-    @classmethod
-    def usable_tokens(cls, tokens: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        # Messages name the owner, never the token: settings errors reach the terminal.
-        seen: set[str] = set()
-        for owner, secret in tokens.items():
-            problem = owner_name_problem(owner)
-            if problem:
-                raise ValueError(f"a token's owner name {problem}")
-            token = secret.get_secret_value()
-            if len(token) < MIN_TOKEN_CHARS or not all("!" <= ch <= "~" for ch in token):
-                raise ValueError(
-                    f"the token of {owner!r} must be at least {MIN_TOKEN_CHARS} visible ASCII "
-                    "characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe())')"
-                )
-            if token in seen:
-                raise ValueError(f"the token of {owner!r} is also another owner's token")
-            seen.add(token)
-        return tokens
 
 
 class Settings(BaseSettings):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
 import pytest
@@ -20,6 +20,31 @@ from tether.store.store import Store
 from tether.worker.liveness import Liveness
 
 GRACE = 1.0
+
+
+@pytest.fixture(scope="module")
+def migrated_pg() -> Iterator[str]:
+    """A database of this module's own: the workers of other suites register in the shared
+    one, take lock ids from its sequence and would show up in these tests' scans."""
+    import concurrent.futures
+
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    async def migrate(url: str) -> None:
+        store = Store.postgres(url, pool_size=1)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # clear of any running loop
+            pool.submit(asyncio.run, migrate(url)).result()
+        yield url
+    finally:
+        drop_database(url)
 
 
 @pytest.fixture

@@ -175,4 +175,4 @@ def test_dramatiqs_consumer_with_no_idle_timeout_never_sleeps_after_an_empty_fet
     finally:
         monkeypatch.undo()
         consumer.close()
-    assert all(seconds <= 0 for seconds in slept), f"{RECHECK} (it slept {max(slept)} s)"
+    assert all(pause <= 0 for pause in slept), f"{RECHECK} (it slept {max(slept)} s)"
