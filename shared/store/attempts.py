@@ -80,6 +80,7 @@ class Attempts:
                 inv.resumed_by,
                 inv.owner,
                 inv.user_auth,
+                inv.tenant,
             )
         )
         async with self._db.transaction() as conn:
@@ -102,6 +103,7 @@ class Attempts:
                     r.resumed_by,
                     r.owner,
                     bool(r.user_auth),
+                    r.tenant,
                 )
             )
         return claims

@@ -224,6 +224,8 @@ def _row(new: NewInvocation) -> dict[str, object]:
         "cancel_requested": False,
         "last_event_id": 0,
         "user_auth": new.user_auth,
+        "tenant": new.tenant_or_owner,
+        "priority": new.priority,
     }
 
 
@@ -246,4 +248,6 @@ def _queued(new: NewInvocation, seq: int, created_at: float) -> Invocation:
         created_at=created_at,
         started_at=None,
         finished_at=None,
+        tenant=new.tenant_or_owner,
+        priority=new.priority,
     )

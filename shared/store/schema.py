@@ -49,6 +49,8 @@ invocations = sa.Table(
     sa.Column("resumed_by", sa.Text),
     sa.Column("crashes", sa.Integer, nullable=False),
     sa.Column("user_auth", sa.Boolean, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("priority", sa.SmallInteger, nullable=False),
 )
 
 events = sa.Table(
@@ -123,6 +125,42 @@ workers = sa.Table(
 )
 """Worker processes and their liveness locks (:mod:`tether.store.liveness`)."""
 
+tenants = sa.Table(
+    "tether_tenants",
+    metadata,
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("weight", sa.Float, nullable=False),
+    sa.Column("max_active", sa.Integer),
+    sa.Column("max_queued", sa.Integer),
+    sa.Column("rate", sa.Float),
+    sa.Column("burst", sa.Integer),
+    sa.Column("tokens_per_invocation", sa.BigInteger),
+    sa.Column("tokens_per_period", sa.BigInteger),
+    sa.Column("cost_per_period", sa.Float),
+    sa.Column("budget_period", sa.Float, nullable=False),
+    sa.Column("on_budget", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+"""Each tenant's limits; the row ``*`` holds the defaults (:mod:`tether.store.tenants`)."""
+
+global_limits = sa.Table(
+    "tether_global_limits",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("max_active", sa.Integer),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+"""The deployment-wide limits: one row, ``id = 1``."""
+
+tenant_buckets = sa.Table(
+    "tether_tenant_buckets",
+    metadata,
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("tokens", sa.Float, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+)
+"""Each rate-limited tenant's accept token bucket."""
+
 
 @dataclass(frozen=True, slots=True)
 class Invocation:
@@ -144,6 +182,8 @@ class Invocation:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    tenant: str = ""
+    priority: int = 0
 
     @classmethod
     def from_row(cls, row: sa.RowMapping) -> Invocation:
@@ -164,6 +204,8 @@ class Invocation:
             created_at=row["created_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
+            tenant=row["tenant"],
+            priority=row["priority"],
         )
 
 
@@ -185,6 +227,8 @@ class Claim:
     owner: str = ""
     user_auth: bool = False
     """The first attempt was handed the caller's access token (kept in that process only)."""
+    tenant: str = ""
+    """Whose caps and budgets the attempt counts against."""
 
     @property
     def is_recovery(self) -> bool:
@@ -209,3 +253,11 @@ class NewInvocation:
     request_hash: str
     user_auth: bool = False
     """The accepting process holds the caller's access token for it (in memory only)."""
+    tenant: str | None = None
+    """Whose share, caps and budgets it counts against; None: its owner's."""
+    priority: int = 0
+    """Higher is claimed first among its tenant's queued invocations."""
+
+    @property
+    def tenant_or_owner(self) -> str:
+        return self.owner if self.tenant is None else self.tenant

@@ -40,6 +40,7 @@ from tether.store.liveness import Registry
 from tether.store.maintenance import Maintenance, Queued
 from tether.store.migrate import migrate
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
+from tether.store.tenants import Tenants
 from tether.store.threads import Threads
 from tether.store.writes import Accepted, AppendRequest, Finished, FinishRequest, NewEvent
 
@@ -77,6 +78,8 @@ class Store:
         """The worker registry behind crash detection (:mod:`tether.store.liveness`)."""
         self.threads = Threads(self.db)
         """Agent threads, per owner and session (:mod:`tether.store.threads`)."""
+        self.tenants = Tenants(self.db)
+        """Tenants' limits (:mod:`tether.store.tenants`)."""
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:

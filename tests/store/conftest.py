@@ -21,7 +21,10 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         s = Store.postgres(url, pool_size=5)
         async with s.engine.begin() as conn:
             await conn.execute(
-                sa.text("TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits")
+                sa.text(
+                    "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
+                    "tether_tenants, tether_global_limits, tether_tenant_buckets"
+                )
             )
     try:
         yield s

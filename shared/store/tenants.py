@@ -1,0 +1,203 @@
+"""Tenants' limits, kept in the database and editable at run time.
+
+A tenant with a row of its own uses that row alone; every other tenant uses the row ``*`` (the
+defaults), and a deployment with neither has no limits at all. ``None`` in a field means "no
+limit". The deployment-wide cap on running attempts is a row of its own.
+
+These are read where they are enforced (the claim, the accept), so a change applies at the next
+claim or accept on every process; :meth:`Tenants.effective` is what a process caches for a second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from tether.store.engine import Database
+from tether.store.schema import global_limits, tenants
+
+DEFAULTS = "*"
+"""The row whose limits apply to every tenant without a row of its own."""
+ON_BUDGET = ("fail", "park")
+MAX_NAME = 200
+
+
+class LimitInvalid(ValueError):
+    """A limit no tenant may have; its message names the field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """One tenant's limits. ``None``: no limit."""
+
+    weight: float = 1.0
+    """Its share of busy workers against other tenants with queued work."""
+    max_active: int | None = None
+    """Attempts it may run at once, across every worker."""
+    max_queued: int | None = None
+    """Open (queued, running or waiting) invocations it may have; more are refused (429)."""
+    rate: float | None = None
+    """Accepts per second, sustained (a token bucket)."""
+    burst: int | None = None
+    """Accepts at once after a quiet spell; default: ``rate`` rounded up."""
+    tokens_per_invocation: int | None = None
+    """Model tokens one agent run may use."""
+    tokens_per_period: int | None = None
+    """Model tokens all its agent runs may use per ``budget_period``."""
+    cost_per_period: float | None = None
+    """Model cost (in the adapters' price unit) per ``budget_period``."""
+    budget_period: float = 86400.0
+    """Seconds per budget period (a day by default)."""
+    on_budget: str = "fail"
+    """``fail`` ends a run past a budget (``budget_exceeded``); ``park`` makes it wait."""
+
+    def __post_init__(self) -> None:
+        _check_positive("weight", self.weight)
+        for name in ("max_active", "max_queued", "tokens_per_invocation", "tokens_per_period"):
+            _check_count(name, getattr(self, name))
+        _check_count("burst", self.burst, least=1)
+        if self.rate is not None:
+            _check_positive("rate", self.rate)
+        if self.cost_per_period is not None:
+            _check_positive("cost_per_period", self.cost_per_period, zero=True)
+        _check_positive("budget_period", self.budget_period)
+        if self.on_budget not in ON_BUDGET:
+            raise LimitInvalid(f"on_budget must be one of {', '.join(ON_BUDGET)}")
+
+    @property
+    def bucket_size(self) -> float:
+        """Tokens the accept bucket holds when full."""
+        if self.burst is not None:
+            return float(self.burst)
+        return float(math.ceil(self.rate)) if self.rate is not None else math.inf
+
+    def changed(self, changes: Mapping[str, Any]) -> TenantLimits:
+        """These limits with ``changes`` applied (validated); unknown names are refused."""
+        unknown = sorted(set(changes) - set(FIELDS))
+        if unknown:
+            raise LimitInvalid(f"unknown limit: {', '.join(unknown)}")
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FIELDS = tuple(f.name for f in fields(TenantLimits))
+
+
+def check_tenant_name(tenant: str) -> str:
+    """A tenant's name as the store keeps it; :data:`DEFAULTS` is the defaults row."""
+    if not tenant or len(tenant) > MAX_NAME or not tenant.isprintable():
+        raise LimitInvalid(f"a tenant name is 1 to {MAX_NAME} printable characters")
+    return tenant
+
+
+def _check_positive(name: str, value: float, *, zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LimitInvalid(f"{name} must be a finite number")
+    if value < 0 or (value == 0 and not zero):
+        raise LimitInvalid(f"{name} must be {'at least 0' if zero else 'above 0'}")
+
+
+def _check_count(name: str, value: int | None, *, least: int = 0) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise LimitInvalid(f"{name} must be a whole number of at least {least}, or null")
+    if value >= 2**62:
+        raise LimitInvalid(f"{name} is too large")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    tenant: str
+    limits: TenantLimits
+    updated_at: float
+
+
+class Tenants:
+    """Reads and writes ``tether_tenants`` and ``tether_global_limits``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def rows(self) -> list[TenantRow]:
+        """Every tenant with limits of its own, the defaults row first."""
+        async with self._db.connection() as conn:
+            result = await conn.execute(sa.select(tenants).order_by(tenants.c.tenant))
+            found = [_row(r) for r in result.mappings()]
+        return sorted(found, key=lambda r: (r.tenant != DEFAULTS, r.tenant))
+
+    async def row(self, tenant: str) -> TenantRow | None:
+        async with self._db.connection() as conn:
+            result = await conn.execute(sa.select(tenants).where(tenants.c.tenant == tenant))
+            found = result.mappings().first()
+        return _row(found) if found is not None else None
+
+    async def effective(self, names: Sequence[str]) -> dict[str, TenantLimits]:
+        """The limits that apply to each tenant: its row, else the defaults, else none."""
+        wanted = sorted({*names, DEFAULTS})
+        async with self._db.connection() as conn:
+            result = await conn.execute(sa.select(tenants).where(tenants.c.tenant.in_(wanted)))
+            found = {r.tenant: r.limits for r in map(_row, result.mappings())}
+        fallback = found.get(DEFAULTS, TenantLimits())
+        return {name: found.get(name, fallback) for name in names}
+
+    async def set(self, tenant: str, changes: Mapping[str, Any]) -> TenantRow:
+        """Apply ``changes`` to the tenant's row; a tenant without one starts from the defaults.
+        Raises :class:`LimitInvalid` before writing anything."""
+        check_tenant_name(tenant)
+        async with self._db.transaction() as conn:
+            current = await conn.execute(
+                sa.select(tenants).where(tenants.c.tenant.in_([tenant, DEFAULTS]))
+            )
+            rows = {r.tenant: r.limits for r in map(_row, current.mappings())}
+            start = rows.get(tenant) or rows.get(DEFAULTS) or TenantLimits()
+            limits = start.changed(changes)
+            values = {**limits.to_json(), "updated_at": self._db.now}
+            if tenant in rows:
+                await conn.execute(
+                    sa.update(tenants).where(tenants.c.tenant == tenant).values(**values)
+                )
+            else:
+                await conn.execute(sa.insert(tenants).values(tenant=tenant, **values))
+        row = await self.row(tenant)
+        assert row is not None
+        return row
+
+    async def remove(self, tenant: str) -> bool:
+        """Drop the tenant's own row (it falls back to the defaults); False if it had none."""
+        async with self._db.transaction() as conn:
+            result = await conn.execute(sa.delete(tenants).where(tenants.c.tenant == tenant))
+        return bool(result.rowcount)
+
+    async def global_max_active(self) -> int | None:
+        async with self._db.connection() as conn:
+            value = await conn.scalar(sa.select(global_limits.c.max_active))
+        return None if value is None else int(value)
+
+    async def set_global_max_active(self, max_active: int | None) -> None:
+        _check_count("max_active", max_active)
+        async with self._db.transaction() as conn:
+            updated = await conn.execute(
+                sa.update(global_limits).values(max_active=max_active, updated_at=self._db.now)
+            )
+            if not updated.rowcount:
+                await conn.execute(
+                    sa.insert(global_limits).values(
+                        id=1, max_active=max_active, updated_at=self._db.now
+                    )
+                )
+
+
+def _row(row: sa.RowMapping) -> TenantRow:
+    values = {name: row[name] for name in FIELDS}
+    for name in ("max_active", "max_queued", "burst", "tokens_per_invocation", "tokens_per_period"):
+        values[name] = None if values[name] is None else int(values[name])
+    for name in ("weight", "budget_period"):
+        values[name] = float(values[name])
+    return TenantRow(row["tenant"], TenantLimits(**values), float(row["updated_at"]))

@@ -1,0 +1,78 @@
+"""Tenants' limits on both stores: defaults, a tenant's own row, validation, the global cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.store.schema import NewInvocation
+from tether.store.store import Store
+from tether.store.tenants import DEFAULTS, LimitInvalid, TenantLimits
+
+
+async def test_without_rows_no_tenant_has_limits(store: Store) -> None:
+    assert await store.tenants.effective(["acme"]) == {"acme": TenantLimits()}
+    assert await store.tenants.rows() == []
+    assert await store.tenants.global_max_active() is None
+
+
+async def test_defaults_apply_until_a_tenant_has_a_row_of_its_own(store: Store) -> None:
+    await store.tenants.set(DEFAULTS, {"max_active": 3, "rate": 5.0})
+    row = await store.tenants.set("acme", {"weight": 2.0})
+    # a new row starts from the defaults, then takes the change
+    assert row.limits == TenantLimits(weight=2.0, max_active=3, rate=5.0)
+    await store.tenants.set(DEFAULTS, {"max_active": 7})
+    limits = await store.tenants.effective(["acme", "globex"])
+    assert limits["acme"].max_active == 3
+    assert limits["globex"] == TenantLimits(max_active=7, rate=5.0)
+    assert [r.tenant for r in await store.tenants.rows()] == [DEFAULTS, "acme"]
+    assert await store.tenants.remove("acme")
+    assert not await store.tenants.remove("acme")
+    assert (await store.tenants.effective(["acme"]))["acme"].max_active == 7
+
+
+async def test_null_lifts_a_limit(store: Store) -> None:
+    await store.tenants.set("acme", {"max_active": 2, "on_budget": "park"})
+    row = await store.tenants.set("acme", {"max_active": None})
+    assert row.limits.max_active is None
+    assert row.limits.on_budget == "park"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"weight": 0},
+        {"weight": float("nan")},
+        {"max_active": -1},
+        {"max_active": 1.5},
+        {"burst": 0},
+        {"rate": 0},
+        {"on_budget": "shrug"},
+        {"colour": "red"},
+        {"max_queued": True},
+    ],
+)
+async def test_invalid_limits_are_refused_before_anything_is_written(
+    store: Store, changes: dict[str, object]
+) -> None:
+    with pytest.raises(LimitInvalid):
+        await store.tenants.set("acme", changes)
+    assert await store.tenants.row("acme") is None
+
+
+async def test_the_global_cap_is_one_row(store: Store) -> None:
+    await store.tenants.set_global_max_active(10)
+    await store.tenants.set_global_max_active(4)
+    assert await store.tenants.global_max_active() == 4
+    await store.tenants.set_global_max_active(None)
+    assert await store.tenants.global_max_active() is None
+
+
+async def test_an_invocation_belongs_to_its_owner_unless_mapped(store: Store) -> None:
+    await store.accept(NewInvocation("a", "ann", None, {}, "h"))
+    await store.accept(NewInvocation("b", "bob", None, {}, "h", tenant="acme", priority=5))
+    a, b = await store.get("a"), await store.get("b")
+    assert a is not None and b is not None
+    assert (a.tenant, a.priority) == ("ann", 0)
+    assert (b.tenant, b.priority) == ("acme", 5)
+    claim = await store.claim("b", "host:1")
+    assert claim is not None and claim.tenant == "acme"
