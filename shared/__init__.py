@@ -9,13 +9,17 @@ from tether.context import InvocationContext, LimitExceeded, RequestAuth
 from tether.credentials import UserAuthUnavailable
 from tether.durable import StepFailed, WaitTimeout
 from tether.thread import SessionThread, ThreadTurn
+from tether.usage import BudgetExceeded, ModelPrice, ModelUsage
 
 __all__ = [
     "AgentApp",
+    "BudgetExceeded",
     "InputCheck",
     "InputRejected",
     "InvocationContext",
     "LimitExceeded",
+    "ModelPrice",
+    "ModelUsage",
     "RequestAuth",
     "SessionThread",
     "StepFailed",

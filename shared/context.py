@@ -6,11 +6,13 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from tether.budgets import UsageMeter, admit
 from tether.durable import Durable, JournalSink
 from tether.events import user_event_type
 from tether.jsonvalue import dumps
 from tether.store.journal import Recorded
 from tether.thread import SessionThread
+from tether.usage import ModelUsage
 
 if TYPE_CHECKING:
     from databricks.sdk import WorkspaceClient
@@ -78,6 +80,8 @@ class InvocationContext:
         inline_sleep_max: float = 5.0,
         budget: EventBudget | None = None,
         thread: SessionThread | None = None,
+        tenant: str = "",
+        usage: UsageMeter | None = None,
     ) -> None:
         self.invocation_id = invocation_id
         self.session_id = session_id
@@ -93,6 +97,9 @@ class InvocationContext:
             sink, invocation_id, recorded or Recorded(), inline_sleep_max=inline_sleep_max
         )
         self._budget = budget
+        self.tenant = tenant
+        """Whose caps and budgets the invocation counts against."""
+        self._usage = usage
 
     @property
     def is_recovery(self) -> bool:
@@ -158,6 +165,23 @@ class InvocationContext:
         if self._budget is not None:
             self._budget.charge(size)
         return await self._sink.emit(event_type, data)
+
+    async def admit_model_call(self, step: str) -> None:
+        """Call before the model call that step ``step`` makes (before ``ctx.step(step, ...)``):
+        returns when the tenant's token and cost budgets allow the call, or at once when the
+        step is recorded (a replay spends nothing). Past a budget it raises
+        :class:`tether.BudgetExceeded` (the invocation fails with ``budget_exceeded``), or
+        parks the invocation when the tenant's ``on_budget`` is ``park`` (see
+        ``tether.budgets``)."""
+        if self._usage is not None:
+            await admit(self._durable, self._usage, self.invocation_id, step)
+
+    async def record_model_usage(self, usage: ModelUsage) -> None:
+        """Add one model call's usage to the invocation and to its tenant's current budget
+        period. Call it inside the step that made the call, once the call has ended: a replay
+        does not run the step, so a recorded call is never counted twice."""
+        if self._usage is not None:
+            await self._usage.record(usage)
 
     def load_checkpoint(self) -> Any:
         """The state last saved by ``save_checkpoint`` (by any attempt), or None."""

@@ -96,6 +96,15 @@ class Durable:
         """True until the handler has reached everything earlier attempts recorded."""
         return self._replays_left > 0
 
+    def recorded(self, name: str) -> bool:
+        """True when an earlier attempt finished step ``name`` (this attempt replays it)."""
+        return name in self._recorded.steps
+
+    def resolved(self, name: str) -> bool:
+        """True when wait ``name`` was parked on by an earlier attempt and has been resolved."""
+        record = self._recorded.waits.get(name)
+        return record is not None and record.resolved
+
     @property
     def step_key(self) -> str:
         key = _step_key.get()

@@ -22,6 +22,7 @@ class ErrorCode(StrEnum):
     INVALID_OUTPUT = "invalid_output"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     LIMIT_EXCEEDED = "limit_exceeded"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 MESSAGES: dict[ErrorCode, str] = {
@@ -45,4 +46,5 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.LIMIT_EXCEEDED: (
         "the invocation exceeded a run limit (events, event bytes or running time)"
     ),
+    ErrorCode.BUDGET_EXCEEDED: "the invocation's token or cost budget is spent",
 }

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tether.app import AgentApp, Handler
+from tether.budgets import StoreMeter
 from tether.context import InvocationContext
 from tether.credentials import WorkspaceAuth
 from tether.durable import Suspend
@@ -36,6 +37,7 @@ from tether.store.store import (
     ValueRefused,
 )
 from tether.thread import SessionThread
+from tether.usage import BudgetExceeded
 from tether.worker.attempt import EventWriter
 from tether.worker.run_limits import AttemptLimits, RunLimits
 
@@ -185,6 +187,8 @@ class Runtime:
             budget=running.limits,
             request_auth=request_auth,
             thread=thread,
+            tenant=claim.tenant,
+            usage=StoreMeter(self.store.usage, claim.invocation_id, claim.tenant),
         )
 
     async def _run(self, running: RunningAttempt) -> None:
@@ -262,10 +266,9 @@ class Runtime:
             return _stopped(running.stop_reason)
         except Superseded:
             return None
-        except Exception:
+        except Exception as exc:
             if running.limits.exceeded is None:
-                log.exception("invocation %s: handler raised", claim.invocation_id)
-                return failed(ErrorCode.INVOCATION_FAILED)
+                return _handler_failed(claim.invocation_id, exc)
         finally:
             running.in_handler = False
             running.limits.finish()
@@ -386,6 +389,15 @@ class Runtime:
                 log.warning(
                     "could not hand invocation %s back (%s)", running.claim.invocation_id, exc
                 )
+
+
+def _handler_failed(invocation_id: str, exc: Exception) -> Outcome:
+    """How a handler that raised ends (called in its ``except`` block, to log the traceback)."""
+    if isinstance(exc, BudgetExceeded):
+        log.info("invocation %s: %s", invocation_id, exc)
+        return failed(ErrorCode.BUDGET_EXCEEDED)
+    log.exception("invocation %s: handler raised", invocation_id)
+    return failed(ErrorCode.INVOCATION_FAILED)
 
 
 def _stopped(reason: StopReason) -> Outcome | None:

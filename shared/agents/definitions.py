@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from tether import ModelPrice
 from tether.agents.adapters.hosted import HostedTool, is_supervisor_tool
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.approvals import checked_timeout
@@ -60,6 +61,9 @@ class AgentDefinition:
     skill_refs: tuple[str, ...] | None = None
     skills: SkillCatalog | None = None
     mcp_servers: tuple[McpServer, ...] = ()
+    price: ModelPrice | None = None
+    """Its model's price per million input and output tokens, for the cost of its calls
+    (None: cost 0, unknown)."""
     origin: Origin = "code"
     source: Path | None = None
 
@@ -104,6 +108,20 @@ def check_no_cycles(root: AgentDefinition) -> None:
     visit(root, (root.name,))
 
 
+def checked_price(value: Any, where: str) -> ModelPrice | None:
+    """A model price from ``{input, output}`` (per million tokens; either may be left out)."""
+    if value is None or isinstance(value, ModelPrice):
+        return value
+    if not isinstance(value, Mapping) or set(value) - {"input", "output"}:
+        raise DefinitionError(
+            f"{where}: 'price' must be {{input, output}}, each a price per million tokens"
+        )
+    try:
+        return ModelPrice(value.get("input", 0.0), value.get("output", 0.0))
+    except ValueError as exc:
+        raise DefinitionError(f"{where}: 'price': {exc}") from None
+
+
 def _skill_refs(name: str, skills: Sequence[str] | None) -> tuple[str, ...] | None:
     if skills is None:
         return None
@@ -138,10 +156,12 @@ def create_agent(
     ephemeral: bool = False,
     skills: Sequence[str] | None = None,
     mcp_servers: Sequence[McpServer] = (),
+    price: ModelPrice | Mapping[str, float] | None = None,
 ) -> AgentDefinition:
     """A validated code agent. Sub-agent cycles are rejected here. ``skills`` names shared
     skills to opt into (resolved when a registry loads the agent); ``mcp_servers`` come from
-    ``mcp_server(name, url, ...)``."""
+    ``mcp_server(name, url, ...)``; ``price`` is the model's ``{input, output}`` price per
+    million tokens (for the cost of its calls)."""
     if not isinstance(name, str) or not AGENT_NAME.match(name):
         raise DefinitionError(f"agent name {name!r} must match {AGENT_NAME.pattern}")
     if not isinstance(instructions, str):
@@ -174,6 +194,7 @@ def create_agent(
         ephemeral=ephemeral is True,
         skill_refs=_skill_refs(name, skills),
         mcp_servers=_servers(name, mcp_servers),
+        price=checked_price(price, f"Agent '{name}'"),
     )
     check_no_cycles(agent)
     return agent

@@ -130,6 +130,7 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         on_behalf_of_user=obo,
         mcp=registry.mcp,
         mcp_auth=ctx.request_auth,
+        meter=ctx,
     )
     loop = AgentLoop(agent, run)
     earlier = await history(ctx, agent)

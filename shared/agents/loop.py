@@ -20,6 +20,7 @@ from tether.agents.dispatch import ToolDispatcher
 from tether.agents.errors import ModelError
 from tether.agents.mcp.agent_tools import mcp_function_tools, recorded_mcp_tools
 from tether.agents.mcp.credentials import Caller
+from tether.agents.metering import turn_usage
 from tether.agents.registry import ToolEntry, extensions, model_tools, system_prompt, tool_index
 from tether.agents.run_context import RunContext
 from tether.agents.skills.prompt import recorded_skills_prompt
@@ -182,7 +183,9 @@ class AgentLoop:
         async def ask() -> dict[str, Any]:
             return (await self._ask(request, state.text)).to_json()
 
-        record = TurnRecord.from_json(await self.run_ctx.steps.step(self.path.turn(turn), ask))
+        name = self.path.turn(turn)
+        await self.run_ctx.meter.admit_model_call(name)  # budgets; nothing when replayed
+        record = TurnRecord.from_json(await self.run_ctx.steps.step(name, ask))
         if record.error is not None:
             if self.path.depth == 0:
                 await self._emit(status("error", str(record.error)))
@@ -190,9 +193,10 @@ class AgentLoop:
         return record
 
     async def _ask(self, request: AgentInput, text: str) -> TurnRecord:
-        """Stream one turn, emitting its events; a model failure is recorded, not raised, so a
-        replay fails (or, in a sub-agent, reports it) exactly as the first attempt did."""
-        outcome = None
+        """Stream one turn, emitting its events, then add its usage; a model failure is
+        recorded, not raised, so a replay fails (or, in a sub-agent, reports it) exactly as the
+        first attempt did."""
+        outcome, before, aborted = None, text, False
         try:
             async with contextlib.aclosing(self.adapter.turn(request)) as items:
                 async for item in items:
@@ -202,10 +206,14 @@ class AgentLoop:
                         text = accumulate(text, item)
                         await self._emit(item)
                     if self.run_ctx.aborted():
-                        return TurnRecord(text)  # stop consuming at once; the text so far stands
+                        aborted = True  # stop consuming at once; the text so far stands
+                        break
         except ModelError as exc:
             return TurnRecord(text, error=exc)
-        return TurnRecord(text, outcome)
+        streamed = text[len(before) :] if text.startswith(before) else text
+        usage = turn_usage(request, None if aborted else outcome, streamed, self.agent.price)
+        await self.run_ctx.meter.record_model_usage(usage)
+        return TurnRecord(text) if aborted else TurnRecord(text, outcome)
 
     async def _child(self, agent: AgentDefinition, text: str, path: AgentPath) -> str:
         loop = AgentLoop(agent, self.run_ctx, path=path)

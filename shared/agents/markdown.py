@@ -13,7 +13,7 @@ import yaml
 
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.approvals import checked_timeout
-from tether.agents.definitions import AgentDefinition, Tool
+from tether.agents.definitions import AgentDefinition, Tool, checked_price
 from tether.agents.errors import DefinitionError
 from tether.agents.mcp.servers import servers_from_front_matter
 
@@ -42,6 +42,7 @@ KNOWN_KEYS = frozenset(
         "resumeWithoutUser",
         "mcp",
         "mcp_servers",
+        "price",
     }
 )
 APPROVAL_KEYS = frozenset({"timeout"})
@@ -212,6 +213,7 @@ def definition_from_markdown(
         approval_timeout_s=_approval_timeout(fm, path),
         skill_refs=_skill_refs(fm, path),
         mcp_servers=servers_from_front_matter(fm, path),
+        price=checked_price(fm.get("price"), str(path)),
         origin="markdown",
         source=path,
     )

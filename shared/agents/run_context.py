@@ -14,6 +14,7 @@ from tether.agents.approvals import ApprovalPolicy
 from tether.agents.definitions import AgentDefinition
 from tether.agents.dispatch import Budget
 from tether.agents.mcp.hub import McpHub
+from tether.agents.metering import ModelMeter, UsageTally
 from tether.agents.steps import StepLog, Unrecorded
 from tether.agents.types import AgentEvent, Limits, ModelAdapter
 
@@ -49,6 +50,9 @@ class RunContext:
     mcp_auth: RequestAuth | None = None
     """The caller's credentials for ``tools/call`` on workspace MCP servers (``ctx.request_auth``
     of any agent that uses them; the service principal's are used without)."""
+    meter: ModelMeter = field(default_factory=UsageTally)
+    """Checks the budgets before each model turn and takes its usage after it (the
+    invocation's context in the server)."""
 
     @property
     def step_key(self) -> str:

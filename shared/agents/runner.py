@@ -13,11 +13,13 @@ from tether.agents.definitions import AgentDefinition, reachable
 from tether.agents.dispatch import Budget
 from tether.agents.errors import DefinitionError
 from tether.agents.loop import AgentLoop
+from tether.agents.metering import UsageTally
 from tether.agents.models import resolve_model
 from tether.agents.registry import capability_warnings
 from tether.agents.run_context import RunContext
 from tether.agents.steps import Unrecorded
 from tether.agents.types import AgentEvent, Limits, Message, ModelAdapter, user
+from tether.usage import UsageTotals
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,8 @@ class AgentRunResult:
     text: str
     events: list[AgentEvent] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    """What the run's model calls used (estimated where a model reported none)."""
 
 
 def _messages(value: str | Sequence[Message | dict[str, Any]]) -> list[Message]:
@@ -82,6 +86,7 @@ async def run_agent(
             await on_event(event)
 
     limits = limits or Limits()
+    tally = UsageTally()
     run = RunContext(
         emit=emit,
         model_for=model_for,
@@ -91,7 +96,8 @@ async def run_agent(
         with_base_prompt=False,
         steps=Unrecorded(),
         approval=ApprovalPolicy(require_for_destructive=False),
+        meter=tally,
     )
     loop = AgentLoop(definition, run)
     state = await loop.run(loop.start(_messages(input)))
-    return AgentRunResult(state.text, events, state.messages)
+    return AgentRunResult(state.text, events, state.messages, tally.totals)

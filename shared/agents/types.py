@@ -11,6 +11,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from tether import ModelUsage
+
 Role = Literal["system", "user", "assistant", "tool"]
 ToolEffect = Literal["read", "write", "update", "destructive"]
 AgentEvent = dict[str, Any]
@@ -139,10 +141,12 @@ class AgentInput:
 
 @dataclass(frozen=True, slots=True)
 class TurnOutcome:
-    """The end of one model turn: the text it produced and the tool calls it asked for."""
+    """The end of one model turn: the text it produced, the tool calls it asked for, and the
+    usage the model reported (None when it reported none)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
+    usage: ModelUsage | None = None
 
 
 TurnItem = AgentEvent | TurnOutcome

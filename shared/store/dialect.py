@@ -39,6 +39,10 @@ class Dialect(ABC):
         """``INSERT … ON CONFLICT (key) DO NOTHING``: a row whose key exists is skipped."""
 
     @abstractmethod
+    def insert(self, table: sa.Table) -> Any:
+        """The dialect's ``INSERT``, which takes ``on_conflict_do_update`` (an upsert)."""
+
+    @abstractmethod
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
     ) -> frozenset[str]:
@@ -71,6 +75,9 @@ class PostgreSQL(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def insert(self, table: sa.Table) -> Any:
+        return postgresql.insert(table)
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
@@ -122,6 +129,9 @@ class SQLite(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def insert(self, table: sa.Table) -> Any:
+        return sqlite.insert(table)
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from tether.status import CRASH, OPEN, RESUME, TERMINAL, TERMINAL_VALUES, Status
+from tether.usage import UsageTotals
 
 __all__ = ["CRASH", "OPEN", "RESUME", "TERMINAL", "TERMINAL_VALUES", "Status"]  # re-exported
 
@@ -51,6 +52,11 @@ invocations = sa.Table(
     sa.Column("user_auth", sa.Boolean, nullable=False),
     sa.Column("tenant", sa.Text, nullable=False),
     sa.Column("priority", sa.SmallInteger, nullable=False),
+    sa.Column("usage_input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("usage_output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("usage_cost", sa.Float, nullable=False),
+    sa.Column("usage_estimated", sa.Boolean, nullable=False),
+    sa.Column("usage_model_calls", sa.Integer, nullable=False),
 )
 
 events = sa.Table(
@@ -161,6 +167,43 @@ tenant_buckets = sa.Table(
 )
 """Each rate-limited tenant's accept token bucket."""
 
+tenant_usage = sa.Table(
+    "tether_tenant_usage",
+    metadata,
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("period_start", sa.Float, primary_key=True),
+    sa.Column("tokens", sa.BigInteger, nullable=False),
+    sa.Column("cost", sa.Float, nullable=False),
+    sa.Column("model_calls", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+"""What each tenant's model calls used per budget period (:mod:`tether.store.usage`)."""
+
+USAGE_COLUMNS = [
+    invocations.c[name]
+    for name in (
+        "usage_input_tokens",
+        "usage_output_tokens",
+        "usage_cost",
+        "usage_estimated",
+        "usage_model_calls",
+    )
+]
+
+
+def usage_of(row: sa.RowMapping) -> UsageTotals | None:
+    """An invocation row's model usage; None when it made no model call."""
+    calls = int(row["usage_model_calls"])
+    if not calls:
+        return None
+    return UsageTotals(
+        int(row["usage_input_tokens"]),
+        int(row["usage_output_tokens"]),
+        float(row["usage_cost"]),
+        bool(row["usage_estimated"]),
+        calls,
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class Invocation:
@@ -184,6 +227,8 @@ class Invocation:
     finished_at: float | None
     tenant: str = ""
     priority: int = 0
+    usage: UsageTotals | None = None
+    """What its model calls used (``ctx.record_model_usage``); None when it made none."""
 
     @classmethod
     def from_row(cls, row: sa.RowMapping) -> Invocation:
@@ -206,10 +251,14 @@ class Invocation:
             finished_at=row["finished_at"],
             tenant=row["tenant"],
             priority=row["priority"],
+            usage=usage_of(row),
         )
 
 
-INVOCATION_COLUMNS = [invocations.c[name] for name in Invocation.__slots__]
+INVOCATION_COLUMNS = [
+    *(invocations.c[name] for name in Invocation.__slots__ if name != "usage"),
+    *USAGE_COLUMNS,
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from tether.store.migrate import migrate
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
 from tether.store.tenants import Tenants
 from tether.store.threads import Threads
+from tether.store.usage import Usage
 from tether.store.writes import Accepted, AppendRequest, Finished, FinishRequest, NewEvent
 
 __all__ = [
@@ -80,6 +81,8 @@ class Store:
         """Agent threads, per owner and session (:mod:`tether.store.threads`)."""
         self.tenants = Tenants(self.db)
         """Tenants' limits (:mod:`tether.store.tenants`)."""
+        self.usage = Usage(self.db, self.tenants)
+        """Model usage per invocation and per tenant and period (:mod:`tether.store.usage`)."""
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:

@@ -19,7 +19,7 @@ import tether
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDES = ("tether.gateway", "tether.worker")
-PUBLIC_HANDLER_API = {"tether", "tether.jsonvalue"}
+PUBLIC_HANDLER_API = {"tether", "tether.jsonvalue", "tether.usage"}
 
 
 def imports_of(folder: str) -> dict[str, set[str]]:

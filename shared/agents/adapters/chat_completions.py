@@ -72,6 +72,7 @@ class ChatCompletionsAdapter:
         max_stream_text_chars: int = MAX_STREAM_TEXT_CHARS,
         max_tool_arguments_chars: int = MAX_TOOL_ARGUMENTS_CHARS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        stream_usage: bool = False,
     ) -> None:
         self.auth = auth
         self.url = auth.base_url + path
@@ -86,6 +87,9 @@ class ChatCompletionsAdapter:
         self.max_stream_text_chars = max_stream_text_chars
         self.max_tool_arguments_chars = max_tool_arguments_chars
         self.timeout_s = timeout_s
+        self.stream_usage = stream_usage
+        """Ask for the usage in the stream's last chunk (``stream_options.include_usage``),
+        for APIs that report it only when asked (OpenAI's); Model Serving reports it anyway."""
 
     def body(self, request: AgentInput) -> dict[str, Any]:
         """The JSON body of one turn (spec §2.2)."""
@@ -98,6 +102,8 @@ class ChatCompletionsAdapter:
         }
         if self.model is not None:
             body["model"] = self.model
+        if self.stream_usage:
+            body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = wire_tools(request.tools)
         return body
@@ -112,6 +118,8 @@ class ChatCompletionsAdapter:
                 async for line in lines:
                     for event in parser.feed_line(line):
                         yield event
+            for event in parser.finish():  # an answer that came whole, not streamed
+                yield event
         except HttpStatusError as exc:
             log.warning("%s error: HTTP %d", self.name, exc.status)
             raise ModelError(self.name, HTTP_STATUS, status=exc.status) from None
@@ -129,7 +137,7 @@ class ChatCompletionsAdapter:
                 type(c)(c.id, reverse.get(c.name, c.name), c.args)
                 for c in parse_text_tool_calls(parser.text, set(reverse))
             )
-        yield TurnOutcome(parser.text, calls)
+        yield TurnOutcome(parser.text, calls, parser.usage)
 
     async def _lines(
         self,
@@ -164,6 +172,7 @@ def from_ai_gateway(
     model: str, *, config: Config | None = None, **options: Any
 ) -> ChatCompletionsAdapter:
     """The workspace AI Gateway's chat-completions route, with the model named in the body."""
+    options.setdefault("stream_usage", True)
     return ChatCompletionsAdapter(
         DatabricksAuth(config), "/ai-gateway/mlflow/v1/chat/completions", model=model, **options
     )
@@ -176,4 +185,5 @@ def openai_compatible(
     url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
     options.setdefault("label", "Model API")
+    options.setdefault("stream_usage", True)
     return ChatCompletionsAdapter(BearerAuth(url, key), "/chat/completions", model=model, **options)

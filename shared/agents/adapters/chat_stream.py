@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import ModelUsage
+from tether.agents.adapters.usage import chat_usage
 from tether.agents.errors import DefinitionError, StreamLimitExceeded
 from tether.agents.types import (
     AgentEvent,
@@ -106,18 +108,26 @@ class _PendingCall:
 
 @dataclass
 class ChatDeltaParser:
-    """Accumulates one streamed completion: text, reasoning and tool calls keyed by ``index``."""
+    """Accumulates one streamed completion: text, reasoning, tool calls keyed by ``index`` and
+    the usage the endpoint reported. An endpoint that answers with one JSON completion instead
+    of a stream is read whole when the body ends (:meth:`finish`)."""
 
     max_text_chars: int = MAX_STREAM_TEXT_CHARS
     max_argument_chars: int = MAX_TOOL_ARGUMENTS_CHARS
     text: str = ""
     calls: dict[int, _PendingCall] = field(default_factory=dict)
+    usage: ModelUsage | None = None
+    streamed: bool = False
+    body: list[str] = field(default_factory=list)
+    body_chars: int = 0
 
     def feed_line(self, line: str) -> list[AgentEvent]:
         """Events for one wire line; only ``data: `` lines (with the space) count (spec §2.3)."""
         stripped = line.strip()
         if not stripped.startswith("data: "):
+            self._keep(line)
             return []
+        self.streamed = True
         data = stripped[len("data: ") :]
         if data == "[DONE]":
             return []
@@ -128,7 +138,39 @@ class ChatDeltaParser:
             return []
         return self.feed(payload)
 
+    def _keep(self, line: str) -> None:
+        """A line that is not SSE data: part of a non-streamed answer, until the body ends."""
+        if self.streamed or self.body_chars + len(line) > self.max_text_chars:
+            return
+        self.body.append(line)
+        self.body_chars += len(line) + 1
+
+    def finish(self) -> list[AgentEvent]:
+        """At the end of the body: the events of a non-streamed answer (``choices[0].message``
+        read as one delta), if that is what came; nothing after a stream."""
+        if self.streamed or not self.body:
+            return []
+        try:
+            payload = json.loads("\n".join(self.body))
+        except ValueError:
+            return []
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return []
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            return []
+        calls = message.get("tool_calls")
+        delta = {
+            **message,
+            "tool_calls": [
+                {**c, "index": i} for i, c in enumerate(calls or ()) if isinstance(c, dict)
+            ],
+        }
+        return self.feed({"choices": [{"delta": delta}], "usage": payload.get("usage")})
+
     def feed(self, payload: Any) -> list[AgentEvent]:
+        self.usage = chat_usage(payload) or self.usage
         choices = payload.get("choices") if isinstance(payload, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return []

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import ModelUsage
 from tether.agents.errors import DefinitionError, ModelError
 from tether.agents.types import (
     AgentInput,
@@ -33,6 +34,8 @@ class ScriptedTurn:
     tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     thinking: str | None = None
     error: str | None = None  # raise ModelError with this code instead of answering
+    usage: tuple[int, int] | None = None
+    """(input, output) tokens to report as the turn's usage; None reports none (estimated)."""
 
     @classmethod
     def parse(cls, raw: Any) -> ScriptedTurn:
@@ -48,7 +51,17 @@ class ScriptedTurn:
             if not isinstance(call, dict) or not isinstance(call.get("name"), str):
                 raise DefinitionError("a scripted tool call needs a 'name'")
             calls.append((call["name"], dict(call.get("args") or {})))
-        return cls(str(raw.get("text") or ""), tuple(calls), raw.get("thinking"), raw.get("error"))
+        usage = raw.get("usage")
+        reported = None
+        if usage is not None:
+            if not isinstance(usage, dict) or not all(
+                isinstance(usage.get(k), int) and usage[k] >= 0
+                for k in ("input_tokens", "output_tokens")
+            ):
+                raise DefinitionError("a scripted usage is {input_tokens, output_tokens}")
+            reported = (usage["input_tokens"], usage["output_tokens"])
+        text = str(raw.get("text") or "")
+        return cls(text, tuple(calls), raw.get("thinking"), raw.get("error"), reported)
 
 
 def _turn_index(messages: Sequence[Message]) -> int:
@@ -96,4 +109,5 @@ class ScriptedModel:
             ToolCall(f"call_{index}_{i}", name, args)
             for i, (name, args) in enumerate(step.tool_calls)
         )
-        yield TurnOutcome(text, calls)
+        usage = None if step.usage is None else ModelUsage(*step.usage)
+        yield TurnOutcome(text, calls, usage)

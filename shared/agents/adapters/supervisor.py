@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from tether.agents.adapters.http import AuthSource, DatabricksAuth, HttpStatusError, post_stream
+from tether.agents.adapters.usage import responses_usage
 from tether.agents.errors import (
     TRANSPORT,
     UPSTREAM_FAILED,
@@ -231,7 +232,7 @@ class SupervisorAdapter:
                 log_upstream(LABEL, UPSTREAM_FAILED, body.get("error"))
                 raise ModelError(LABEL, UPSTREAM_FAILED)
             yield status("complete")
-        yield TurnOutcome(state.text)
+        yield TurnOutcome(state.text, usage=responses_usage(completed))
 
     async def _events(
         self,
