@@ -32,6 +32,7 @@ from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
+from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
 from tether.settings import Settings
@@ -99,6 +100,8 @@ async def metrics_view(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     with contextlib.suppress(Exception):
         metrics.queued.set(await request.app[QUEUED].value())
+    with contextlib.suppress(Exception):
+        await request.app[TENANT_USAGE].refresh()
     return web.Response(
         body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
@@ -147,6 +150,7 @@ def create_app(
             max_open = settings.limits.max_active_per_owner
             app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open, services.credentials)
             app[QUEUED] = QueuedGauge(services.store)
+            app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
             yield
 
     app.cleanup_ctx.append(services_ctx)

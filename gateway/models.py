@@ -151,6 +151,21 @@ class CancelledDetail(ErrorDetail):
     code: Literal[ErrorCode.CANCELLED]
 
 
+class UsageView(BaseModel):
+    """What the invocation's model calls used, over all its attempts."""
+
+    model_config = STRICT
+
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    total_tokens: int = Field(ge=0)
+    cost: float = Field(ge=0, description="From the agents' model prices; 0 when none is known.")
+    estimated: bool = Field(
+        description="Some call's model reported no usage: its tokens were estimated from the text."
+    )
+    model_calls: int = Field(ge=1)
+
+
 class _StatusDocument(BaseModel):
     """What every status document holds; ``status`` decides what else it has."""
 
@@ -164,6 +179,11 @@ class _StatusDocument(BaseModel):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     last_event_id: int = Field(ge=0, description="The cursor of the last stored event.")
+    usage: UsageView | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="Present once the run has made a model call.",
+    )
 
 
 class OpenView(_StatusDocument):
@@ -322,6 +342,8 @@ def view(invocation: Invocation, waiting_for: list[dict[str, Any]] | None = None
         "finished_at": iso_utc(invocation.finished_at),
         "last_event_id": invocation.last_event_id,
     }
+    if invocation.usage is not None:
+        fields["usage"] = invocation.usage.to_json()
     if invocation.status is Status.WAITING:
         fields["waiting_for"] = waiting_for or []
     elif invocation.status is Status.COMPLETED:

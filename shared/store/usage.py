@@ -94,8 +94,9 @@ class Usage:
 
     async def add(
         self, invocation_id: str, tenant: str, budget_period: float, usage: ModelUsage
-    ) -> None:
-        """Add one model call's usage to its invocation and to its tenant's current period."""
+    ) -> float:
+        """Add one model call's usage to its invocation and to its tenant's current period;
+        returns the start of the period it was charged to."""
         changes: dict[str, Any] = {
             "usage_input_tokens": inv.usage_input_tokens + usage.input_tokens,
             "usage_output_tokens": inv.usage_output_tokens + usage.output_tokens,
@@ -106,12 +107,13 @@ class Usage:
             changes["usage_estimated"] = sa.true()
         async with self._db.transaction() as conn:
             now = float(await conn.scalar(sa.select(self._db.now)) or 0.0)
+            start = period_start(now, budget_period)
             await conn.execute(
                 sa.update(invocations).where(inv.id == invocation_id).values(changes)
             )
             insert = self._db.dialect.insert(tenant_usage).values(
                 tenant=tenant,
-                period_start=period_start(now, budget_period),
+                period_start=start,
                 tokens=usage.total_tokens,
                 cost=usage.cost,
                 model_calls=1,
@@ -128,6 +130,7 @@ class Usage:
                     },
                 )
             )
+        return start
 
     async def tenants(self, names: Sequence[str] | None = None) -> list[TenantUsage]:
         """Every tenant with usage stored (or just ``names``): its current period's and its
