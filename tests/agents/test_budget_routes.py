@@ -108,7 +108,7 @@ async def test_a_parked_run_waits_for_its_budget_and_resumes_when_its_wait_is_re
     invocation_id = body["id"]
 
     async def waiting() -> bool:
-        return (await status(client, invocation_id))["status"] == "waiting"
+        return bool((await status(client, invocation_id))["status"] == "waiting")
 
     await wait_for(waiting)
     document = await status(client, invocation_id)
@@ -125,7 +125,7 @@ async def test_a_parked_run_waits_for_its_budget_and_resumes_when_its_wait_is_re
     assert r.status in (200, 202)
 
     async def completed() -> bool:
-        return (await status(client, invocation_id))["status"] == "completed"
+        return bool((await status(client, invocation_id))["status"] == "completed")
 
     await wait_for(completed)
     assert (await status(client, invocation_id))["usage"]["model_calls"] == 4
