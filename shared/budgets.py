@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tether.durable import Durable, WaitTimeout
+from tether.store.errors import StoreUnavailable
 from tether.store.usage import BudgetState, Usage
 from tether.usage import BudgetExceeded, ModelUsage
 
@@ -85,10 +86,20 @@ class StoreMeter:
         return judge(state)
 
     async def record(self, usage: ModelUsage) -> None:
-        if self._period is None:  # a call recorded without a check: read the period now
-            await self.check()
-        assert self._period is not None
-        await self._usage.add(self._invocation_id, self._tenant, self._period, usage)
+        """Add a call's usage. The database being unavailable loses this one count (logged)
+        rather than failing the model turn, whose step would then replay as failed."""
+        try:
+            if self._period is None:  # a call recorded without a check: read the period now
+                await self.check()
+            assert self._period is not None
+            await self._usage.add(self._invocation_id, self._tenant, self._period, usage)
+        except StoreUnavailable as exc:
+            log.warning(
+                "invocation %s: the usage of a model call (%d tokens) was not recorded (%s)",
+                self._invocation_id,
+                usage.total_tokens,
+                exc,
+            )
 
 
 def wait_name(step: str, n: int) -> str:

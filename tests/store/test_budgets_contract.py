@@ -25,9 +25,11 @@ from tether.agents.types import ModelAdapter
 from tether.budgets import StoreMeter, wait_name
 from tether.durable import Suspend
 from tether.jsonvalue import dumps
+from tether.store.errors import StoreUnavailable
 from tether.store.journal import Resolution
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
+from tether.store.usage import Usage
 from tether.usage import UsageTotals
 
 pytestmark = pytest.mark.timeout(60)
@@ -333,3 +335,37 @@ async def test_a_call_made_again_after_a_crash_is_new_spending(store: Store) -> 
     usage = await usage_of(store, "inv-1")
     assert len(model.requests) == 3
     assert usage is not None and usage.model_calls == 3
+
+
+class Unavailable(Usage):
+    """The store's usage table, while the database is down for writes."""
+
+    async def add(self, *args: Any, **kwargs: Any) -> float:
+        raise StoreUnavailable("the database is down")
+
+
+async def test_a_usage_write_the_database_refuses_loses_that_count_not_the_turn(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = looping_model(turns=1)
+    app = app_of(model)
+    await accepted(store, "inv-1")
+    sink = FakeSink()
+    ctx_usage = Unavailable(store.db, store.tenants)
+    ctx = InvocationContext(
+        invocation_id="inv-1",
+        session_id=None,
+        attempt=1,
+        sink=sink,
+        recorded=sink.recorded(),
+        tenant="acme",
+        usage=StoreMeter(ctx_usage, "inv-1", "acme"),
+    )
+    handler = app.handler_for(False)
+    assert handler is not None
+    with caplog.at_level("WARNING"):
+        result = await handler("go", ctx)
+    assert result["text"] == ""  # the run finished: the turns were recorded, not failed
+    assert all(record.error_type is None for record in sink.steps.values())
+    assert "inv-1: the usage of a model call (120 tokens) was not recorded" in caplog.text
+    assert await usage_of(store, "inv-1") is None
