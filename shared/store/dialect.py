@@ -39,6 +39,14 @@ class Dialect(ABC):
         """``INSERT … ON CONFLICT (key) DO NOTHING``: a row whose key exists is skipped."""
 
     @abstractmethod
+    def upsert(self, table: sa.Table) -> Any:
+        """``INSERT`` that takes ``.on_conflict_do_update(...)``."""
+
+    @abstractmethod
+    def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+        """The largest whole number at most ``value`` (``value`` >= 0)."""
+
+    @abstractmethod
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
     ) -> frozenset[str]:
@@ -71,6 +79,12 @@ class PostgreSQL(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def upsert(self, table: sa.Table) -> Any:
+        return postgresql.insert(table)
+
+    def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+        return sa.cast(sa.func.floor(value), sa.Integer)  # a cast alone rounds
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
@@ -122,6 +136,12 @@ class SQLite(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def upsert(self, table: sa.Table) -> Any:
+        return sqlite.insert(table)
+
+    def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+        return sa.cast(value, sa.Integer)  # truncates (floor() needs SQLite's math functions)
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
