@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
+from tether.gateway.admin import routes as admin_routes
 from tether.gateway.agent_routes import routes as agent_routes
 from tether.gateway.auth import resolve_auth
 from tether.gateway.body import read_body
@@ -26,12 +27,16 @@ from tether.gateway.keys import (
     SERVICES,
     SETTINGS,
     STREAMS,
+    TENANCY,
+    TENANT_COUNTS,
 )
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
+from tether.gateway.tenancy import resolve_tenancy
+from tether.gateway.tenant_limits import OpenCountsCache
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
 from tether.settings import Settings
@@ -99,6 +104,8 @@ async def metrics_view(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     with contextlib.suppress(Exception):
         metrics.queued.set(await request.app[QUEUED].value())
+    with contextlib.suppress(Exception):
+        metrics.set_tenant_counts(await request.app[TENANT_COUNTS].value())
     return web.Response(
         body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
@@ -126,7 +133,7 @@ def create_app(
     composition root runs a worker node beside it and hands both the same services."""
     json_posts = {
         r.handler
-        for table in (routes, input_routes, agent_routes)
+        for table in (routes, input_routes, agent_routes, admin_routes)
         for r in table
         if isinstance(r, web.RouteDef) and r.method == "POST"
     }
@@ -136,6 +143,7 @@ def create_app(
     )
     app[SETTINGS] = settings
     app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
+    app[TENANCY] = resolve_tenancy(settings.auth, app[AUTH])
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()
     open_streams: set[Subscription] = set()
@@ -147,6 +155,7 @@ def create_app(
             max_open = settings.limits.max_active_per_owner
             app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open, services.credentials)
             app[QUEUED] = QueuedGauge(services.store)
+            app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)
             yield
 
     app.cleanup_ctx.append(services_ctx)
@@ -154,6 +163,7 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(input_routes)
     app.add_routes(agent_routes)
+    app.add_routes(admin_routes)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     for route in agent_app.routes:

@@ -22,6 +22,9 @@ class ErrorCode(StrEnum):
     INVALID_OUTPUT = "invalid_output"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     LIMIT_EXCEEDED = "limit_exceeded"
+    TENANT_RATE_LIMITED = "tenant_rate_limited"
+    TENANT_QUEUE_FULL = "tenant_queue_full"
+    FORBIDDEN = "forbidden"
 
 
 MESSAGES: dict[ErrorCode, str] = {
@@ -42,6 +45,9 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.CANCELLED: "the invocation was cancelled",
     ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "the request must be sent as Content-Type: application/json",
+    ErrorCode.TENANT_RATE_LIMITED: "too many new invocations for this tenant; retry later",
+    ErrorCode.TENANT_QUEUE_FULL: "too many unfinished invocations for this tenant",
+    ErrorCode.FORBIDDEN: "only an admin may do this",
     ErrorCode.LIMIT_EXCEEDED: (
         "the invocation exceeded a run limit (events, event bytes or running time)"
     ),
