@@ -118,7 +118,7 @@ async def test_an_out_of_range_priority_is_a_422_and_another_one_a_conflict(api:
     request = {"id": new_id(), "priority": 1}
     assert (await submit(api, as_user(api.owner), **request))[0] == 202
     assert (await submit(api, as_user(api.owner), **{**request, "priority": 2}))[0] == 409
-    await api.cancel(request["id"])
+    await api.cancel(str(request["id"]))
 
 
 async def test_the_metrics_show_each_tenants_open_invocations(api: Api) -> None:
