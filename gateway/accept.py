@@ -11,13 +11,11 @@ Also the admission gauge: how many invocations are queued, read at most once a s
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 from collections.abc import Sequence
 
 from tether.credentials import CredentialVault, UserCredential
-from tether.gateway.tenant_limits import LimitsCache
+from tether.gateway.tenant_limits import Fresh, LimitsCache, LimitsSnapshot
 from tether.groupcommit import GroupCommit
 from tether.queue import Queue
 from tether.store.buckets import Grant, Want
@@ -73,9 +71,9 @@ class Acceptor:
             self._carried.pop(new.id, None)
 
     async def _flush(self, batch: list[NewInvocation]) -> list[Outcome]:
-        outcomes: list[Outcome | None] = list(await self._rate_limited(batch))
-        passing = [new for new, refused in zip(batch, outcomes, strict=True) if refused is None]
         snapshot = await self.limits.value()
+        outcomes: list[Outcome | None] = list(await self._rate_limited(batch, snapshot))
+        passing = [new for new, refused in zip(batch, outcomes, strict=True) if refused is None]
         caps = {
             tenant: cap
             for tenant in {new.tenant_or_owner for new in passing}
@@ -96,10 +94,11 @@ class Acceptor:
         )
         return done
 
-    async def _rate_limited(self, batch: Sequence[NewInvocation]) -> list[TenantRateLimited | None]:
+    async def _rate_limited(
+        self, batch: Sequence[NewInvocation], snapshot: LimitsSnapshot
+    ) -> list[TenantRateLimited | None]:
         """Take each rate-limited tenant's tokens for the batch; the requests its bucket cannot
         pay for (the latest of the batch) are refused, in place."""
-        snapshot = await self.limits.value()
         wants: dict[str, Want] = {}
         for tenant, count in Counter(new.tenant_or_owner for new in batch).items():
             limits = snapshot.of(tenant)
@@ -120,20 +119,8 @@ class Acceptor:
         return refused
 
 
-class QueuedGauge:
+class QueuedGauge(Fresh[int]):
     """The number of queued invocations, read at most once a second (admission control)."""
 
     def __init__(self, store: Store, max_age: float = 1.0) -> None:
-        self._store = store
-        self._max_age = max_age
-        self._value = 0
-        self._read_at = float("-inf")
-        self._lock = asyncio.Lock()
-
-    async def value(self) -> int:
-        if time.monotonic() - self._read_at > self._max_age:
-            async with self._lock:
-                if time.monotonic() - self._read_at > self._max_age:
-                    self._value = await self._store.count_queued()
-                    self._read_at = time.monotonic()
-        return self._value
+        super().__init__(store.count_queued, 0, max_age)

@@ -371,3 +371,31 @@ async def test_metrics_count_each_tenants_open_invocations(
     }
     assert open_of == {"alice": 1.0, "team-b": 2.0}
     assert "tether_tenant_waiting" in text
+
+
+# -- agent turns ------------------------------------------------------------------------------
+
+
+async def test_an_agent_turn_counts_against_the_callers_tenant(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    from tests.agents.agent_server import Counter, agent_app, parse_sse
+
+    client = await client_for(
+        aiohttp_client,
+        tmp_path,
+        app=agent_app(Counter()),
+        auth={**PROXY, "admins": ["root"], "tenants": {"alice": "team-a"}},
+        timers={"shutdown_grace": 0.2, "sync_timeout": 10},
+    )
+    r = await client.post("/api/agents/chat", json={"message": "hi"}, headers=ALICE)
+    assert r.status == 200
+    stream_id = parse_sse(await r.text())[0]["data"]["data"]["streamId"]
+    got = await client.get(f"/api/invocations/{stream_id}", headers=ALICE)
+    assert (await got.json())["tenant"] == "team-a"
+    await set_limits(client, "team-a", rate=0.01, burst=1)
+    r = await client.post("/api/agents/chat", json={"message": "again"}, headers=ALICE)
+    assert r.status == 200  # the bucket starts full: one turn
+    r = await client.post("/api/agents/chat", json={"message": "more"}, headers=ALICE)
+    assert r.status == 429 and "Retry-After" in r.headers
+    assert (await r.json())["error"]["code"] == "tenant_rate_limited"
