@@ -22,6 +22,8 @@ MIGRATION_LOCK_KEY = 0x7E7E_0001
 
 class Dialect(ABC):
     name: str
+    autocommits: bool = False
+    """Whether a connection may commit each statement on its own (``Database.autocommit``)."""
     now: sa.ColumnElement[float]
     """The database clock, in seconds since the epoch: every timestamp and staleness is judged
     on it, never on a worker's clock."""
@@ -65,6 +67,7 @@ class Dialect(ABC):
 class PostgreSQL(Dialect):
     name = "postgresql"
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
+    autocommits = True
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
         return {
