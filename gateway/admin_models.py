@@ -57,7 +57,7 @@ class LimitsChange(BaseModel):
     on_budget: StrictStr | None = Field(None, description="fail or park")
 
 
-class OpenView(BaseModel):
+class OpenCountsView(BaseModel):
     model_config = STRICT
 
     queued: int
@@ -65,7 +65,7 @@ class OpenView(BaseModel):
     waiting: int
 
     @classmethod
-    def of(cls, counts: OpenCounts | None) -> OpenView:
+    def of(cls, counts: OpenCounts | None) -> OpenCountsView:
         counts = counts or OpenCounts()
         return cls(queued=counts.queued, running=counts.running, waiting=counts.waiting)
 
@@ -79,7 +79,7 @@ class TenantView(BaseModel):
     tenant: str
     own_limits: bool
     limits: LimitsView
-    open: OpenView
+    open: OpenCountsView
     updated_at: Timestamp | None = Field(description="When its own limits last changed.")
 
     @classmethod
@@ -90,7 +90,7 @@ class TenantView(BaseModel):
             tenant=tenant,
             own_limits=row is not None,
             limits=LimitsView.of(row.limits if row is not None else applied),
-            open=OpenView.of(counts),
+            open=OpenCountsView.of(counts),
             updated_at=iso_utc(row.updated_at) if row is not None else None,
         )
 
