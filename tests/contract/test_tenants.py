@@ -14,6 +14,8 @@ import aiohttp
 
 from tests.client import Api, new_id
 from tests.conftest import ADMIN, TENANT_HEADER
+from tests.harness import Cluster
+from tests.openapi_check import open_session
 
 WAITS = {"wait_cancel": True}
 
@@ -147,3 +149,33 @@ async def test_the_global_cap_is_read_and_written(api: Api) -> None:
     assert (status, body) == (200, before)
     status, body, _ = await call(api, "PUT", "/api/admin/global", ROOT, {"max_active": -1})
     assert status == 422
+
+
+async def test_a_limit_written_straight_to_the_database_applies_within_a_second(
+    cluster: tuple[Cluster, str],
+) -> None:
+    """As `tether tenants set` does, from another process: the gateway was not told, and its
+    next accepts (it reads the limits at most a second late) are refused."""
+    from tether.store.store import Store
+
+    c, base = cluster
+    tenant = tenant_of_test()
+    owner = f"user-{uuid.uuid4().hex[:8]}@example.com"
+    store = Store.postgres(c.database_url, pool_size=1)
+    try:
+        await store.tenants.set(tenant, {"max_queued": 0})
+        async with open_session() as session:
+            api = Api(session, base, owner)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while True:
+                status, body, _ = await submit(api, as_user(owner, tenant))
+                if status == 429:
+                    assert body["error"]["code"] == "tenant_queue_full"
+                    break
+                assert status == 202 and loop.time() < deadline, "the limit never applied"
+                await api.cancel(body["id"])
+                await asyncio.sleep(0.1)
+        await store.tenants.remove(tenant)
+    finally:
+        await store.close()
