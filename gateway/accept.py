@@ -1,19 +1,38 @@
 """New invocations, accepted in groups: the requests that arrive together share one transaction,
 and their messages go out together after it commits (never before: a worker must find the row).
 
+Before anything is written, each rate-limited tenant of a batch takes its requests' tokens
+from its bucket (one statement per tenant and batch, :mod:`tether.store.buckets`); the requests
+its bucket cannot pay for are refused (:class:`TenantRateLimited`) and the rest are accepted
+under the owner cap and each tenant's ``max_queued``.
+
 Also the admission gauge: how many invocations are queued, read at most once a second.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+from collections import Counter
+from collections.abc import Sequence
 
 from tether.credentials import CredentialVault, UserCredential
+from tether.gateway.tenant_limits import Fresh, LimitsCache, LimitsSnapshot
 from tether.groupcommit import GroupCommit
 from tether.queue import Queue
+from tether.store.buckets import Grant, Want
 from tether.store.schema import NewInvocation
 from tether.store.store import Accepted, AcceptResult, Store
+
+
+class TenantRateLimited(Exception):
+    """The tenant's accept bucket is empty: nothing of the request was written."""
+
+    def __init__(self, tenant: str, retry_after: int) -> None:
+        super().__init__(tenant)
+        self.tenant = tenant
+        self.retry_after = retry_after
+
+
+Outcome = AcceptResult | TenantRateLimited
 
 
 class Acceptor:
@@ -25,10 +44,13 @@ class Acceptor:
         queue: Queue,
         max_open_per_owner: int,
         credentials: CredentialVault | None = None,
+        limits: LimitsCache | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
         self._max_open_per_owner = max_open_per_owner
+        self.limits = limits or LimitsCache(store.tenants)
+        """Tenants' limits as this process knows them (at most a second old)."""
         self._credentials = credentials
         self._carried: dict[str, UserCredential] = {}
         # two flushes in flight: one batch fills while the other waits on the database
@@ -37,9 +59,10 @@ class Acceptor:
     async def accept(
         self, new: NewInvocation, credential: UserCredential | None = None
     ) -> Accepted:
-        """Raises :class:`Conflict`, :class:`OwnerLimitReached` or :class:`ValueRefused` as
-        ``store.accept`` does. ``credential`` (only with ``new.user_auth``) is kept in this
-        process's vault once the invocation is the caller's, before its message goes out."""
+        """Raises :class:`TenantRateLimited`, or :class:`Conflict`, :class:`OwnerLimitReached`,
+        :class:`TenantLimitReached` or :class:`ValueRefused` as ``store.accept`` does.
+        ``credential`` (only with ``new.user_auth``) is kept in this process's vault once the
+        invocation is the caller's, before its message goes out."""
         if credential is not None:
             self._carried[new.id] = credential
         try:
@@ -47,8 +70,20 @@ class Acceptor:
         finally:
             self._carried.pop(new.id, None)
 
-    async def _flush(self, batch: list[NewInvocation]) -> list[AcceptResult]:
-        results = await self._store.accept_many(batch, max_open_per_owner=self._max_open_per_owner)
+    async def _flush(self, batch: list[NewInvocation]) -> list[Outcome]:
+        snapshot = await self.limits.value()
+        outcomes: list[Outcome | None] = list(await self._rate_limited(batch, snapshot))
+        passing = [new for new, refused in zip(batch, outcomes, strict=True) if refused is None]
+        caps = {
+            tenant: cap
+            for tenant in {new.tenant_or_owner for new in passing}
+            if (cap := snapshot.of(tenant).max_queued) is not None
+        }
+        results = await self._store.accept_many(
+            passing, max_open_per_owner=self._max_open_per_owner, max_queued=caps
+        )
+        accepted = iter(results)
+        done = [next(accepted) if outcome is None else outcome for outcome in outcomes]
         for result in results:  # the caller's own invocation only: never another's id
             if isinstance(result, Accepted) and self._credentials is not None:
                 credential = self._carried.get(result.invocation.id)
@@ -57,23 +92,35 @@ class Acceptor:
         await self._queue.send(
             [r.invocation.id for r in results if isinstance(r, Accepted) and r.created]
         )
-        return results
+        return done
+
+    async def _rate_limited(
+        self, batch: Sequence[NewInvocation], snapshot: LimitsSnapshot
+    ) -> list[TenantRateLimited | None]:
+        """Take each rate-limited tenant's tokens for the batch; the requests its bucket cannot
+        pay for (the latest of the batch) are refused, in place."""
+        wants: dict[str, Want] = {}
+        for tenant, count in Counter(new.tenant_or_owner for new in batch).items():
+            limits = snapshot.of(tenant)
+            if limits.rate is not None:
+                wants[tenant] = Want(count, limits.rate, limits.bucket_size)
+        grants: dict[str, Grant] = await self._store.buckets.take(wants) if wants else {}
+        left = {tenant: grant.granted for tenant, grant in grants.items()}
+        refused: list[TenantRateLimited | None] = []
+        for new in batch:
+            tenant = new.tenant_or_owner
+            if tenant not in grants:  # no rate limit
+                refused.append(None)
+            elif left[tenant] > 0:
+                left[tenant] -= 1
+                refused.append(None)
+            else:
+                refused.append(TenantRateLimited(tenant, grants[tenant].retry_after))
+        return refused
 
 
-class QueuedGauge:
+class QueuedGauge(Fresh[int]):
     """The number of queued invocations, read at most once a second (admission control)."""
 
     def __init__(self, store: Store, max_age: float = 1.0) -> None:
-        self._store = store
-        self._max_age = max_age
-        self._value = 0
-        self._read_at = float("-inf")
-        self._lock = asyncio.Lock()
-
-    async def value(self) -> int:
-        if time.monotonic() - self._read_at > self._max_age:
-            async with self._lock:
-                if time.monotonic() - self._read_at > self._max_age:
-                    self._value = await self._store.count_queued()
-                    self._read_at = time.monotonic()
-        return self._value
+        super().__init__(store.count_queued, 0, max_age)

@@ -35,7 +35,7 @@ from tether.gateway.agent_models import (
 from tether.gateway.agent_responses import responses_answer
 from tether.gateway.agent_stream import serve_translated
 from tether.gateway.checks import caller_credential, checked_input
-from tether.gateway.keys import AGENT_APP, AUTH, SERVICES, SETTINGS
+from tether.gateway.keys import AGENT_APP, AUTH, SERVICES, SETTINGS, TENANCY
 from tether.gateway.models import AcceptedResponse, canonical_uuid
 from tether.gateway.parsing import read_json, validated
 from tether.gateway.responses import ApiError, json_response
@@ -75,6 +75,7 @@ async def start_turn(
     request: web.Request, owner: str, thread_id: str, value: Any, mode: str
 ) -> Invocation:
     """Accept one agent turn as a new invocation in the thread's session."""
+    tenant = request.app[TENANCY].tenant(request, owner)
     credential = caller_credential(request, owner, checked_input(request, value))
     invocation_id = str(uuid.uuid4())
     await admit(request, invocation_id, owner)
@@ -86,6 +87,7 @@ async def start_turn(
         value,
         request_hash(value, thread_id),
         user_auth=credential is not None,
+        tenant=tenant,
     )
     return (await accept(request, new, mode, credential)).invocation
 

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tether.app import AgentApp
 from tether.errors import ErrorCode
 from tether.gateway.accept import Acceptor, QueuedGauge
+from tether.gateway.admin import routes as admin_routes
 from tether.gateway.agent_routes import routes as agent_routes
 from tether.gateway.auth import resolve_auth
 from tether.gateway.body import read_body
@@ -26,12 +27,16 @@ from tether.gateway.keys import (
     SERVICES,
     SETTINGS,
     STREAMS,
+    TENANCY,
+    TENANT_COUNTS,
 )
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
+from tether.gateway.tenancy import resolve_tenancy
+from tether.gateway.tenant_limits import OpenCountsCache
 from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
@@ -102,6 +107,8 @@ async def metrics_view(request: web.Request) -> web.Response:
         metrics.queued.set(await request.app[QUEUED].value())
     with contextlib.suppress(Exception):
         await request.app[TENANT_USAGE].refresh()
+    with contextlib.suppress(Exception):
+        metrics.set_tenant_counts(await request.app[TENANT_COUNTS].value())
     return web.Response(
         body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
@@ -129,7 +136,7 @@ def create_app(
     composition root runs a worker node beside it and hands both the same services."""
     json_posts = {
         r.handler
-        for table in (routes, input_routes, agent_routes)
+        for table in (routes, input_routes, agent_routes, admin_routes)
         for r in table
         if isinstance(r, web.RouteDef) and r.method == "POST"
     }
@@ -139,6 +146,7 @@ def create_app(
     )
     app[SETTINGS] = settings
     app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
+    app[TENANCY] = resolve_tenancy(settings.auth, app[AUTH])
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()
     open_streams: set[Subscription] = set()
@@ -151,6 +159,7 @@ def create_app(
             app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open, services.credentials)
             app[QUEUED] = QueuedGauge(services.store)
             app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
+            app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)
             yield
 
     app.cleanup_ctx.append(services_ctx)
@@ -158,6 +167,7 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(input_routes)
     app.add_routes(agent_routes)
+    app.add_routes(admin_routes)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     for route in agent_app.routes:

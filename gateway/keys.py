@@ -8,6 +8,8 @@ from tether.app import AgentApp
 from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import Authenticator
 from tether.gateway.metrics import GatewayMetrics
+from tether.gateway.tenancy import Tenancy
+from tether.gateway.tenant_limits import OpenCountsCache
 from tether.pubsub import Subscription
 from tether.services import Services
 from tether.settings import Settings
@@ -19,4 +21,6 @@ AGENT_APP = web.AppKey("agent_app", AgentApp)
 METRICS = web.AppKey("metrics", GatewayMetrics)
 ACCEPTOR = web.AppKey("acceptor", Acceptor)
 QUEUED = web.AppKey("queued", QueuedGauge)
+TENANCY = web.AppKey("tenancy", Tenancy)
+TENANT_COUNTS = web.AppKey("tenant_counts", OpenCountsCache)
 STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tether.store.tenants import OpenCounts
+
+TENANT_GAUGES = ("queued", "running", "waiting")
 
 
 class GatewayMetrics:
@@ -40,3 +46,29 @@ class GatewayMetrics:
             "Queued invocations (as last read for admission control).",
             registry=self.registry,
         )
+        # Per tenant. Throttled counts this process's refusals; the gauges are the whole
+        # deployment's (one grouped count, read on scrape at most once a second), so any one
+        # gateway's scrape is enough. Tokens used per tenant are tether.gateway.usage_metrics'.
+        self.throttled = Counter(
+            "tether_tenant_throttled",
+            "Accepts refused for a tenant, by reason: rate (its token bucket was empty) or "
+            "max_queued (it had that many open invocations).",
+            ["tenant", "reason"],
+            registry=self.registry,
+        )
+        self.tenant_open = {
+            name: Gauge(
+                f"tether_tenant_{name}",
+                f"The tenant's {name} invocations (tenants with none open are left out).",
+                ["tenant"],
+                registry=self.registry,
+            )
+            for name in TENANT_GAUGES
+        }
+
+    def set_tenant_counts(self, counts: Mapping[str, OpenCounts]) -> None:
+        """Every tenant gauge from one grouped count; a tenant with nothing open drops out."""
+        for name, gauge in self.tenant_open.items():
+            gauge.clear()
+            for tenant, count in counts.items():
+                gauge.labels(tenant=tenant).set(getattr(count, name))

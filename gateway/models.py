@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     RootModel,
     StrictBool,
+    StrictInt,
     StrictStr,
 )
 
@@ -30,6 +31,7 @@ from tether.store.schema import Invocation, Status
 MAX_CURSOR = 2**63 - 1
 """Cursors and list positions are PostgreSQL ``bigint``s."""
 MAX_PAGE = 200
+MIN_PRIORITY, MAX_PRIORITY = -10, 10
 _ASCII_INTEGER = re.compile(r"[0-9]{1,20}")
 
 
@@ -93,6 +95,16 @@ class InvocationRequest(BaseModel):
     session_id: SessionId | None = None
     stream: StrictBool = Field(False, description="Answer with an SSE stream of the events.")
     background: StrictBool = Field(False, description="Answer 202 at once (wins over stream).")
+    priority: StrictInt = Field(
+        0,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description=(
+            "Higher runs first among its tenant's queued invocations (within the tenant's fair "
+            "share: it never takes another tenant's turn); part of the request, so the same id "
+            "with another priority is a conflict."
+        ),
+    )
 
 
 class InputRequest(BaseModel):
@@ -184,6 +196,8 @@ class _StatusDocument(BaseModel):
         exclude_if=lambda value: value is None,
         description="Present once the run has made a model call.",
     )
+    tenant: str = Field(description="Whose limits and share it counts against.")
+    priority: int = Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="As requested.")
 
 
 class OpenView(_StatusDocument):
@@ -341,6 +355,8 @@ def view(invocation: Invocation, waiting_for: list[dict[str, Any]] | None = None
         "started_at": iso_utc(invocation.started_at),
         "finished_at": iso_utc(invocation.finished_at),
         "last_event_id": invocation.last_event_id,
+        "tenant": invocation.tenant,
+        "priority": invocation.priority,
     }
     if invocation.usage is not None:
         fields["usage"] = invocation.usage.to_json()

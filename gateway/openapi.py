@@ -12,6 +12,7 @@ from pydantic.json_schema import models_json_schema
 
 from tether.errors import ErrorCode
 from tether.events import EVENT_TYPE
+from tether.gateway.admin_openapi import ADMIN_ANSWERS, ADMIN_REQUESTS, admin_paths
 from tether.gateway.agent_openapi import AGENT_ANSWERS, AGENT_REQUESTS, agent_paths
 from tether.gateway.models import (
     AcceptedResponse,
@@ -104,8 +105,8 @@ def query_parameters(model: type[BaseModel], schemas: Json) -> list[Json]:
 
 def component_schemas() -> Json:
     _, top = models_json_schema(
-        [(m, "validation") for m in [*REQUESTS, *AGENT_REQUESTS]]
-        + [(m, "serialization") for m in [*ANSWERS, *AGENT_ANSWERS]],
+        [(m, "validation") for m in [*REQUESTS, *AGENT_REQUESTS, *ADMIN_REQUESTS]]
+        + [(m, "serialization") for m in [*ANSWERS, *AGENT_ANSWERS, *ADMIN_ANSWERS]],
         ref_template=REF,
     )
     schemas: Json = top["$defs"]
@@ -292,6 +293,7 @@ def build_openapi() -> Json:
         "/api/invocations": invocations_path(schemas),
         **invocation_paths(),
         **agent_paths(),
+        **admin_paths(),
         **service_paths(),
     }
     document = {

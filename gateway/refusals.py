@@ -113,10 +113,19 @@ REFUSALS: dict[str, tuple[str, Json]] = {
     "RateLimited": (
         "429",
         answer(
-            "The caller has limits.max_active_per_owner unfinished invocations",
-            error_schema(ErrorCode.RATE_LIMITED),
+            "rate_limited: the caller has limits.max_active_per_owner unfinished invocations; "
+            "tenant_rate_limited: the tenant's accept rate is spent (its token bucket is "
+            "empty); tenant_queue_full: the tenant has its max_queued open invocations. "
+            "Nothing was written",
+            error_schema(
+                ErrorCode.RATE_LIMITED, ErrorCode.TENANT_RATE_LIMITED, ErrorCode.TENANT_QUEUE_FULL
+            ),
             RETRY_AFTER,
         ),
+    ),
+    "Forbidden": (
+        "403",
+        answer("The caller is not one of auth.admins", error_schema(ErrorCode.FORBIDDEN)),
     ),
     "InternalError": (
         "500",

@@ -18,6 +18,9 @@ STATUS_FOR: dict[ErrorCode, int] = {
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.TENANT_RATE_LIMITED: 429,
+    ErrorCode.TENANT_QUEUE_FULL: 429,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.OVERLOADED: 503,
     ErrorCode.CANCELLED: 409,
 }

@@ -12,8 +12,9 @@ from tether.channels import CANCEL_CHANNEL, events_channel
 from tether.credentials import UserCredential
 from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
+from tether.gateway.accept import TenantRateLimited
 from tether.gateway.checks import caller_credential, checked_input
-from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS
+from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS, TENANCY
 from tether.gateway.models import (
     AcceptedResponse,
     CompletedResponse,
@@ -37,7 +38,13 @@ from tether.jsonvalue import request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
 from tether.store.schema import Invocation, NewInvocation, Status
-from tether.store.store import Accepted, Conflict, OwnerLimitReached, ValueRefused
+from tether.store.store import (
+    Accepted,
+    Conflict,
+    OwnerLimitReached,
+    TenantLimitReached,
+    ValueRefused,
+)
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -63,6 +70,7 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     owner = request.app[AUTH].owner(request)
     after = last_event_id(request)  # a stream's cursor is refused before anything is accepted
     req = validated(InvocationRequest, await read_json(request))
+    tenant = request.app[TENANCY].tenant(request, owner)
     credential = caller_credential(request, owner, checked_input(request, req.input))
     await admit(request, req.id, owner)
     new = NewInvocation(
@@ -70,8 +78,10 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
         owner,
         req.session_id,
         req.input,
-        request_hash(req.input, req.session_id),
+        request_hash(req.input, req.session_id, req.priority),
         user_auth=credential is not None,
+        tenant=tenant,
+        priority=req.priority,
     )
     mode = "background" if req.background else "stream" if req.stream else "sync"
     if mode == "sync":
@@ -95,12 +105,20 @@ async def accept(
     same body: ids are global, so only accepting could hide that one is taken, and the answer
     says nothing more (not whose it is, nor its status, input or output).
     """
+    throttled = request.app[METRICS].throttled
     try:
         accepted = await request.app[ACCEPTOR].accept(new, credential)
     except Conflict:
         raise ApiError(ErrorCode.CONFLICT) from None
     except OwnerLimitReached:
         raise ApiError(ErrorCode.RATE_LIMITED, headers=retry_after(request)) from None
+    except TenantRateLimited as exc:
+        throttled.labels(tenant=exc.tenant, reason="rate").inc()
+        wait = {"Retry-After": str(exc.retry_after)}
+        raise ApiError(ErrorCode.TENANT_RATE_LIMITED, headers=wait) from None
+    except TenantLimitReached as exc:
+        throttled.labels(tenant=exc.tenant, reason="max_queued").inc()
+        raise ApiError(ErrorCode.TENANT_QUEUE_FULL, headers=retry_after(request)) from None
     except ValueRefused as exc:  # this request alone: the others of its batch were accepted
         raise ApiError(ErrorCode.INVALID_REQUEST, message=exc.public_message) from None
     request.app[METRICS].accepted.labels(mode=mode, new=str(accepted.created).lower()).inc()

@@ -68,6 +68,31 @@ class AuthSettings(BaseModel):
         ),
     )
 
+    admins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Owner names allowed to use the admin API (/api/admin/...: tenants' limits); "
+            "comma-separated in the environment. With mode none, the one local user is admin."
+        ),
+    )
+    tenants: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Owner name → tenant (whose limits, shares and budgets the owner's invocations "
+            'count against); in the environment as JSON, e.g. {"alice@example.com": "team-a"}. '
+            "An owner not named here is its own tenant."
+        ),
+    )
+    tenant_header: str = Field(
+        "",
+        description=(
+            "A request header naming the caller's tenant, e.g. X-Forwarded-Tenant, believed "
+            "only from the trusted proxy or platform of forwarded mode (it wins over `tenants`); "
+            "from any other peer, or in another mode, a request carrying it is refused (401). "
+            "Empty: no header."
+        ),
+    )
+
     user_token_ttl: float = Field(
         3600.0,
         gt=0,
@@ -85,6 +110,24 @@ class AuthSettings(BaseModel):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("admins", mode="before")
+    @classmethod
+    def comma_separated_admins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("tenant_header")
+    @classmethod
+    def header_name(cls, value: str) -> str:
+        value = value.strip()
+        if value and not all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in value):
+            raise ValueError("auth.tenant_header must be a header name (letters, digits, '-')")
         return value
 
     @field_validator("tokens")

@@ -23,6 +23,9 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     LIMIT_EXCEEDED = "limit_exceeded"
     BUDGET_EXCEEDED = "budget_exceeded"
+    TENANT_RATE_LIMITED = "tenant_rate_limited"
+    TENANT_QUEUE_FULL = "tenant_queue_full"
+    FORBIDDEN = "forbidden"
 
 
 MESSAGES: dict[ErrorCode, str] = {
@@ -43,6 +46,9 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.CANCELLED: "the invocation was cancelled",
     ErrorCode.INVALID_OUTPUT: "the handler returned a value that is not valid JSON",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "the request must be sent as Content-Type: application/json",
+    ErrorCode.TENANT_RATE_LIMITED: "too many new invocations for this tenant; retry later",
+    ErrorCode.TENANT_QUEUE_FULL: "too many unfinished invocations for this tenant",
+    ErrorCode.FORBIDDEN: "only an admin may do this",
     ErrorCode.LIMIT_EXCEEDED: (
         "the invocation exceeded a run limit (events, event bytes or running time)"
     ),

@@ -92,7 +92,12 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def request_hash(input_value: Any, session_id: str | None) -> str:
-    """The hash that decides whether two POSTs with one id are the same request."""
-    body = canonical({"input": input_value, "session_id": session_id})
+def request_hash(input_value: Any, session_id: str | None, priority: int = 0) -> str:
+    """The hash that decides whether two POSTs with one id are the same request. ``priority``
+    counts only when it is not the default, so requests stored before it existed (and every
+    request without one) keep their hash."""
+    fields: dict[str, Any] = {"input": input_value, "session_id": session_id}
+    if priority:
+        fields["priority"] = priority
+    body = canonical(fields)
     return hashlib.sha256(body.encode()).hexdigest()

@@ -11,8 +11,16 @@ import pytest
 from tests.harness import Cluster, start_dev
 from tests.services import PG_ADMIN_URL, REDIS_URL, create_database, drop_database, require
 
-CONTRACT_ENV = {"TETHER_TIMERS__SYNC_TIMEOUT": "2", "TETHER_TIMERS__INLINE_SLEEP_MAX": "0.2"}
-"""The servers of the contract suite: sync POSTs give up quickly; ctx.sleep parks past 0.2 s."""
+ADMIN = "admin@example.com"
+TENANT_HEADER = "X-Forwarded-Tenant"
+CONTRACT_ENV = {
+    "TETHER_TIMERS__SYNC_TIMEOUT": "2",
+    "TETHER_TIMERS__INLINE_SLEEP_MAX": "0.2",
+    "TETHER_AUTH__ADMINS": ADMIN,
+    "TETHER_AUTH__TENANT_HEADER": TENANT_HEADER,
+}
+"""The servers of the contract suite: sync POSTs give up quickly; ctx.sleep parks past 0.2 s;
+one admin; the proxy (the tests, from loopback) may name a caller's tenant."""
 
 
 @pytest.fixture(scope="session")

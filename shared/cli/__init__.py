@@ -1,4 +1,4 @@
-"""The ``tether`` command: dev, gateway, worker, migrate, reap, run-agent."""
+"""The ``tether`` command: dev, gateway, worker, migrate, reap, tenants, run-agent."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from tether.app import AgentApp, AppLoadError, load_app
 from tether.cli.listen import ListenRefused, check_listen
+from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.settings import Settings, load_settings
 
@@ -261,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", help=cmd_migrate.__doc__).set_defaults(func=cmd_migrate)
     with_app(sub.add_parser("reap", help=cmd_reap.__doc__)).set_defaults(func=cmd_reap)
+    add_tenants_parser(sub)
 
     ra = sub.add_parser("run-agent", help=cmd_run_agent.__doc__)
     ra.add_argument("input", help="the user message")

@@ -22,6 +22,8 @@ MIGRATION_LOCK_KEY = 0x7E7E_0001
 
 class Dialect(ABC):
     name: str
+    autocommits: bool = False
+    """Whether a connection may commit each statement on its own (``Database.autocommit``)."""
     now: sa.ColumnElement[float]
     """The database clock, in seconds since the epoch: every timestamp and staleness is judged
     on it, never on a worker's clock."""
@@ -39,8 +41,12 @@ class Dialect(ABC):
         """``INSERT … ON CONFLICT (key) DO NOTHING``: a row whose key exists is skipped."""
 
     @abstractmethod
-    def insert(self, table: sa.Table) -> Any:
-        """The dialect's ``INSERT``, which takes ``on_conflict_do_update`` (an upsert)."""
+    def upsert(self, table: sa.Table) -> Any:
+        """``INSERT`` that takes ``.on_conflict_do_update(...)``."""
+
+    @abstractmethod
+    def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+        """The largest whole number at most ``value`` (``value`` >= 0)."""
 
     @abstractmethod
     async def held_rows(
@@ -61,6 +67,7 @@ class Dialect(ABC):
 class PostgreSQL(Dialect):
     name = "postgresql"
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
+    autocommits = True
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
         return {
@@ -76,8 +83,11 @@ class PostgreSQL(Dialect):
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
 
-    def insert(self, table: sa.Table) -> Any:
+    def upsert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
+
+    def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+        return sa.cast(sa.func.floor(value), sa.Integer)  # a cast alone rounds
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
@@ -130,8 +140,11 @@ class SQLite(Dialect):
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
 
-    def insert(self, table: sa.Table) -> Any:
+    def upsert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)
+
+    def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+        return sa.cast(value, sa.Integer)  # truncates (floor() needs SQLite's math functions)
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]

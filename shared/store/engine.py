@@ -50,6 +50,20 @@ class Database:
                 yield conn
 
     @contextlib.asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """Each statement commits on its own: one round trip on PostgreSQL instead of three
+        (``BEGIN``, the statement, ``COMMIT``), for writes that one statement makes whole. SQLite
+        (one writer) gets one transaction."""
+        if not self.dialect.autocommits:
+            async with self.transaction() as conn:
+                yield conn
+            return
+        with wrapped():
+            async with self.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+
+    @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
         """A connection for reads."""
         with wrapped():

@@ -37,6 +37,14 @@ class OwnerLimitReached(Exception):
     """The owner already has the maximum number of unfinished invocations."""
 
 
+class TenantLimitReached(Exception):
+    """The tenant already has its ``max_queued`` open invocations."""
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(tenant)
+        self.tenant = tenant
+
+
 class StoreError(Exception):
     """The database failed a write or a read. ``str()`` is for the log, never for a client."""
 

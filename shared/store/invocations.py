@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -15,7 +16,13 @@ from tether.outcomes import cancelled
 from tether.store.batching import write_batch
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
-from tether.store.errors import Conflict, OwnerLimitReached, StoreError, ValueRefused
+from tether.store.errors import (
+    Conflict,
+    OwnerLimitReached,
+    StoreError,
+    TenantLimitReached,
+    ValueRefused,
+)
 from tether.store.schema import (
     INVOCATION_COLUMNS,
     OPEN,
@@ -31,7 +38,8 @@ from tether.store.writes import Accepted, Finished
 inv = invocations.c
 CANCEL_ROUNDS = 3
 """How often a cancel looks again at an invocation that changed status under it."""
-AcceptResult = Accepted | Conflict | OwnerLimitReached | StoreError
+Refused = OwnerLimitReached | TenantLimitReached
+AcceptResult = Accepted | Conflict | Refused | StoreError
 """What accepting one request gives: the invocation, or what to raise for that request alone
 (:class:`ValueRefused` for a value no column can hold: the client's error)."""
 
@@ -41,14 +49,20 @@ class Invocations:
         self._db = db
 
     async def accept_many(
-        self, batch: Sequence[NewInvocation], *, max_open_per_owner: int = 0
+        self,
+        batch: Sequence[NewInvocation],
+        *,
+        max_open_per_owner: int = 0,
+        max_queued: Mapping[str, int] | None = None,
     ) -> list[AcceptResult]:
         """Insert new invocations, or find the existing one of a repeated request: one result
-        per request, in order. A request refused by validation or by the database fails alone;
-        the owner limit (0: none) counts the owner's unfinished invocations."""
+        per request, in order. A request refused by validation or by the database fails alone.
+        Both caps count open (queued, running, waiting) invocations: the owner's (0: none),
+        and each tenant's of ``max_queued`` (a tenant not named there has no cap)."""
         refusals = [refusal(new) for new in batch]
         valid = [new for new, refused in zip(batch, refusals, strict=True) if refused is None]
-        write = partial(self._accept, max_open_per_owner)
+        caps = OpenCaps(max_open_per_owner, dict(max_queued or {}))
+        write = partial(self._accept, caps)
         written = iter(await write_batch(valid, lambda new: new.id, write))
         results: list[AcceptResult] = []
         for refused in refusals:
@@ -56,8 +70,8 @@ class Invocations:
         return results
 
     async def _accept(
-        self, cap: int, batch: Sequence[NewInvocation], alone: bool
-    ) -> dict[int, Accepted | Conflict | OwnerLimitReached]:
+        self, caps: OpenCaps, batch: Sequence[NewInvocation], alone: bool
+    ) -> dict[int, Accepted | Conflict | Refused]:
         now = self._db.now
         insert = (
             self._db.dialect.insert_new(invocations, "id")
@@ -68,7 +82,7 @@ class Invocations:
         async with self._db.transaction() as conn:  # executemany: one multi-row INSERT, cached
             inserted = await conn.execute(insert, [_row(new) for new in batch])
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
-            refused = await _over_owner_limit(conn, [n for n in batch if n.id in created], cap)
+            refused = await caps.over(conn, [n for n in batch if n.id in created])
             if refused:  # as if rolled back: nobody ever saw these rows
                 await conn.execute(sa.delete(invocations).where(inv.id.in_(list(refused))))
             others = [new.id for new in batch if new.id not in created]
@@ -169,13 +183,13 @@ def refusal(new: NewInvocation) -> ValueRefused | None:
 def _verdict(
     new: NewInvocation,
     created: dict[str, Invocation],
-    refused: set[str],
+    refused: dict[str, Refused],
     existing: dict[str, Invocation],
-) -> Accepted | Conflict | OwnerLimitReached | None:
+) -> Accepted | Conflict | Refused | None:
     """What became of the request; None if its row vanished (deleted by retention between the
     two statements): it is written again."""
     if new.id in refused:
-        return OwnerLimitReached(new.owner)
+        return refused[new.id]
     if new.id in created:
         return Accepted(created[new.id], created=True)
     found = existing.get(new.id)
@@ -186,24 +200,61 @@ def _verdict(
     return Accepted(found, created=False)
 
 
-async def _over_owner_limit(
-    conn: AsyncConnection, created: Sequence[NewInvocation], cap: int
-) -> set[str]:
-    """Ids of just-inserted rows that put their owner over ``cap`` open invocations (the latest
-    of the batch first). Every accept enforces the cap, so each count stays near it."""
-    if not cap or not created:
-        return set()
+@dataclass(frozen=True, slots=True)
+class OpenCaps:
+    """The caps on open invocations an accept enforces: one rule, counted by owner and by
+    tenant."""
+
+    per_owner: int
+    """0: none."""
+    per_tenant: dict[str, int]
+    """Tenants without an entry have no cap; 0 refuses every new invocation."""
+
+    async def over(
+        self, conn: AsyncConnection, created: Sequence[NewInvocation]
+    ) -> dict[str, Refused]:
+        """Just-inserted rows that put their owner or tenant over its cap (the latest of the
+        batch first), with why. Every accept enforces the caps, so each count stays near them."""
+        refused: dict[str, Refused] = {}
+        if self.per_owner:
+            by_owner = _over_cap(
+                conn, created, inv.owner, lambda n: n.owner, {}, self.per_owner, {}
+            )
+            refused.update({i: OwnerLimitReached(o) for i, o in (await by_owner).items()})
+        capped = [n for n in created if n.tenant_or_owner in self.per_tenant]
+        if capped:
+            by_tenant = _over_cap(
+                conn, capped, inv.tenant, lambda n: n.tenant_or_owner, self.per_tenant, 0, refused
+            )
+            refused.update({i: TenantLimitReached(t) for i, t in (await by_tenant).items()})
+        return refused
+
+
+async def _over_cap(
+    conn: AsyncConnection,
+    created: Sequence[NewInvocation],
+    column: sa.ColumnElement[str],
+    key: Callable[[NewInvocation], str],
+    caps: Mapping[str, int],
+    cap: int,
+    already: Mapping[str, object],
+) -> dict[str, str]:
+    """Ids of ``created`` rows beyond their key's cap (``caps``, else ``cap``) of open
+    invocations, with their key; rows ``already`` refused are not counted."""
+    keys = sorted({key(new) for new in created})
     counts = await conn.execute(
-        sa.select(inv.owner, sa.func.count())
-        .where(inv.owner.in_(sorted({new.owner for new in created})), inv.status.in_(OPEN))
-        .group_by(inv.owner)
+        sa.select(column, sa.func.count())
+        .where(column.in_(keys), inv.status.in_(OPEN))
+        .group_by(column)
     )
-    refused: set[str] = set()
-    for owner, open_count in counts.all():
-        excess = int(open_count) - cap
+    over: dict[str, str] = {}
+    for name, open_count in counts.all():
+        mine = [new.id for new in created if key(new) == name]
+        gone = sum(1 for i in mine if i in already)
+        excess = int(open_count) - gone - caps.get(name, cap)
         if excess > 0:
-            refused.update([new.id for new in created if new.owner == owner][-excess:])
-    return refused
+            over.update({i: name for i in [i for i in mine if i not in already][-excess:]})
+    return over
 
 
 async def _get(conn: AsyncConnection, invocation_id: str) -> Invocation | None:

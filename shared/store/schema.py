@@ -164,8 +164,9 @@ tenant_buckets = sa.Table(
     sa.Column("tenant", sa.Text, primary_key=True),
     sa.Column("tokens", sa.Float, nullable=False),
     sa.Column("at", sa.Float, nullable=False),
+    sa.Column("granted", sa.Integer, nullable=False),
 )
-"""Each rate-limited tenant's accept token bucket."""
+"""Each rate-limited tenant's accept token bucket (:mod:`tether.store.buckets`)."""
 
 tenant_usage = sa.Table(
     "tether_tenant_usage",

@@ -14,7 +14,7 @@ batch of one. Every error a driver raises comes out as a :class:`StoreError`.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tether.events import Event
 from tether.store.attempts import Attempts
 from tether.store.batching import one
+from tether.store.buckets import Buckets
 from tether.store.engine import Database, create_engine
 from tether.store.errors import (
     Conflict,
@@ -31,6 +32,7 @@ from tether.store.errors import (
     StoreError,
     StoreUnavailable,
     Superseded,
+    TenantLimitReached,
     ValueRefused,
     wrapped,
 )
@@ -58,6 +60,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Superseded",
+    "TenantLimitReached",
     "ValueRefused",
 ]
 
@@ -83,6 +86,8 @@ class Store:
         """Tenants' limits (:mod:`tether.store.tenants`)."""
         self.usage = Usage(self.db, self.tenants)
         """Model usage per invocation and per tenant and period (:mod:`tether.store.usage`)."""
+        self.buckets = Buckets(self.db)
+        """Tenants' accept-rate token buckets (:mod:`tether.store.buckets`)."""
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:
@@ -119,15 +124,33 @@ class Store:
 
     # -- the gateway's side: accepts, cancels, reads ----------------------------------------
 
-    async def accept(self, new: NewInvocation, *, max_open_per_owner: int = 0) -> Accepted:
+    async def accept(
+        self,
+        new: NewInvocation,
+        *,
+        max_open_per_owner: int = 0,
+        max_queued: Mapping[str, int] | None = None,
+    ) -> Accepted:
         """Insert a new invocation, or return the existing one for a repeated request; raises
-        :class:`Conflict`, :class:`OwnerLimitReached` or :class:`ValueRefused`."""
-        return one(await self.accept_many([new], max_open_per_owner=max_open_per_owner))
+        :class:`Conflict`, :class:`OwnerLimitReached`, :class:`TenantLimitReached` or
+        :class:`ValueRefused`."""
+        return one(
+            await self.accept_many(
+                [new], max_open_per_owner=max_open_per_owner, max_queued=max_queued
+            )
+        )
 
     async def accept_many(
-        self, batch: Sequence[NewInvocation], *, max_open_per_owner: int = 0
+        self,
+        batch: Sequence[NewInvocation],
+        *,
+        max_open_per_owner: int = 0,
+        max_queued: Mapping[str, int] | None = None,
     ) -> list[AcceptResult]:
-        return await self._invocations.accept_many(batch, max_open_per_owner=max_open_per_owner)
+        """``max_queued``: tenant → the open invocations it may have (absent: no cap)."""
+        return await self._invocations.accept_many(
+            batch, max_open_per_owner=max_open_per_owner, max_queued=max_queued
+        )
 
     async def request_cancel(self, invocation_id: str) -> Finished | None:
         return await self._invocations.request_cancel(invocation_id)

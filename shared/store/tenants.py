@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tether.store.engine import Database
-from tether.store.schema import global_limits, tenants
+from tether.store.schema import OPEN, Status, global_limits, invocations, tenants
 
 DEFAULTS = "*"
 """The row whose limits apply to every tenant without a row of its own."""
@@ -113,6 +113,15 @@ def _check_count(name: str, value: int | None, *, least: int = 0) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenCounts:
+    """A tenant's open invocations, by status."""
+
+    queued: int = 0
+    running: int = 0
+    waiting: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TenantRow:
     tenant: str
     limits: TenantLimits
@@ -175,6 +184,19 @@ class Tenants:
             result = await conn.execute(sa.delete(tenants).where(tenants.c.tenant == tenant))
         return bool(result.rowcount)
 
+    async def open_counts(self, names: Sequence[str] | None = None) -> dict[str, OpenCounts]:
+        """Open invocations of each tenant that has any (of ``names`` only, when given): one
+        grouped count over the ``tether_invocations_tenant_open`` index."""
+        inv = invocations.c
+        query = sa.select(inv.tenant, inv.status, sa.func.count()).where(inv.status.in_(OPEN))
+        if names is not None:
+            query = query.where(inv.tenant.in_(sorted(set(names))))
+        counted: dict[str, dict[str, int]] = {}
+        async with self._db.connection() as conn:
+            for tenant, status, count in await conn.execute(query.group_by(inv.tenant, inv.status)):
+                counted.setdefault(tenant, {})[_COUNTED[status]] = int(count)
+        return {tenant: OpenCounts(**by_status) for tenant, by_status in counted.items()}
+
     async def global_max_active(self) -> int | None:
         async with self._db.connection() as conn:
             value = await conn.scalar(sa.select(global_limits.c.max_active))
@@ -192,6 +214,13 @@ class Tenants:
                         id=1, max_active=max_active, updated_at=self._db.now
                     )
                 )
+
+
+_COUNTED = {
+    Status.QUEUED.value: "queued",
+    Status.ACTIVE.value: "running",
+    Status.WAITING.value: "waiting",
+}
 
 
 def _row(row: sa.RowMapping) -> TenantRow:

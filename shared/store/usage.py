@@ -111,7 +111,7 @@ class Usage:
             await conn.execute(
                 sa.update(invocations).where(inv.id == invocation_id).values(changes)
             )
-            insert = self._db.dialect.insert(tenant_usage).values(
+            insert = self._db.dialect.upsert(tenant_usage).values(
                 tenant=tenant,
                 period_start=start,
                 tokens=usage.total_tokens,

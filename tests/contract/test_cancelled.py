@@ -10,10 +10,13 @@ from tests.client import Api, new_id
 
 RUN_FACTS = {"id", "session_id", "attempt", "created_at", "started_at", "finished_at"}
 """What differs between two runs; everything else is the outcome."""
+REQUEST_FACTS = {"tenant", "priority"}
+"""What the request decided (the same for both runs here), not the outcome."""
 
 
 def outcome(document: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in document.items() if k not in RUN_FACTS | {"last_event_id"}}
+    left_out = RUN_FACTS | REQUEST_FACTS | {"last_event_id"}
+    return {k: v for k, v in document.items() if k not in left_out}
 
 
 async def cancelled_while_queued(api: Api, session: str) -> tuple[dict[str, Any], Any]:

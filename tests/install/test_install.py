@@ -118,7 +118,7 @@ def nowhere() -> Iterator[dict[str, str]]:
     }
 
 
-@pytest.mark.parametrize("command", [["migrate"], ["reap"]])
+@pytest.mark.parametrize("command", [["migrate"], ["reap"], ["tenants", "list"]])
 def test_a_command_without_its_database_says_which_and_where(
     installed: Installed, elsewhere: Path, nowhere: dict[str, str], command: list[str]
 ) -> None:

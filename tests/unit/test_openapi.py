@@ -35,6 +35,8 @@ def status_document(**fields: Any) -> dict[str, Any]:
         "started_at": None,
         "finished_at": None,
         "last_event_id": 0,
+        "tenant": "acme",
+        "priority": 0,
         **fields,
     }
 
