@@ -79,30 +79,30 @@ def claim_rate(db: Database, launch: Launcher, sizes: Sizes) -> tuple[float, int
         pg.close()
 
 
-def explain(db: Database, launch: Launcher) -> list[dict[str, Any]]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of each captured statement, rolled back."""
+def explain(db: Database, launch: Launcher, role: str) -> list[dict[str, Any]]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of each statement captured in ``role``'s processes, in a
+    transaction rolled back."""
     pg = Pg(db)
     plans = []
     try:
-        for role in ("gateway", "worker"):
-            for sample in claim_capture.read(launch.workdir / role):
-                try:
-                    with pg.conn.transaction(force_rollback=True):
-                        lines = pg.conn.execute(
-                            "EXPLAIN (ANALYZE, BUFFERS) " + sample["statement"],
-                            sample["parameters"],
-                        ).fetchall()
-                    plan = [str(r[0])[: claim_capture.LONGEST_LINE] for r in lines]
-                except Exception as exc:  # a statement that cannot be replayed: say why
-                    plan = [f"not replayable: {type(exc).__name__}: {exc}"]
-                plans.append(
-                    {
-                        "role": role,
-                        "calls": sample["calls"],
-                        "statement": sample["shape"],
-                        "plan": plan,
-                    }
-                )
+        for sample in claim_capture.read(launch.workdir / role):
+            try:
+                with pg.conn.transaction(force_rollback=True):
+                    lines = pg.conn.execute(
+                        "EXPLAIN (ANALYZE, BUFFERS) " + sample["statement"],
+                        sample["parameters"],
+                    ).fetchall()
+                plan = [str(r[0])[: claim_capture.LONGEST_LINE] for r in lines]
+            except Exception as exc:  # a statement that cannot be replayed: say why
+                plan = [f"not replayable: {type(exc).__name__}: {exc}"]
+            plans.append(
+                {
+                    "role": role,
+                    "calls": sample["calls"],
+                    "statement": sample["shape"],
+                    "plan": plan,
+                }
+            )
     finally:
         pg.close()
     return plans
@@ -132,9 +132,13 @@ async def run(sizes: Sizes) -> list[Row]:
                 for base, into in ((idle_base, baselines), (busy_base, values)):
                     poster = await post_background(base, sizes.backlog_posts, sizes.concurrency)
                     into.append(poster.posted / poster.elapsed)
+            # the accept's statements on the data they ran on: before the workers change it
+            plans = {"empty": explain(empty, idle, "gateway")}
+            plans["backlog"] = explain(full, busy, "gateway")
             claim_idle, claimed_idle = claim_rate(empty, idle, sizes)
             claim_busy, claimed_busy = claim_rate(full, busy, sizes)
-            plans = {"empty": explain(empty, idle), "backlog": explain(full, busy)}
+            plans["empty"] += explain(empty, idle, "worker")
+            plans["backlog"] += explain(full, busy, "worker")
     accept_idle, accept_busy = statistics.median(baselines), statistics.median(values)
     details = {
         "queued": sizes.backlog_queued,

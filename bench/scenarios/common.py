@@ -78,7 +78,7 @@ class Sizes:
     backlog_tenants: int = 200
     backlog_dominant: float = 0.8  # the largest tenant's share of the backlog
     backlog_posts: int = 2000
-    backlog_rounds: int = 3
+    backlog_rounds: int = 5
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
