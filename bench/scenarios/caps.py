@@ -59,6 +59,7 @@ def phase(db: Database, sizes: Sizes, caps: dict[str, int | None], global_cap: i
             rng.shuffle(ids)  # the tenants' messages in a random order
             written = db_now(pg)
             queue.enqueue_many(RUN_INVOCATION, ids)
+            enqueue_s = db_now(pg) - written
             launch.worker(APP, PROCESSES, sizes.worker_threads)
             pg.wait_completed(sizes.caps_starts, sizes.deadline)
             found = attempts(pg)
@@ -69,7 +70,7 @@ def phase(db: Database, sizes: Sizes, caps: dict[str, int | None], global_cap: i
                 "peak_running": overlap.peak,
                 "global_peak_running": overlap.global_peak,
                 "first_violations": overlap.first,
-                "enqueue_s": db_now(pg) - written,
+                "enqueue_s": enqueue_s,
             }
             return Phase(
                 starts_per_second(found), overlap.violations, overlap.global_violations, details
