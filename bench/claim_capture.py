@@ -9,9 +9,11 @@ no product code imports the benchmark.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 SAMPLED_AT = {1, 10, 100, 1000}  # a call's parameters are kept at these counts (and every 1000th)
+WRITE_EVERY = 1.0  # seconds between writes of the counts, at most
 KINDS = ("SELECT", "UPDATE", "WITH", "DELETE")
 IN_LIST = re.compile(r"\((?:%\([^)]*\)s(?:::\w+)?(?:,\s*)?)+\)")
 LONGEST_LINE = 400  # plan lines naming hundreds of ids are cut here
@@ -35,6 +38,8 @@ class Capture:
         self.path = path
         self.calls: dict[str, int] = {}
         self.samples: dict[str, dict[str, Any]] = {}
+        self.seconds: dict[str, float] = {}  # wall time the client waited, per shape
+        self.written = float("-inf")
 
     def wanted(self, statement: str, parameters: Any) -> bool:
         if "tether_invocations" not in statement:
@@ -56,14 +61,37 @@ class Capture:
         if executemany or not self.wanted(statement, parameters):
             return
         key = shape(statement)
+        conn.info.setdefault("bench_capture", []).append((key, time.perf_counter()))
         calls = self.calls.get(key, 0) + 1
         self.calls[key] = calls
-        if calls in SAMPLED_AT or calls % 1000 == 0:
+        sampled = calls in SAMPLED_AT or calls % 1000 == 0
+        if sampled:
             self.samples[key] = {"shape": key, "statement": statement, "parameters": parameters}
+        if sampled or time.monotonic() - self.written > WRITE_EVERY:
             self.write()
 
+    def after_execute(
+        self,
+        conn: Any,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
+        pending = conn.info.get("bench_capture")
+        if executemany or not pending or not self.wanted(statement, parameters):
+            return
+        key, started = pending.pop()
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
+
     def write(self) -> None:
-        found = [{**s, "calls": self.calls[k]} for k, s in self.samples.items()]
+        """The samples with every shape's calls so far (the counts lag by ``WRITE_EVERY``)."""
+        self.written = time.monotonic()
+        found = [
+            {**s, "calls": self.calls[k], "seconds": self.seconds.get(k, 0.0)}
+            for k, s in self.samples.items()
+        ]
         partial = self.path.with_suffix(".tmp")
         partial.write_text(json.dumps(found, default=str))
         partial.replace(self.path)
@@ -74,6 +102,8 @@ def install() -> None:
     if target:
         capture = Capture(Path(f"{target}-{os.getpid()}.json"))
         event.listen(Engine, "before_cursor_execute", capture.before_execute)
+        event.listen(Engine, "after_cursor_execute", capture.after_execute)
+        atexit.register(capture.write)  # the last counts, when the process exits cleanly
 
 
 def read(target: Path) -> list[dict[str, Any]]:

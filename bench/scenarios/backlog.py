@@ -99,6 +99,7 @@ def explain(db: Database, launch: Launcher, role: str) -> list[dict[str, Any]]:
                 {
                     "role": role,
                     "calls": sample["calls"],
+                    "seconds_in_calls": sample["seconds"],
                     "statement": sample["shape"],
                     "plan": plan,
                 }
