@@ -11,8 +11,9 @@ Each has its own gateway (``limits.max_queued`` raised above the backlog, else i
 - accept/s: ``backlog_posts`` background posts at concurrency ``concurrency``, as ``accept``
   measures it; median of ``backlog_rounds`` rounds alternating between the two systems.
 - claim/s: the worker then drains what was posted (the warm-up and every round); attempts
-  started per second, first ``started_at`` → last, on the database clock, counted over every
-  row that started (a fair claim may start backlog rows for those messages: a claim is a claim).
+  started per second over as many claims as were posted, first ``started_at`` → last, on the
+  database clock, whichever rows they took (a fair claim may start backlog rows for those
+  messages: a claim is a claim).
 
 Every statement the gateway and the worker ran that reads or changes queued invocations (the
 claim among them) is recorded with one call's parameters (``bench/claim_capture.py``) and
@@ -31,7 +32,7 @@ from bench import claim_capture
 from bench.load import post_background
 from bench.procs import ROOT, Database, Launcher, launcher, private_database
 from bench.report import Row
-from bench.scenarios.common import Pg, Queue, Sizes, poll
+from bench.scenarios.common import Pg, Sizes, poll
 from bench.scenarios.tenancy import insert_queued
 
 APP = "bench.apps:noop"
@@ -61,21 +62,24 @@ def captured_env(launch: Launcher, role: str, extra: dict[str, str]) -> dict[str
 
 
 def claim_rate(db: Database, launch: Launcher, sizes: Sizes) -> tuple[float, int]:
-    """(attempts started/s, how many) while one worker drains what the gateway accepted."""
-    queue = Queue(launch.queue)
+    """(attempts started/s, how many) while one worker drains what the gateway accepted: as
+    many claims as were posted, whichever rows they took, first start → last."""
     pg = Pg(db)
     try:
+        posted = int(
+            pg.scalar("SELECT count(*) FROM tether_invocations WHERE request_hash <> 'prefill'")
+        )
         launch.worker(APP, 1, sizes.worker_threads, captured_env(launch, "worker", QUIET))
-        poll(lambda: queue.unfinished() == 0, sizes.deadline, "the worker to drain", 0.05)
-        row = pg.conn.execute(
-            "SELECT count(*), max(started_at) - min(started_at) FROM tether_invocations"
-            " WHERE started_at IS NOT NULL"
-        ).fetchone()
-        assert row is not None
-        count, span = int(row[0]), float(row[1] or 0.0)
-        return ((count - 1) / span if span > 0 else float("nan")), count
+        started = "SELECT count(*) FROM tether_invocations WHERE started_at IS NOT NULL"
+        poll(lambda: int(pg.scalar(started)) >= posted, sizes.deadline, "the claims", 0.05)
+        rows = pg.conn.execute(
+            "SELECT started_at FROM tether_invocations WHERE started_at IS NOT NULL"
+            " ORDER BY started_at LIMIT %s",
+            (posted,),
+        ).fetchall()
+        span = float(rows[-1][0]) - float(rows[0][0])
+        return ((posted - 1) / span if span > 0 else float("nan")), posted
     finally:
-        queue.close()
         pg.close()
 
 
