@@ -8,12 +8,15 @@ from typing import Any
 from bench.report import Row
 from bench.scenarios import (
     accept,
+    backlog,
+    caps,
     cost,
     drain,
     durable,
     end_to_end,
     eventlog,
     fanout,
+    flood,
     io_bound,
     peer,
     streaming,
@@ -37,4 +40,7 @@ SCENARIOS: dict[str, Scenario] = {
     "terminal": terminal.run,
     "fanout": fanout.run,
     "eventlog": eventlog.run,
+    "flood": flood.run,
+    "caps": caps.run,
+    "backlog": backlog.run,
 }

@@ -64,6 +64,21 @@ class Sizes:
     eventlog_rounds: int = 3
     retention_ticks: int = 1200
     retention_tick: float = 0.05
+    flood_backlog: int = 50_000
+    flood_sleep: float = 0.05
+    flood_concurrency: int = 20
+    flood_rate: float = 2.0
+    flood_window: float = 15.0
+    flood_warmup: float = 2.0
+    caps_starts: int = 100_000
+    caps_tenants: int = 8
+    caps_max: int = 6  # each tenant's max_active is drawn from 1..caps_max
+    caps_global: int = 24
+    backlog_queued: int = 500_000
+    backlog_tenants: int = 200
+    backlog_dominant: float = 0.8  # the largest tenant's share of the backlog
+    backlog_posts: int = 2000
+    backlog_rounds: int = 5
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -112,6 +127,17 @@ QUICK = Sizes(
     eventlog_rounds=1,
     retention_ticks=40,
     retention_tick=0.05,
+    flood_backlog=3000,
+    flood_window=2.0,
+    flood_warmup=0.5,
+    caps_starts=600,
+    caps_tenants=4,
+    caps_max=3,
+    caps_global=6,
+    backlog_queued=5000,
+    backlog_tenants=10,
+    backlog_posts=100,
+    backlog_rounds=1,
     deadline=60.0,
 )
 
@@ -169,9 +195,10 @@ class Pg:
     def prefill(self, count: int) -> list[str]:
         """``count`` queued invocations, as if accepted, in one statement."""
         rows = self.conn.execute(
-            "INSERT INTO tether_invocations (id, owner, input, request_hash, status, attempt,"
-            " cancel_requested, last_event_id, created_at, enqueued_at)"
-            " SELECT gen_random_uuid()::text, 'bench-' || (g %% 256), '{}'::jsonb, 'prefill',"
+            "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
+            " attempt, cancel_requested, last_event_id, created_at, enqueued_at)"
+            " SELECT gen_random_uuid()::text, 'bench-' || (g %% 256), 'bench-' || (g %% 256),"
+            " '{}'::jsonb, 'prefill',"
             " 'queued', 0, false, 0, extract(epoch from clock_timestamp()),"
             " extract(epoch from clock_timestamp())"
             " FROM generate_series(1, %s) AS g RETURNING id",
