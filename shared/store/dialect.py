@@ -18,6 +18,7 @@ from tether.store.schema import Json, invocations
 
 inv = invocations.c
 MIGRATION_LOCK_KEY = 0x7E7E_0001
+CLAIM_LOCK_KEY = 0x7E7E_0002
 
 
 class Dialect(ABC):
@@ -52,6 +53,11 @@ class Dialect(ABC):
     @abstractmethod
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         """Make concurrent migration runs (replicas starting at once) take turns."""
+
+    @abstractmethod
+    async def lock_claims(self, conn: AsyncConnection) -> None:
+        """Make claims take turns across every process and host, until the transaction ends:
+        the serialization point that keeps running attempts within their caps."""
 
 
 class PostgreSQL(Dialect):
@@ -89,6 +95,9 @@ class PostgreSQL(Dialect):
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))
+
+    async def lock_claims(self, conn: AsyncConnection) -> None:
+        await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({CLAIM_LOCK_KEY})"))
 
 
 class SQLite(Dialect):
@@ -130,6 +139,9 @@ class SQLite(Dialect):
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         return None  # BEGIN IMMEDIATE: a migration's transaction already holds the database
+
+    async def lock_claims(self, conn: AsyncConnection) -> None:
+        return None  # BEGIN IMMEDIATE: the one writer
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (PostgreSQL(), SQLite())}

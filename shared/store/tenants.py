@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.store.engine import Database
 from tether.store.schema import global_limits, tenants
@@ -140,12 +141,8 @@ class Tenants:
 
     async def effective(self, names: Sequence[str]) -> dict[str, TenantLimits]:
         """The limits that apply to each tenant: its row, else the defaults, else none."""
-        wanted = sorted({*names, DEFAULTS})
         async with self._db.connection() as conn:
-            result = await conn.execute(sa.select(tenants).where(tenants.c.tenant.in_(wanted)))
-            found = {r.tenant: r.limits for r in map(_row, result.mappings())}
-        fallback = found.get(DEFAULTS, TenantLimits())
-        return {name: found.get(name, fallback) for name in names}
+            return await effective_limits(conn, names)
 
     async def set(self, tenant: str, changes: Mapping[str, Any]) -> TenantRow:
         """Apply ``changes`` to the tenant's row; a tenant without one starts from the defaults.
@@ -192,6 +189,15 @@ class Tenants:
                         id=1, max_active=max_active, updated_at=self._db.now
                     )
                 )
+
+
+async def effective_limits(conn: AsyncConnection, names: Sequence[str]) -> dict[str, TenantLimits]:
+    """:meth:`Tenants.effective`, read in the caller's transaction (the claim's)."""
+    wanted = sorted({*names, DEFAULTS})
+    result = await conn.execute(sa.select(tenants).where(tenants.c.tenant.in_(wanted)))
+    found = {r.tenant: r.limits for r in map(_row, result.mappings())}
+    fallback = found.get(DEFAULTS, TenantLimits())
+    return {name: found.get(name, fallback) for name in names}
 
 
 def _row(row: sa.RowMapping) -> TenantRow:

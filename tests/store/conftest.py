@@ -23,7 +23,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             await conn.execute(
                 sa.text(
                     "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
-                    "tether_tenants, tether_global_limits, tether_tenant_buckets"
+                    "tether_tenants, tether_global_limits, tether_tenant_buckets, "
+                    "tether_tenant_passes, tether_claim_clock"
                 )
             )
     try:

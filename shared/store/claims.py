@@ -1,0 +1,294 @@
+"""The claim: the one way an invocation becomes ``active``, within every cap.
+
+PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). A claim
+transaction first takes the claim lock (:meth:`Dialect.lock_claims`: a transaction advisory lock
+on PostgreSQL, the single writer on SQLite), so claims take turns across every process and host
+and each one counts the running attempts that every earlier claim left. Under the lock it reads
+the global cap and every tenant's running attempts (the ``tenant_active`` partial index: as many
+rows as there are running attempts), lists the tenants with queued work by a loose index scan of
+``tenant_queue`` (one probe per tenant, whatever the backlog), reads their limits and passes,
+allocates the free slots fairly (:mod:`tether.store.fairness`), reads each chosen tenant's heads
+(``priority DESC, seq``, skipping invocations whose session has an older open one and
+replacements still in their backoff) and flips them to ``active``. A limit changed at run time so
+applies at the next claim.
+
+Finishing, parking and handing back never take the lock: they only lower the counts, so a claim
+that raced them under-admits for a moment, never over-admits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.outcomes import started_data
+from tether.store.engine import Database
+from tether.store.eventlog import advanced, insert_events, numbered
+from tether.store.fairness import Allocation, TenantLoad, allocate, wanted
+from tether.store.schema import (
+    OPEN,
+    RESUME,
+    Claim,
+    Status,
+    claim_clock,
+    global_limits,
+    invocations,
+    tenant_passes,
+)
+from tether.store.tenants import effective_limits
+from tether.store.writes import NewEvent
+
+inv = invocations.c
+MAX_ROUNDS = 8
+"""Allocation rounds per claim: a round repeats only when a chosen tenant had fewer claimable
+invocations than it was given (session-blocked, or in backoff), with the slots it left over."""
+
+QUEUED_TENANTS = sa.text(
+    """
+    WITH RECURSIVE queued(tenant) AS (
+        SELECT min(tenant) FROM tether_invocations WHERE status = 'queued'
+        UNION ALL
+        SELECT (SELECT min(i.tenant) FROM tether_invocations i
+                WHERE i.status = 'queued' AND i.tenant > queued.tenant)
+        FROM queued WHERE queued.tenant IS NOT NULL
+    )
+    SELECT tenant FROM queued WHERE tenant IS NOT NULL
+    """
+)
+"""Tenants with queued work: a loose index scan of ``tether_invocations_tenant_queue``, one
+probe per tenant (a ``DISTINCT`` would read the whole backlog)."""
+
+
+def opening(won: Any) -> NewEvent:
+    """The event opening a claimed attempt: ``run.resumed`` after a wait, else ``run.started``."""
+    data = started_data(won.attempt, resumed=won.resumed_by == RESUME)
+    return NewEvent(data["type"], data)
+
+
+class Claims:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim_next(self, count: int, worker: str) -> list[Claim]:
+        """Start up to ``count`` attempts: the next invocations in fair order, within caps."""
+        if count <= 0 or not await self._anything_queued():
+            return []
+        async with self._db.transaction() as conn:
+            await self._db.dialect.lock_claims(conn)
+            running, global_cap = await _running(conn)
+            budget = count
+            if global_cap is not None:
+                budget = min(budget, global_cap - sum(running.values()))
+            if budget <= 0:
+                return []
+            loads = await _loads(conn, running)
+            if not loads:
+                return []
+            vtime = await conn.scalar(sa.select(claim_clock.c.vtime))
+            allocation, ids = await self._choose(conn, loads, budget, float(vtime or 0.0))
+            won = await self._start(conn, ids, worker)
+            await self._advance(conn, allocation, vtime is not None, [w.tenant for w in won])
+        return won
+
+    async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
+        """Start these invocations where each is queued, heads its session and its tenant and
+        the deployment are under their caps; one result per id (a repeat gets None). For an
+        operator or a test that means one invocation; workers take :meth:`claim_next`."""
+        async with self._db.transaction() as conn:
+            await self._db.dialect.lock_claims(conn)
+            running, global_cap = await _running(conn)
+            rows = await conn.execute(
+                sa.select(inv.id, inv.tenant).where(
+                    inv.id.in_(list(invocation_ids)), inv.status == Status.QUEUED.value, _turn()
+                )
+            )
+            tenant_of = {r.id: r.tenant for r in rows}
+            limits = await effective_limits(conn, sorted(set(tenant_of.values())))
+            total = sum(running.values())
+            admitted: list[str] = []
+            for invocation_id in dict.fromkeys(invocation_ids):
+                tenant = tenant_of.get(invocation_id)
+                if tenant is None or (global_cap is not None and total >= global_cap):
+                    continue
+                cap = limits[tenant].max_active
+                if cap is not None and running.get(tenant, 0) >= cap:
+                    continue
+                running[tenant] = running.get(tenant, 0) + 1
+                total += 1
+                admitted.append(invocation_id)
+            won = {c.invocation_id: c for c in await self._start(conn, admitted, worker)}
+        seen: set[str] = set()
+        results: list[Claim | None] = []
+        for invocation_id in invocation_ids:
+            results.append(None if invocation_id in seen else won.get(invocation_id))
+            seen.add(invocation_id)
+        return results
+
+    async def _anything_queued(self) -> bool:
+        """Without the lock: a claim with nothing queued leaves the lock to the others."""
+        async with self._db.connection() as conn:
+            found = await conn.scalar(
+                sa.select(inv.tenant).where(inv.status == Status.QUEUED.value).limit(1)
+            )
+        return found is not None
+
+    async def _choose(
+        self, conn: AsyncConnection, loads: list[TenantLoad], budget: int, vtime: float
+    ) -> tuple[Allocation, list[str]]:
+        """The fair allocation, and the invocations that fill it, in order."""
+        known: dict[str, int] = {}
+        heads: dict[str, list[str]] = {}
+        allocation = allocate(loads, budget, vtime, known)
+        for _ in range(MAX_ROUNDS):
+            short = {t: n for t, n in wanted(allocation).items() if n > len(heads.get(t, []))}
+            if not short:
+                break
+            heads.update(await self._heads(conn, short))
+            known.update({t: len(heads[t]) for t in short if len(heads[t]) < short[t]})
+            allocation = allocate(loads, budget, vtime, known)
+        taken: dict[str, int] = {}
+        ids: list[str] = []
+        for tenant in allocation.picks:
+            n = taken.get(tenant, 0)
+            if n < len(heads.get(tenant, [])):
+                ids.append(heads[tenant][n])
+                taken[tenant] = n + 1
+        return allocation, ids
+
+    async def _heads(self, conn: AsyncConnection, counts: dict[str, int]) -> dict[str, list[str]]:
+        """The first ``counts[t]`` claimable invocations of each tenant ``t``, in its order."""
+        parts = []
+        for tenant, n in counts.items():
+            head = (
+                sa.select(inv.id, inv.tenant, inv.priority, inv.seq)
+                .where(
+                    inv.tenant == tenant,
+                    inv.status == Status.QUEUED.value,
+                    inv.enqueued_at <= self._db.now,
+                    _turn(),
+                )
+                .order_by(inv.priority.desc(), inv.seq)
+                .limit(n)
+                .subquery()
+            )
+            parts.append(sa.select(head.c.id, head.c.tenant, head.c.priority, head.c.seq))
+        rows = (await conn.execute(sa.union_all(*parts))).all()
+        found: dict[str, list[str]] = {tenant: [] for tenant in counts}
+        for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
+            found[r.tenant].append(r.id)
+        return found
+
+    async def _start(self, conn: AsyncConnection, ids: list[str], worker: str) -> list[Claim]:
+        """Flip these (still queued) invocations to ``active`` and open their attempts' logs."""
+        if not ids:
+            return []
+        claim = (
+            sa.update(invocations)
+            .where(inv.id.in_(ids), inv.status == Status.QUEUED.value)
+            .values(
+                status=Status.ACTIVE.value,
+                attempt=inv.attempt + 1,
+                started_at=sa.func.coalesce(inv.started_at, self._db.now),
+                heartbeat_at=self._db.now,
+                worker=worker,
+                last_event_id=advanced(1),
+            )
+            .returning(
+                inv.id,
+                inv.attempt,
+                inv.input,
+                inv.session_id,
+                inv.checkpoint,
+                inv.last_event_id,
+                inv.resumed_by,
+                inv.owner,
+                inv.user_auth,
+                inv.tenant,
+            )
+        )
+        won = {r.id: r for r in await conn.execute(claim)}
+        started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in won.values()}
+        await insert_events(conn, self._db.now, started)
+        return [_claim(won[i]) for i in ids if i in won]
+
+    async def _advance(
+        self, conn: AsyncConnection, allocation: Allocation, has_clock: bool, served: list[str]
+    ) -> None:
+        """Store the passes of the tenants served and the new virtual time."""
+        for tenant in dict.fromkeys(served):
+            new_pass = allocation.passes[tenant]
+            updated = await conn.execute(
+                sa.update(tenant_passes)
+                .where(tenant_passes.c.tenant == tenant)
+                .values(**{"pass": new_pass})
+            )
+            if not updated.rowcount:
+                await conn.execute(
+                    sa.insert(tenant_passes).values(tenant=tenant, **{"pass": new_pass})
+                )
+        if has_clock:
+            await conn.execute(sa.update(claim_clock).values(vtime=allocation.vtime))
+        else:
+            await conn.execute(sa.insert(claim_clock).values(id=1, vtime=allocation.vtime))
+
+
+def _turn() -> sa.ColumnElement[bool]:
+    """The invocation's session has no older open invocation (or it has no session)."""
+    older = invocations.alias("older")
+    blocked_by_older = sa.exists().where(
+        older.c.owner == inv.owner,
+        older.c.session_id == inv.session_id,
+        older.c.seq < inv.seq,
+        older.c.status.in_(OPEN),
+    )
+    return sa.or_(inv.session_id.is_(None), ~blocked_by_older)
+
+
+async def _running(conn: AsyncConnection) -> tuple[dict[str, int], int | None]:
+    """Running attempts per tenant, and the global cap (None: none)."""
+    rows = await conn.execute(
+        sa.select(inv.tenant, sa.func.count())
+        .where(inv.status == Status.ACTIVE.value)
+        .group_by(inv.tenant)
+    )
+    running = {r[0]: int(r[1]) for r in rows}
+    cap = await conn.scalar(sa.select(global_limits.c.max_active))
+    return running, None if cap is None else int(cap)
+
+
+async def _loads(conn: AsyncConnection, running: dict[str, int]) -> list[TenantLoad]:
+    """Every tenant with queued work: its running attempts, weight, cap and pass."""
+    names = list((await conn.execute(QUEUED_TENANTS)).scalars())
+    if not names:
+        return []
+    limits = await effective_limits(conn, names)
+    passes = dict(
+        (r.tenant, float(r[1]))
+        for r in await conn.execute(
+            sa.select(tenant_passes.c.tenant, tenant_passes.c["pass"]).where(
+                tenant_passes.c.tenant.in_(names)
+            )
+        )
+    )
+    return [
+        TenantLoad(t, running.get(t, 0), limits[t].weight, limits[t].max_active, passes.get(t))
+        for t in names
+    ]
+
+
+def _claim(r: Any) -> Claim:
+    return Claim(
+        r.id,
+        r.attempt,
+        r.input,
+        r.session_id,
+        r.checkpoint,
+        r.last_event_id,
+        r.resumed_by,
+        r.owner,
+        bool(r.user_auth),
+        r.tenant,
+    )
