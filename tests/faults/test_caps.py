@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import defaultdict
+from collections.abc import Mapping
 
 import pytest
 
@@ -56,7 +57,7 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-async def post_all(api: Api, count: int, spec: dict[str, object]) -> list[str]:
+async def post_all(api: Api, count: int, spec: Mapping[str, object]) -> list[str]:
     ids = [new_id() for _ in range(count)]
     for invocation_id in ids:
         status, _ = await api.post({"id": invocation_id, "input": spec, "background": True})
