@@ -169,9 +169,10 @@ class Pg:
     def prefill(self, count: int) -> list[str]:
         """``count`` queued invocations, as if accepted, in one statement."""
         rows = self.conn.execute(
-            "INSERT INTO tether_invocations (id, owner, input, request_hash, status, attempt,"
-            " cancel_requested, last_event_id, created_at, enqueued_at)"
-            " SELECT gen_random_uuid()::text, 'bench-' || (g %% 256), '{}'::jsonb, 'prefill',"
+            "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
+            " attempt, cancel_requested, last_event_id, created_at, enqueued_at)"
+            " SELECT gen_random_uuid()::text, 'bench-' || (g %% 256), 'bench-' || (g %% 256),"
+            " '{}'::jsonb, 'prefill',"
             " 'queued', 0, false, 0, extract(epoch from clock_timestamp()),"
             " extract(epoch from clock_timestamp())"
             " FROM generate_series(1, %s) AS g RETURNING id",

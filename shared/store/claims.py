@@ -19,6 +19,7 @@ that raced them under-admits for a moment, never over-admits.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -38,7 +39,7 @@ from tether.store.schema import (
     invocations,
     tenant_passes,
 )
-from tether.store.tenants import effective_limits
+from tether.store.tenants import TenantLimits, effective_limits
 from tether.store.writes import NewEvent
 
 inv = invocations.c
@@ -74,23 +75,26 @@ class Claims:
 
     async def claim_next(self, count: int, worker: str) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within caps."""
-        if count <= 0 or not await self._anything_queued():
+        if count <= 0:
+            return []
+        # Read before the lock (it serializes only what caps need): the tenants with queued
+        # work, their limits and passes. Nothing queued: the lock is left to the others.
+        async with self._db.connection() as conn:
+            candidates = await _candidates(conn)
+        if candidates is None:
             return []
         async with self._db.transaction() as conn:
             await self._db.dialect.lock_claims(conn)
-            running, global_cap = await _running(conn)
+            running = await _running(conn)
             budget = count
-            if global_cap is not None:
-                budget = min(budget, global_cap - sum(running.values()))
+            if candidates.global_cap is not None:
+                budget = min(budget, candidates.global_cap - sum(running.values()))
             if budget <= 0:
                 return []
-            loads = await _loads(conn, running)
-            if not loads:
-                return []
-            vtime = await conn.scalar(sa.select(claim_clock.c.vtime))
-            allocation, ids = await self._choose(conn, loads, budget, float(vtime or 0.0))
+            loads = candidates.loads(running)
+            allocation, ids = await self._choose(conn, loads, budget, candidates.vtime)
             won = await self._start(conn, ids, worker)
-            await self._advance(conn, allocation, vtime is not None, [w.tenant for w in won])
+            await self._advance(conn, allocation, [w.tenant for w in won])
         return won
 
     async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
@@ -99,7 +103,8 @@ class Claims:
         operator or a test that means one invocation; workers take :meth:`claim_next`."""
         async with self._db.transaction() as conn:
             await self._db.dialect.lock_claims(conn)
-            running, global_cap = await _running(conn)
+            running = await _running(conn)
+            global_cap = await _global_cap(conn)
             rows = await conn.execute(
                 sa.select(inv.id, inv.tenant).where(
                     inv.id.in_(list(invocation_ids)), inv.status == Status.QUEUED.value, _turn()
@@ -127,14 +132,6 @@ class Claims:
             seen.add(invocation_id)
         return results
 
-    async def _anything_queued(self) -> bool:
-        """Without the lock: a claim with nothing queued leaves the lock to the others."""
-        async with self._db.connection() as conn:
-            found = await conn.scalar(
-                sa.select(inv.tenant).where(inv.status == Status.QUEUED.value).limit(1)
-            )
-        return found is not None
-
     async def _choose(
         self, conn: AsyncConnection, loads: list[TenantLoad], budget: int, vtime: float
     ) -> tuple[Allocation, list[str]]:
@@ -160,9 +157,18 @@ class Claims:
 
     async def _heads(self, conn: AsyncConnection, counts: dict[str, int]) -> dict[str, list[str]]:
         """The first ``counts[t]`` claimable invocations of each tenant ``t``, in its order."""
-        parts = []
-        for tenant, n in counts.items():
-            head = (
+        rows = (await conn.execute(self._heads_query(counts))).all()
+        found: dict[str, list[str]] = {tenant: [] for tenant in counts}
+        for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
+            found[r.tenant].append(r.id)
+        return found
+
+    def _heads_query(self, counts: dict[str, int]) -> sa.Select[Any]:
+        """One index probe per tenant: a ``LATERAL`` join where the database has it (planned
+        once, whatever the number of tenants), else one ``UNION ALL`` branch per tenant."""
+
+        def head(tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
+            return (
                 sa.select(inv.id, inv.tenant, inv.priority, inv.seq)
                 .where(
                     inv.tenant == tenant,
@@ -171,15 +177,23 @@ class Claims:
                     _turn(),
                 )
                 .order_by(inv.priority.desc(), inv.seq)
-                .limit(n)
-                .subquery()
+                .limit(limit)
             )
-            parts.append(sa.select(head.c.id, head.c.tenant, head.c.priority, head.c.seq))
-        rows = (await conn.execute(sa.union_all(*parts))).all()
-        found: dict[str, list[str]] = {tenant: [] for tenant in counts}
-        for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
-            found[r.tenant].append(r.id)
-        return found
+
+        if self._db.dialect.lateral:
+            wanted = sa.values(
+                sa.column("tenant", sa.Text), sa.column("n", sa.Integer), name="wanted"
+            ).data(list(counts.items()))
+            heads = head(wanted.c.tenant, wanted.c.n).lateral("heads")
+            return sa.select(heads.c.id, heads.c.tenant, heads.c.priority, heads.c.seq).select_from(
+                wanted.join(heads, sa.true())
+            )
+        parts = [head(sa.literal(t, sa.Text), n).subquery() for t, n in counts.items()]
+        return sa.select(
+            sa.union_all(
+                *[sa.select(p.c.id, p.c.tenant, p.c.priority, p.c.seq) for p in parts]
+            ).subquery()
+        )
 
     async def _start(self, conn: AsyncConnection, ids: list[str], worker: str) -> list[Claim]:
         """Flip these (still queued) invocations to ``active`` and open their attempts' logs."""
@@ -215,24 +229,14 @@ class Claims:
         return [_claim(won[i]) for i in ids if i in won]
 
     async def _advance(
-        self, conn: AsyncConnection, allocation: Allocation, has_clock: bool, served: list[str]
+        self, conn: AsyncConnection, allocation: Allocation, served: list[str]
     ) -> None:
         """Store the passes of the tenants served and the new virtual time."""
-        for tenant in dict.fromkeys(served):
-            new_pass = allocation.passes[tenant]
-            updated = await conn.execute(
-                sa.update(tenant_passes)
-                .where(tenant_passes.c.tenant == tenant)
-                .values(**{"pass": new_pass})
-            )
-            if not updated.rowcount:
-                await conn.execute(
-                    sa.insert(tenant_passes).values(tenant=tenant, **{"pass": new_pass})
-                )
-        if has_clock:
-            await conn.execute(sa.update(claim_clock).values(vtime=allocation.vtime))
-        else:
-            await conn.execute(sa.insert(claim_clock).values(id=1, vtime=allocation.vtime))
+        if served:
+            rows = [{"tenant": t, "pass": allocation.passes[t]} for t in dict.fromkeys(served)]
+            await conn.execute(self._db.dialect.upsert(tenant_passes, "tenant", rows))
+        clock = [{"id": 1, "vtime": allocation.vtime}]
+        await conn.execute(self._db.dialect.upsert(claim_clock, "id", clock))
 
 
 def _turn() -> sa.ColumnElement[bool]:
@@ -247,36 +251,60 @@ def _turn() -> sa.ColumnElement[bool]:
     return sa.or_(inv.session_id.is_(None), ~blocked_by_older)
 
 
-async def _running(conn: AsyncConnection) -> tuple[dict[str, int], int | None]:
-    """Running attempts per tenant, and the global cap (None: none)."""
+async def _running(conn: AsyncConnection) -> dict[str, int]:
+    """Running attempts per tenant (the ``tenant_active`` index: one entry per attempt)."""
     rows = await conn.execute(
         sa.select(inv.tenant, sa.func.count())
         .where(inv.status == Status.ACTIVE.value)
         .group_by(inv.tenant)
     )
-    running = {r[0]: int(r[1]) for r in rows}
+    return {r[0]: int(r[1]) for r in rows}
+
+
+async def _global_cap(conn: AsyncConnection) -> int | None:
     cap = await conn.scalar(sa.select(global_limits.c.max_active))
-    return running, None if cap is None else int(cap)
+    return None if cap is None else int(cap)
 
 
-async def _loads(conn: AsyncConnection, running: dict[str, int]) -> list[TenantLoad]:
-    """Every tenant with queued work: its running attempts, weight, cap and pass."""
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The tenants with queued work, with their limits and passes, and the global cap."""
+
+    names: list[str]
+    limits: dict[str, TenantLimits]
+    passes: dict[str, float]
+    vtime: float
+    global_cap: int | None
+
+    def loads(self, running: dict[str, int]) -> list[TenantLoad]:
+        return [
+            TenantLoad(
+                t,
+                running.get(t, 0),
+                self.limits[t].weight,
+                self.limits[t].max_active,
+                self.passes.get(t),
+            )
+            for t in self.names
+        ]
+
+
+async def _candidates(conn: AsyncConnection) -> Candidates | None:
+    """None when nothing is queued."""
     names = list((await conn.execute(QUEUED_TENANTS)).scalars())
     if not names:
-        return []
+        return None
     limits = await effective_limits(conn, names)
-    passes = dict(
-        (r.tenant, float(r[1]))
+    passes = {
+        r.tenant: float(r[1])
         for r in await conn.execute(
             sa.select(tenant_passes.c.tenant, tenant_passes.c["pass"]).where(
                 tenant_passes.c.tenant.in_(names)
             )
         )
-    )
-    return [
-        TenantLoad(t, running.get(t, 0), limits[t].weight, limits[t].max_active, passes.get(t))
-        for t in names
-    ]
+    }
+    vtime = await conn.scalar(sa.select(claim_clock.c.vtime))
+    return Candidates(names, limits, passes, float(vtime or 0.0), await _global_cap(conn))
 
 
 def _claim(r: Any) -> Claim:

@@ -23,6 +23,8 @@ CLAIM_LOCK_KEY = 0x7E7E_0002
 
 class Dialect(ABC):
     name: str
+    lateral: bool
+    """Whether it runs ``JOIN LATERAL`` (the claim's per-tenant probes in one plan)."""
     now: sa.ColumnElement[float]
     """The database clock, in seconds since the epoch: every timestamp and staleness is judged
     on it, never on a worker's clock."""
@@ -38,6 +40,10 @@ class Dialect(ABC):
     @abstractmethod
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         """``INSERT … ON CONFLICT (key) DO NOTHING``: a row whose key exists is skipped."""
+
+    @abstractmethod
+    def upsert(self, table: sa.Table, key: str, rows: list[dict[str, Any]]) -> Any:
+        """``INSERT rows … ON CONFLICT (key) DO UPDATE`` every other column to the new value."""
 
     @abstractmethod
     async def held_rows(
@@ -62,6 +68,7 @@ class Dialect(ABC):
 
 class PostgreSQL(Dialect):
     name = "postgresql"
+    lateral = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
@@ -77,6 +84,11 @@ class PostgreSQL(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def upsert(self, table: sa.Table, key: str, rows: list[dict[str, Any]]) -> Any:
+        insert = postgresql.insert(table).values(rows)
+        others = {c.name: insert.excluded[c.name] for c in table.c if c.name != key}
+        return insert.on_conflict_do_update(index_elements=[key], set_=others)
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
@@ -105,6 +117,7 @@ class SQLite(Dialect):
     transaction holds the whole database, so no row is ever held by another."""
 
     name = "sqlite"
+    lateral = False
     now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
@@ -131,6 +144,11 @@ class SQLite(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def upsert(self, table: sa.Table, key: str, rows: list[dict[str, Any]]) -> Any:
+        insert = sqlite.insert(table).values(rows)
+        others = {c.name: insert.excluded[c.name] for c in table.c if c.name != key}
+        return insert.on_conflict_do_update(index_elements=[key], set_=others)
 
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
