@@ -1,16 +1,16 @@
 """The claim: the one way an invocation becomes ``active``, within every cap.
 
-PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). A claim
-transaction first takes the claim lock (:meth:`Dialect.lock_claims`: a transaction advisory lock
-on PostgreSQL, the single writer on SQLite), so claims take turns across every process and host
-and each one counts the running attempts that every earlier claim left. Under the lock it reads
-the global cap and every tenant's running attempts (the ``tenant_active`` partial index: as many
-rows as there are running attempts), lists the tenants with queued work by a loose index scan of
-``tenant_queue`` (one probe per tenant, whatever the backlog), reads their limits and passes,
-allocates the free slots fairly (:mod:`tether.store.fairness`), reads each chosen tenant's heads
-(``priority DESC, seq``, skipping invocations whose session has an older open one and
-replacements still in their backoff) and flips them to ``active``. A limit changed at run time so
-applies at the next claim.
+PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). Without
+any lock, a claim lists the tenants with queued work by a loose index scan of ``tenant_queue``
+(one probe per tenant, whatever the backlog) with their limits and stride passes, and the global
+cap. It then takes the claim lock (:meth:`Dialect.lock_claims`: a transaction advisory lock on
+PostgreSQL, the single writer on SQLite), so claims take turns across every process and host and
+each counts the running attempts every earlier claim left (the ``tenant_active`` partial index:
+as many entries as running attempts). Under the lock it allocates the free slots fairly
+(:mod:`tether.store.fairness`), reads each chosen tenant's heads (``priority DESC, seq``,
+skipping invocations whose session has an older open one and replacements still in their
+backoff), flips them to ``active`` and stores the passes. Limits are read by every claim, so a
+change applies at the next one.
 
 Finishing, parking and handing back never take the lock: they only lower the counts, so a claim
 that raced them under-admits for a moment, never over-admits.
