@@ -3,13 +3,15 @@
 PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). Without
 any lock, a claim lists the tenants with queued work by a loose index scan of ``tenant_queue``
 (one probe per tenant, whatever the backlog) with their limits and stride passes, and the global
-cap. It then takes the claim lock (:meth:`Dialect.lock_claims`: a transaction advisory lock on
-PostgreSQL, the single writer on SQLite), so claims take turns across every process and host and
-each counts the running attempts every earlier claim left (the ``tenant_active`` partial index:
-as many entries as running attempts). Under the lock it allocates the free slots fairly
-(:mod:`tether.store.fairness`), reads each chosen tenant's heads (``priority DESC, seq``,
-skipping invocations whose session has an older open one and replacements still in their
-backoff), flips them to ``active`` and stores the passes. Limits are read by every claim, so a
+cap. When a cap applies to any of them it then takes the claim lock
+(:meth:`Dialect.lock_claims`: a transaction advisory lock on PostgreSQL, the single writer on
+SQLite), so claims take turns across every process and host and each counts the running attempts
+every earlier claim left (the ``tenant_active`` partial index: as many entries as running
+attempts); with no cap anywhere there is nothing to serialize, and concurrent claims only spread
+over different rows (``FOR UPDATE SKIP LOCKED`` on the heads). It then allocates the free
+slots fairly (:mod:`tether.store.fairness`), reads each chosen tenant's heads (``priority
+DESC, seq``, skipping invocations whose session has an older open one and replacements still in
+their backoff), flips them to ``active`` and stores the passes. Limits are read by every claim, so a
 change applies at the next one.
 
 Finishing, parking and handing back never take the lock: they only lower the counts, so a claim
@@ -84,7 +86,8 @@ class Claims:
         if candidates is None:
             return []
         async with self._db.transaction() as conn:
-            await self._db.dialect.lock_claims(conn)
+            if candidates.capped:
+                await self._db.dialect.lock_claims(conn)
             running = await _running(conn)
             budget = count
             if candidates.global_cap is not None:
@@ -94,7 +97,7 @@ class Claims:
             loads = candidates.loads(running)
             allocation, ids = await self._choose(conn, loads, budget, candidates.vtime)
             won = await self._start(conn, ids, worker)
-            await self._advance(conn, allocation, [w.tenant for w in won])
+            await self._advance(conn, allocation, candidates.vtime, [w.tenant for w in won])
         return won
 
     async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
@@ -178,6 +181,7 @@ class Claims:
                 )
                 .order_by(inv.priority.desc(), inv.seq)
                 .limit(limit)
+                .with_for_update(skip_locked=True, of=invocations)
             )
 
         if self._db.dialect.lateral:
@@ -229,14 +233,16 @@ class Claims:
         return [_claim(won[i]) for i in ids if i in won]
 
     async def _advance(
-        self, conn: AsyncConnection, allocation: Allocation, served: list[str]
+        self, conn: AsyncConnection, allocation: Allocation, vtime: float, served: list[str]
     ) -> None:
-        """Store the passes of the tenants served and the new virtual time."""
+        """Store the passes of the tenants served (in name order: concurrent uncapped claims
+        take these row locks in one order) and the virtual time, if it moved."""
         if served:
-            rows = [{"tenant": t, "pass": allocation.passes[t]} for t in dict.fromkeys(served)]
+            rows = [{"tenant": t, "pass": allocation.passes[t]} for t in sorted(set(served))]
             await conn.execute(self._db.dialect.upsert(tenant_passes, "tenant", rows))
-        clock = [{"id": 1, "vtime": allocation.vtime}]
-        await conn.execute(self._db.dialect.upsert(claim_clock, "id", clock))
+        if allocation.vtime != vtime:
+            clock = [{"id": 1, "vtime": allocation.vtime}]
+            await conn.execute(self._db.dialect.upsert(claim_clock, "id", clock))
 
 
 def _turn() -> sa.ColumnElement[bool]:
@@ -275,6 +281,13 @@ class Candidates:
     passes: dict[str, float]
     vtime: float
     global_cap: int | None
+
+    @property
+    def capped(self) -> bool:
+        """Whether a cap applies to any of them: only then must claims take turns."""
+        return self.global_cap is not None or any(
+            self.limits[t].max_active is not None for t in self.names
+        )
 
     def loads(self, running: dict[str, int]) -> list[TenantLoad]:
         return [
