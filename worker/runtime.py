@@ -45,6 +45,10 @@ from tether.worker.slots import Slots
 
 log = logging.getLogger(__name__)
 
+CLAIMS_IN_FLIGHT = 2
+"""Claim transactions a process runs at once: a claim reads more than it writes (the tenants
+with queued work, their limits, the heads), so a second one overlaps the first's round trips.
+With a cap they take turns on the claim lock anyway."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
@@ -93,7 +97,9 @@ class Runtime:
         self.slots = Slots(concurrency)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
-        self._claims: GroupCommit[str, Claim | None] = GroupCommit(self._claim_batch)
+        self._claims: GroupCommit[str, Claim | None] = GroupCommit(
+            self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
+        )
         self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(
             services.store.finish_many
         )

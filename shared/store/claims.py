@@ -58,11 +58,14 @@ QUEUED_TENANTS = sa.text(
                 WHERE i.status = 'queued' AND i.tenant > queued.tenant)
         FROM queued WHERE queued.tenant IS NOT NULL
     )
-    SELECT tenant FROM queued WHERE tenant IS NOT NULL
+    SELECT queued.tenant, p.pass FROM queued
+    LEFT JOIN tether_tenant_passes p ON p.tenant = queued.tenant
+    WHERE queued.tenant IS NOT NULL
     """
 )
-"""Tenants with queued work: a loose index scan of ``tether_invocations_tenant_queue``, one
-probe per tenant (a ``DISTINCT`` would read the whole backlog)."""
+"""Tenants with queued work, with their passes: a loose index scan of
+``tether_invocations_tenant_queue``, one probe per tenant (a ``DISTINCT`` would read the whole
+backlog)."""
 
 
 def opening(won: Any) -> NewEvent:
@@ -304,20 +307,22 @@ class Candidates:
 
 async def _candidates(conn: AsyncConnection) -> Candidates | None:
     """None when nothing is queued."""
-    names = list((await conn.execute(QUEUED_TENANTS)).scalars())
-    if not names:
+    queued = (await conn.execute(QUEUED_TENANTS)).all()
+    if not queued:
         return None
+    names = [r.tenant for r in queued]
+    passes = {r.tenant: float(r[1]) for r in queued if r[1] is not None}
     limits = await effective_limits(conn, names)
-    passes = {
-        r.tenant: float(r[1])
-        for r in await conn.execute(
-            sa.select(tenant_passes.c.tenant, tenant_passes.c["pass"]).where(
-                tenant_passes.c.tenant.in_(names)
-            )
-        )
-    }
-    vtime = await conn.scalar(sa.select(claim_clock.c.vtime))
-    return Candidates(names, limits, passes, float(vtime or 0.0), await _global_cap(conn))
+    clock = sa.select(claim_clock.c.vtime).scalar_subquery()
+    cap = sa.select(global_limits.c.max_active).scalar_subquery()
+    vtime, global_cap = (await conn.execute(sa.select(clock, cap))).one()
+    return Candidates(
+        names,
+        limits,
+        passes,
+        float(vtime or 0.0),
+        None if global_cap is None else int(global_cap),
+    )
 
 
 def _claim(r: Any) -> Claim:
