@@ -4,7 +4,7 @@ PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs n
 any lock, a claim lists the tenants with queued work by a loose index scan of ``tenant_queue``
 (one probe per tenant, whatever the backlog) with their limits and stride passes, and the global
 cap. When a cap applies to any of them it then takes the claim lock
-(:meth:`Dialect.lock_claims`: a transaction advisory lock on PostgreSQL, the single writer on
+(:meth:`Dialect.begin_claim`: a transaction advisory lock on PostgreSQL, the single writer on
 SQLite), so claims take turns across every process and host and each counts the running attempts
 every earlier claim left (the ``tenant_active`` partial index: as many entries as running
 attempts); with no cap anywhere there is nothing to serialize, and concurrent claims only spread
@@ -89,8 +89,7 @@ class Claims:
         if candidates is None:
             return []
         async with self._db.transaction() as conn:
-            if candidates.capped:
-                await self._db.dialect.lock_claims(conn)
+            await self._db.dialect.begin_claim(conn, serialize=candidates.capped)
             running = await _running(conn)
             budget = count
             if candidates.global_cap is not None:
@@ -108,7 +107,7 @@ class Claims:
         the deployment are under their caps; one result per id (a repeat gets None). For an
         operator or a test that means one invocation; workers take :meth:`claim_next`."""
         async with self._db.transaction() as conn:
-            await self._db.dialect.lock_claims(conn)
+            await self._db.dialect.begin_claim(conn, serialize=True)
             running = await _running(conn)
             global_cap = await _global_cap(conn)
             rows = await conn.execute(
