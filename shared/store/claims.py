@@ -41,7 +41,13 @@ from tether.store.schema import (
     invocations,
     tenant_passes,
 )
-from tether.store.tenants import TenantLimits, effective_limits
+from tether.store.tenants import (
+    TenantLimits,
+    defaults,
+    effective_from,
+    effective_limits,
+    limits_from,
+)
 from tether.store.writes import NewEvent
 
 inv = invocations.c
@@ -58,14 +64,15 @@ QUEUED_TENANTS = sa.text(
                 WHERE i.status = 'queued' AND i.tenant > queued.tenant)
         FROM queued WHERE queued.tenant IS NOT NULL
     )
-    SELECT queued.tenant, p.pass FROM queued
+    SELECT queued.tenant AS queued_tenant, p.pass AS stored_pass, t.* FROM queued
     LEFT JOIN tether_tenant_passes p ON p.tenant = queued.tenant
+    LEFT JOIN tether_tenants t ON t.tenant = queued.tenant
     WHERE queued.tenant IS NOT NULL
     """
 )
-"""Tenants with queued work, with their passes: a loose index scan of
-``tether_invocations_tenant_queue``, one probe per tenant (a ``DISTINCT`` would read the whole
-backlog)."""
+"""Tenants with queued work, with their passes and their own limits (``t.tenant`` is NULL for a
+tenant without a row): a loose index scan of ``tether_invocations_tenant_queue``, one probe per
+tenant (a ``DISTINCT`` would read the whole backlog)."""
 
 
 def opening(won: Any) -> NewEvent:
@@ -306,12 +313,15 @@ class Candidates:
 
 async def _candidates(conn: AsyncConnection) -> Candidates | None:
     """None when nothing is queued."""
-    queued = (await conn.execute(QUEUED_TENANTS)).all()
+    queued = (await conn.execute(QUEUED_TENANTS)).mappings().all()
     if not queued:
         return None
-    names = [r.tenant for r in queued]
-    passes = {r.tenant: float(r[1]) for r in queued if r[1] is not None}
-    limits = await effective_limits(conn, names)
+    names = [r["queued_tenant"] for r in queued]
+    passes = {
+        r["queued_tenant"]: float(r["stored_pass"]) for r in queued if r["stored_pass"] is not None
+    }
+    own = {r["tenant"]: limits_from(r) for r in queued if r["tenant"] is not None}
+    limits = effective_from(names, own, await defaults(conn))
     clock = sa.select(claim_clock.c.vtime).scalar_subquery()
     cap = sa.select(global_limits.c.max_active).scalar_subquery()
     vtime, global_cap = (await conn.execute(sa.select(clock, cap))).one()
