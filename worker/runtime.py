@@ -4,8 +4,8 @@ A process's concurrency is bounded by ``concurrency`` slots, not by threads: a h
 model call holds a slot, never a thread. A message is a token: it takes a free slot and claims
 whatever PostgreSQL says runs next (:mod:`tether.store.claims`); a slot that frees claims again.
 
-Every write is fenced by the attempt number, so an
-attempt that was superseded while it ran can change nothing and is cancelled locally.
+Every write is fenced by the attempt number, so an attempt that was superseded while it ran can
+change nothing and is cancelled locally.
 """
 
 from __future__ import annotations
