@@ -84,7 +84,9 @@ def worker_database_url(settings: Settings) -> str:
         return settings.database_url
     timeout_ms = max(1, int(settings.timers.stale_after * 1000 / 3))
     existing = url.query.get("options", "")
-    ours = f"-c idle_in_transaction_session_timeout={timeout_ms}"
+    # No JIT: a worker's statements are short, and the claim's heads join is priced past
+    # jit_above_cost at a large backlog (docs/performance.md, "Claiming at 500k queued").
+    ours = f"-c idle_in_transaction_session_timeout={timeout_ms} -c jit=off"
     options = " ".join(filter(None, [str(existing), ours]))
     return url.update_query_dict({"options": options}).render_as_string(hide_password=False)
 

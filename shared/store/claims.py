@@ -40,10 +40,11 @@ from tether.store.schema import (
     global_limits,
     invocations,
     tenant_passes,
+    tenants,
 )
 from tether.store.tenants import (
+    DEFAULTS,
     TenantLimits,
-    defaults,
     effective_from,
     effective_limits,
     limits_from,
@@ -64,15 +65,18 @@ QUEUED_TENANTS = sa.text(
                 WHERE i.status = 'queued' AND i.tenant > queued.tenant)
         FROM queued WHERE queued.tenant IS NOT NULL
     )
-    SELECT queued.tenant AS queued_tenant, p.pass AS stored_pass, t.* FROM queued
+    SELECT queued.tenant AS queued_tenant, p.pass AS stored_pass, r.running, t.* FROM queued
     LEFT JOIN tether_tenant_passes p ON p.tenant = queued.tenant
+    LEFT JOIN (SELECT tenant, count(*) AS running FROM tether_invocations
+               WHERE status = 'active' GROUP BY tenant) r ON r.tenant = queued.tenant
     LEFT JOIN tether_tenants t ON t.tenant = queued.tenant
     WHERE queued.tenant IS NOT NULL
     """
 )
-"""Tenants with queued work, with their passes and their own limits (``t.tenant`` is NULL for a
-tenant without a row): a loose index scan of ``tether_invocations_tenant_queue``, one probe per
-tenant (a ``DISTINCT`` would read the whole backlog)."""
+"""Tenants with queued work, with their passes, running attempts and their own limits
+(``t.tenant`` is NULL for a tenant without a row): a loose index scan of
+``tether_invocations_tenant_queue``, one probe per tenant (a ``DISTINCT`` would read the whole
+backlog)."""
 
 
 def opening(won: Any) -> NewEvent:
@@ -97,7 +101,9 @@ class Claims:
             return []
         async with self._db.transaction() as conn:
             await self._db.dialect.begin_claim(conn, serialize=candidates.capped)
-            running = await _running(conn)
+            # Under the lock, counted again: what every earlier claim left. Without a cap the
+            # counts read with the tenants only order them.
+            running = await _running(conn) if candidates.capped else candidates.running
             budget = count
             if candidates.global_cap is not None:
                 budget = min(budget, candidates.global_cap - sum(running.values()))
@@ -288,6 +294,7 @@ class Candidates:
     names: list[str]
     limits: dict[str, TenantLimits]
     passes: dict[str, float]
+    running: dict[str, int]
     vtime: float
     global_cap: int | None
 
@@ -320,15 +327,31 @@ async def _candidates(conn: AsyncConnection) -> Candidates | None:
     passes = {
         r["queued_tenant"]: float(r["stored_pass"]) for r in queued if r["stored_pass"] is not None
     }
+    running = {r["queued_tenant"]: int(r["running"]) for r in queued if r["running"]}
     own = {r["tenant"]: limits_from(r) for r in queued if r["tenant"] is not None}
-    limits = effective_from(names, own, await defaults(conn))
-    clock = sa.select(claim_clock.c.vtime).scalar_subquery()
-    cap = sa.select(global_limits.c.max_active).scalar_subquery()
-    vtime, global_cap = (await conn.execute(sa.select(clock, cap))).one()
+    # the defaults row, the virtual time and the global cap, in one read
+    clock = sa.select(claim_clock.c.vtime).scalar_subquery().label("vtime")
+    cap = sa.select(global_limits.c.max_active).scalar_subquery().label("global_cap")
+    one = sa.select(sa.literal(1).label("one")).subquery()
+    rest = (
+        (
+            await conn.execute(
+                sa.select(clock, cap, tenants).select_from(
+                    one.outerjoin(tenants, tenants.c.tenant == DEFAULTS)
+                )
+            )
+        )
+        .mappings()
+        .one()
+    )
+    fallback = limits_from(rest) if rest["tenant"] is not None else None
+    limits = effective_from(names, own, fallback)
+    vtime, global_cap = rest["vtime"], rest["global_cap"]
     return Candidates(
         names,
         limits,
         passes,
+        running,
         float(vtime or 0.0),
         None if global_cap is None else int(global_cap),
     )

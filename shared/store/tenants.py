@@ -199,12 +199,6 @@ async def effective_limits(conn: AsyncConnection, names: Sequence[str]) -> dict[
     return effective_from(names, found, found.get(DEFAULTS))
 
 
-async def defaults(conn: AsyncConnection) -> TenantLimits | None:
-    """The ``*`` row's limits, if there is one."""
-    found = (await conn.execute(sa.select(tenants).where(tenants.c.tenant == DEFAULTS))).first()
-    return None if found is None else limits_from(found._mapping)
-
-
 def effective_from(
     names: Sequence[str], own: Mapping[str, TenantLimits], fallback: TenantLimits | None
 ) -> dict[str, TenantLimits]:
