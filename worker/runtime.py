@@ -97,6 +97,8 @@ class Runtime:
         self.slots = Slots(concurrency)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
+        self._abandoned: set[tuple[str, int]] = set()
+        """Attempts left ``active`` for recovery (their finish failed): never beaten again."""
         self._claims: GroupCommit[str, Claim | None] = GroupCommit(
             self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
         )
@@ -282,6 +284,7 @@ class Runtime:
                 claim.attempt,
                 exc,
             )
+            self._abandoned.add((claim.invocation_id, claim.attempt))
         finally:
             self.attempts.pop(claim.invocation_id, None)
             self.slots.give()
@@ -388,6 +391,10 @@ class Runtime:
     def claiming(self) -> bool:
         """Whether a claim is in flight (it may have committed already); thread-safe."""
         return self._claims_in_flight > 0
+
+    def abandoned(self) -> list[tuple[str, int]]:
+        """(invocation id, attempt) left to recovery; thread-safe."""
+        return list(self._abandoned)
 
     def stop(self, invocation_id: str, reason: StopReason, attempt: int | None = None) -> None:
         """Cancel a running attempt's handler (user cancel, superseded, or shutdown)."""

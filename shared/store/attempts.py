@@ -93,20 +93,28 @@ class Attempts:
             raise Superseded(invocation_id)
 
     async def heartbeat(
-        self, attempts: Sequence[tuple[str, int]], claiming: bool = False, worker: str = ""
+        self,
+        attempts: Sequence[tuple[str, int]],
+        claiming: bool = False,
+        worker: str = "",
+        abandoned: Sequence[tuple[str, int]] = (),
     ) -> dict[str, bool]:
         """Beat for every attempt this process runs; returns id → cancel flag for the live ones.
 
         ``claiming``: a claim by ``worker`` is in flight. It can commit while the claimer's event
         loop is blocked, before its attempts are registered (their ids are not known yet);
         beating ``worker``'s active rows keeps them from looking dead meanwhile. A row the
-        worker handed back (``heartbeat_at = 0``) stays handed back.
+        worker handed back (``heartbeat_at = 0``) stays handed back, and one it ``abandoned``
+        (its finish failed) is left to go stale.
         """
         mine: list[sa.ColumnElement[bool]] = []
         if attempts:
             mine.append(sa.tuple_(inv.id, inv.attempt).in_(list(attempts)))
         if claiming and worker:
-            mine.append(sa.and_(inv.worker == worker, inv.heartbeat_at > 0))
+            claimed = sa.and_(inv.worker == worker, inv.heartbeat_at > 0)
+            if abandoned:
+                claimed = sa.and_(claimed, ~sa.tuple_(inv.id, inv.attempt).in_(list(abandoned)))
+            mine.append(claimed)
         if not mine:
             return {}
         async with self._db.transaction() as conn:

@@ -192,9 +192,13 @@ class Store:
         return await self._attempts.finish_many(requests)
 
     async def heartbeat(
-        self, attempts: Sequence[tuple[str, int]], claiming: bool = False, worker: str = ""
+        self,
+        attempts: Sequence[tuple[str, int]],
+        claiming: bool = False,
+        worker: str = "",
+        abandoned: Sequence[tuple[str, int]] = (),
     ) -> dict[str, bool]:
-        return await self._attempts.heartbeat(attempts, claiming, worker)
+        return await self._attempts.heartbeat(attempts, claiming, worker, abandoned)
 
     async def release(self, invocation_id: str, attempt: int) -> None:
         await self._attempts.release(invocation_id, attempt)

@@ -122,6 +122,7 @@ async def test_an_outcome_is_left_to_recovery_once_the_retry_budget_is_spent(
     still = await store.get(invocation_id)
     assert still is not None and still.status is Status.ACTIVE  # the reaper's to replace now
     assert runtime.attempts == {}
+    assert runtime.abandoned() == [(invocation_id, 1)]  # never beaten again, even by a claim
 
 
 async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
