@@ -84,6 +84,14 @@ class Timers(BaseModel):
         ge=0,
         description="ctx.sleep up to this long sleeps in the process; longer ones park the run.",
     )
+    claim_poll: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "How often each worker claims queued work for its free slots without a message "
+            "(work that waited for a cap or its session's turn while the messages were dropped)."
+        ),
+    )
     timer_poll: float = Field(
         0.25,
         gt=0,

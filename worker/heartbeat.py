@@ -61,7 +61,9 @@ class Heartbeat(threading.Thread):
         if not owned and not claiming:
             return True
         try:
-            alive = await store.heartbeat(owned, claiming, self._runtime.name)
+            alive = await store.heartbeat(
+                owned, claiming, self._runtime.name, self._runtime.abandoned()
+            )
         except StoreError as exc:
             log.warning("heartbeat failed (%s)", exc)
             return False

@@ -1,8 +1,8 @@
 """Hosts a worker node on an event loop thread inside each Dramatiq worker process.
 
-Dramatiq's threads only hand invocation ids over: an actor call waits for a free concurrency
-slot and the claim, then returns while the attempt runs on the loop. So one process runs up to
-``worker.concurrency`` invocations, whatever its thread count.
+Dramatiq's threads only hand tokens over: an actor call waits for a free concurrency slot, then
+returns while the loop claims the next fair invocation with it and runs the attempt. So one
+process runs up to ``worker.concurrency`` invocations, whatever its thread count.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def worker_database_url(settings: Settings) -> str:
         return settings.database_url
     timeout_ms = max(1, int(settings.timers.stale_after * 1000 / 3))
     existing = url.query.get("options", "")
-    ours = f"-c idle_in_transaction_session_timeout={timeout_ms}"
+    # No JIT: a worker's statements are short, and the claim's heads join is priced past
+    # jit_above_cost at a large backlog (docs/performance.md, "Claiming at 500k queued").
+    ours = f"-c idle_in_transaction_session_timeout={timeout_ms} -c jit=off"
     options = " ".join(filter(None, [str(existing), ours]))
     return url.update_query_dict({"options": options}).render_as_string(hide_password=False)
 
@@ -101,7 +103,6 @@ class NodeHost(dramatiq.Middleware):
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._broker: dramatiq.Broker | None = None
-        self._places = threading.BoundedSemaphore(settings.worker.concurrency)
         self._parent_watch: ParentWatch | None = None
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -149,42 +150,28 @@ class NodeHost(dramatiq.Middleware):
             self.runtime = None
 
     def start_invocation(self, invocation_id: str) -> bool:
-        """Hand the invocation to the node's loop and return without waiting for its claim.
+        """A token: wait for a free slot, hand it to the node's loop and return without waiting
+        for its claim.
 
-        Dramatiq's threads so keep taking messages while the loop claims them, many in one
-        transaction. Each hand-off holds one of ``worker.concurrency`` places until its attempt
-        ends (or its claim is lost), so a full process stops taking messages (the back-pressure)
-        and leaves them to processes with room. A message is acknowledged before its claim: if
-        the process dies in between, the row is still queued and the reaper re-enqueues it after
-        ``timers.requeue_after``.
+        Dramatiq's threads so keep taking messages while the loop claims for them, many in one
+        transaction. A full process stops taking messages (the back-pressure) and leaves them to
+        processes with room. A message is acknowledged before its claim: if the process dies in
+        between, the work is still queued and the periodic claim passes take it.
         """
         loop, runtime = self.loop, self.runtime
         if loop is None or runtime is None:
             return False
-        self._places.acquire()
+        runtime.slots.take()
         try:
             asyncio.run_coroutine_threadsafe(self._start(runtime, invocation_id), loop)
         except RuntimeError:  # the loop is closed: the process is going away
-            self._places.release()
+            runtime.slots.give()
             return False
         return True
 
-    async def _start(self, runtime: Runtime, invocation_id: str) -> None:
-        held = False
+    async def _start(self, runtime: Runtime, hint: str) -> None:
         try:
-            if await runtime.start(invocation_id):
-                running = runtime.attempts.get(invocation_id)
-                if running is not None and running.task is not None and not running.task.done():
-                    running.task.add_done_callback(lambda _: self._places.release())
-                    held = True
-            else:
-                log.debug("invocation %s: not claimed (taken, done, not its turn)", invocation_id)
-        except Exception as exc:  # still queued: the reaper re-enqueues it
-            log.warning(
-                "invocation %s: claim failed (%s); the reaper will retry",
-                invocation_id,
-                type(exc).__name__,
-            )
-        finally:
-            if not held:
-                self._places.release()
+            if not await runtime.start_in_slot(hint):
+                log.debug("token for invocation %s: nothing to claim now", hint)
+        except Exception as exc:  # still queued: a freed slot or the periodic pass claims it
+            log.warning("token for invocation %s: claim failed (%s)", hint, type(exc).__name__)

@@ -1,4 +1,7 @@
-"""The embedded mode's transport: a message is a task on the node's own loop (no broker)."""
+"""The embedded mode's transport: a message is a task on the node's own loop (no broker).
+
+As in the distributed mode a message is a token (:meth:`Runtime.start`); one that finds no free
+slot is dropped, and a slot that frees claims the next fair invocation."""
 
 from __future__ import annotations
 

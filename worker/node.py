@@ -1,4 +1,5 @@
-"""A worker node: the runtime plus its heartbeat thread, reaper timer and cancel listener.
+"""A worker node: the runtime plus its heartbeat thread, reaper timer, periodic claim pass and
+cancel listener.
 
 The Dramatiq worker runs one per process on a loop thread; ``tether dev`` runs one inside the
 gateway's own loop. Both get the same behaviour from this one place.
@@ -69,6 +70,7 @@ async def run_node(
         ),
         asyncio.create_task(_listen_for_cancels(pubsub, runtime), name="cancel-listener"),
         asyncio.create_task(_fire_timers(services, settings.timers.timer_poll), name="timers"),
+        asyncio.create_task(_claim_forever(runtime, settings.timers.claim_poll), name="claims"),
     ]
     try:
         yield runtime
@@ -152,6 +154,17 @@ async def _fire_timers(services: Services, interval: float) -> None:
         if resumed:
             log.info("timers resumed %d parked invocation(s)", len(resumed))
             await services.queue.send(resumed)
+
+
+async def _claim_forever(runtime: Runtime, interval: float) -> None:
+    """Claim for free slots when queued work may run: work whose tokens were dropped while its
+    tenant was at its cap or its session busy, and a cap raised at run time, start within a
+    pass without a message (a pass with nothing queued costs one indexed read, no lock)."""
+    while True:
+        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        started = await runtime.claim_free()
+        if started:
+            log.debug("periodic claim started %d attempt(s)", started)
 
 
 async def _listen_for_cancels(pubsub: PubSub, runtime: Runtime) -> None:

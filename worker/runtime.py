@@ -1,8 +1,11 @@
 """Runs attempts: claim → handler → finish, many at once on one event loop.
 
 A process's concurrency is bounded by ``concurrency`` slots, not by threads: a handler awaiting a
-model call holds a slot, never a thread. Every write is fenced by the attempt number, so an
-attempt that was superseded while it ran can change nothing and is cancelled locally.
+model call holds a slot, never a thread. A message is a token: it takes a free slot and claims
+whatever PostgreSQL says runs next (:mod:`tether.store.claims`); a slot that frees claims again.
+
+Every write is fenced by the attempt number, so an attempt that was superseded while it ran can
+change nothing and is cancelled locally.
 """
 
 from __future__ import annotations
@@ -40,9 +43,14 @@ from tether.thread import SessionThread
 from tether.usage import BudgetExceeded
 from tether.worker.attempt import EventWriter
 from tether.worker.run_limits import AttemptLimits, RunLimits
+from tether.worker.slots import Slots
 
 log = logging.getLogger(__name__)
 
+CLAIMS_IN_FLIGHT = 2
+"""Claim transactions a process runs at once: a claim reads more than it writes (the tenants
+with queued work, their limits, the heads), so a second one overlaps the first's round trips.
+With a cap they take turns on the claim lock anyway."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
@@ -87,9 +95,15 @@ class Runtime:
         self.app = app
         self.name = name
         self.attempts: dict[str, RunningAttempt] = {}
-        self._claiming: set[str] = set()
-        self._slots = asyncio.Semaphore(concurrency)
-        self._claims: GroupCommit[str, Claim | None] = GroupCommit(self._claim_batch)
+        self._claims_in_flight = 0
+        self.slots = Slots(concurrency)
+        """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
+        self._refills: set[asyncio.Task[None]] = set()
+        self._abandoned: set[tuple[str, int]] = set()
+        """Attempts left ``active`` for recovery (their finish failed): never beaten again."""
+        self._claims: GroupCommit[str, Claim | None] = GroupCommit(
+            self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
+        )
         self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(
             services.store.finish_many
         )
@@ -103,23 +117,51 @@ class Runtime:
         self._thread_keep = thread_keep
         self._closing = False
 
-    async def start(self, invocation_id: str) -> bool:
-        """Wait for a free slot, claim the invocation and start its attempt; False if not won."""
-        if self._closing:
+    async def start(self, hint: str = "") -> bool:
+        """A token: take a free slot and claim the next fair invocation with it (``hint``, the
+        message's invocation id, is only logged: PostgreSQL decides what runs). False: no free
+        slot, or nothing may run now; the token is dropped and the work stays queued, claimed
+        when a slot frees (:meth:`_refill`) or by the node's periodic pass (:meth:`claim_free`)."""
+        if self._closing or not self.slots.try_take():
             return False
-        await self._slots.acquire()
-        self._claiming.add(invocation_id)
+        return await self.start_in_slot(hint)
+
+    async def start_in_slot(self, hint: str = "") -> bool:
+        """Claim with a slot the caller took; the slot is given back unless an attempt starts."""
+        if self._closing:
+            self.slots.give()
+            return False
+        self._claims_in_flight += 1
         try:
             # with the claims made meanwhile, in one transaction
-            claim = await self._claims.submit(invocation_id)
+            claim = await self._claims.submit(hint)
+            if claim is None:
+                self.slots.give()
+                return False
+            self._begin(claim)
         except BaseException:
-            self._claiming.discard(invocation_id)
-            self._slots.release()
+            self.slots.give()
             raise
-        if claim is None:
-            self._claiming.discard(invocation_id)
-            self._slots.release()
-            return False
+        finally:
+            self._claims_in_flight -= 1
+        return True
+
+    async def claim_free(self) -> int:
+        """Claim for every free slot (the node's periodic pass); the attempts started."""
+        taken = 0
+        while not self._closing and self.slots.try_take():
+            taken += 1
+        started = await asyncio.gather(
+            *(self.start_in_slot() for _ in range(taken)), return_exceptions=True
+        )
+        failed = [r for r in started if isinstance(r, BaseException)]
+        if failed:
+            log.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
+        return sum(1 for r in started if r is True)
+
+    def _begin(self, claim: Claim) -> None:
+        """Register a won attempt and run it on this loop."""
+        invocation_id = claim.invocation_id
         # an attempt's events, stored with the other attempts' writing meanwhile (group commit)
         writer = EventWriter(
             self.store, self.pubsub, claim, self._appends.submit, self._finish_retry
@@ -131,12 +173,34 @@ class Runtime:
         )
         running = RunningAttempt(claim, writer, limits)
         self.attempts[invocation_id] = running
-        self._claiming.discard(invocation_id)
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
-        return True
 
-    async def _claim_batch(self, invocation_ids: list[str]) -> list[Claim | None | StoreError]:
-        return await self.store.claim_many(invocation_ids, self.name)
+    async def _claim_batch(self, hints: list[str]) -> list[Claim | None]:
+        """N tokens, one claim transaction choosing up to N invocations."""
+        won: list[Claim | None] = list(await self.store.claim_next(len(hints), self.name))
+        for hint, claim in zip(hints, won, strict=False):
+            if hint and claim is not None and claim.invocation_id != hint:
+                log.debug("token for invocation %s claimed %s", hint, claim.invocation_id)
+        return won + [None] * (len(hints) - len(won))
+
+    def _refill(self) -> None:
+        """A slot freed: claim for it at once if work may run (the tokens of work that waited
+        for a cap or its session's turn were dropped)."""
+        if self._closing:
+            return
+        task = asyncio.create_task(self._refill_one(), name="refill")
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
+
+    async def settled(self) -> None:
+        """Wait for the claims of freed slots in flight."""
+        await asyncio.gather(*self._refills, return_exceptions=True)
+
+    async def _refill_one(self) -> None:
+        try:
+            await self.start()
+        except Exception as exc:  # the periodic pass tries again
+            log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)
 
     def _request_auth(self, claim: Claim) -> WorkspaceAuth | None | bool:
         """The caller's credentials where this process holds them; ``None`` for an invocation
@@ -224,9 +288,11 @@ class Runtime:
                 claim.attempt,
                 exc,
             )
+            self._abandoned.add((claim.invocation_id, claim.attempt))
         finally:
             self.attempts.pop(claim.invocation_id, None)
-            self._slots.release()
+            self.slots.give()
+            self._refill()
 
     @staticmethod
     def _log_stopped(running: RunningAttempt) -> None:
@@ -325,9 +391,13 @@ class Runtime:
         """(invocation id, attempt) of every running attempt; safe to call from another thread."""
         return [(key, running.claim.attempt) for key, running in list(self.attempts.items())]
 
-    def claiming(self) -> list[str]:
-        """Ids whose claim is in flight (it may have committed already); thread-safe."""
-        return list(self._claiming)
+    def claiming(self) -> bool:
+        """Whether a claim is in flight (it may have committed already); thread-safe."""
+        return self._claims_in_flight > 0
+
+    def abandoned(self) -> list[tuple[str, int]]:
+        """(invocation id, attempt) left to recovery; thread-safe."""
+        return list(self._abandoned)
 
     def stop(self, invocation_id: str, reason: StopReason, attempt: int | None = None) -> None:
         """Cancel a running attempt's handler (user cancel, superseded, or shutdown)."""
@@ -367,6 +437,7 @@ class Runtime:
     async def drain(self, grace: float) -> None:
         """Stop taking work, let running attempts finish for ``grace`` s, hand the rest back."""
         self._closing = True
+        await self.settled()
         tasks = [r.task for r in self.attempts.values() if r.task is not None]
         if tasks:
             log.info("waiting up to %.1fs for %d running attempts", grace, len(tasks))

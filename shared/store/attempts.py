@@ -1,4 +1,5 @@
-"""The worker's side of the store: an attempt's writes, from its claim to its end.
+"""The worker's side of the store: an attempt's writes, after its claim
+(:mod:`tether.store.claims`) to its end.
 
 Every write after the claim is fenced: it only lands while the row is still ``active`` under the
 attempt's number. A superseded attempt gets :class:`Superseded` and must stop.
@@ -7,106 +8,26 @@ attempt's number. A superseded attempt gets :class:`Superseded` and must stop.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
-from tether.outcomes import started_data
 from tether.store.batching import write_batch
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
-from tether.store.errors import StoreError, Superseded, ValueRefused
+from tether.store.errors import StoreError, Superseded
 from tether.store.eventlog import advanced, insert_events, numbered
-from tether.store.schema import OPEN, RESUME, Claim, Status, invocations
-from tether.store.writes import AppendRequest, Finished, FinishRequest, NewEvent
+from tether.store.schema import Status, invocations
+from tether.store.writes import AppendRequest, Finished, FinishRequest
 
 inv = invocations.c
-
-
-def opening(won: Any) -> NewEvent:
-    """The event opening a claimed attempt: ``run.resumed`` after a wait, else ``run.started``."""
-    data = started_data(won.attempt, resumed=won.resumed_by == RESUME)
-    return NewEvent(data["type"], data)
 
 
 class Attempts:
     def __init__(self, db: Database) -> None:
         self._db = db
-
-    async def claim_many(
-        self, invocation_ids: Sequence[str], worker: str
-    ) -> list[Claim | None | StoreError]:
-        """Start the next attempt of each invocation that is queued and heads its session; one
-        result per id, None where it was not won (taken, not its turn, or a repeat)."""
-        results = await write_batch(invocation_ids, str, partial(self._claim, worker))
-        # Refused alone: a racing claim took its session's one active slot (the unique index).
-        return [None if isinstance(r, ValueRefused) else r for r in results]
-
-    async def _claim(
-        self, worker: str, invocation_ids: Sequence[str], alone: bool
-    ) -> dict[int, Claim | None]:
-        older = invocations.alias("older")
-        blocked_by_older = sa.exists().where(
-            older.c.owner == inv.owner,
-            older.c.session_id == inv.session_id,
-            older.c.seq < inv.seq,
-            older.c.status.in_(OPEN),
-        )
-        claim = (
-            sa.update(invocations)
-            .where(
-                inv.id.in_(list(invocation_ids)),
-                inv.status == Status.QUEUED.value,
-                sa.or_(inv.session_id.is_(None), ~blocked_by_older),
-            )
-            .values(
-                status=Status.ACTIVE.value,
-                attempt=inv.attempt + 1,
-                started_at=sa.func.coalesce(inv.started_at, self._db.now),
-                heartbeat_at=self._db.now,
-                worker=worker,
-                last_event_id=advanced(1),
-            )
-            .returning(
-                inv.id,
-                inv.attempt,
-                inv.input,
-                inv.session_id,
-                inv.checkpoint,
-                inv.last_event_id,
-                inv.resumed_by,
-                inv.owner,
-                inv.user_auth,
-                inv.tenant,
-            )
-        )
-        async with self._db.transaction() as conn:
-            won = {r.id: r for r in await conn.execute(claim)}
-            started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in won.values()}
-            await insert_events(conn, self._db.now, started)
-        claims: dict[int, Claim | None] = {}
-        for n, invocation_id in enumerate(invocation_ids):
-            r = won.get(invocation_id)
-            claims[n] = (
-                None
-                if r is None
-                else Claim(
-                    r.id,
-                    r.attempt,
-                    r.input,
-                    r.session_id,
-                    r.checkpoint,
-                    r.last_event_id,
-                    r.resumed_by,
-                    r.owner,
-                    bool(r.user_auth),
-                    r.tenant,
-                )
-            )
-        return claims
 
     async def append_many(
         self, requests: Sequence[AppendRequest]
@@ -172,19 +93,28 @@ class Attempts:
             raise Superseded(invocation_id)
 
     async def heartbeat(
-        self, attempts: Sequence[tuple[str, int]], claiming: Sequence[str] = (), worker: str = ""
+        self,
+        attempts: Sequence[tuple[str, int]],
+        claiming: bool = False,
+        worker: str = "",
+        abandoned: Sequence[tuple[str, int]] = (),
     ) -> dict[str, bool]:
         """Beat for every attempt this process runs; returns id → cancel flag for the live ones.
 
-        ``claiming``: ids whose claim by ``worker`` is in flight. A claim can commit while the
-        claimer's event loop is blocked, before the attempt is registered; beating it by worker
-        name keeps it from looking dead meanwhile.
+        ``claiming``: a claim by ``worker`` is in flight. It can commit while the claimer's event
+        loop is blocked, before its attempts are registered (their ids are not known yet);
+        beating ``worker``'s active rows keeps them from looking dead meanwhile. A row the
+        worker handed back (``heartbeat_at = 0``) stays handed back, and one it ``abandoned``
+        (its finish failed) is left to go stale.
         """
         mine: list[sa.ColumnElement[bool]] = []
         if attempts:
             mine.append(sa.tuple_(inv.id, inv.attempt).in_(list(attempts)))
         if claiming and worker:
-            mine.append(sa.and_(inv.id.in_(list(claiming)), inv.worker == worker))
+            claimed = sa.and_(inv.worker == worker, inv.heartbeat_at > 0)
+            if abandoned:
+                claimed = sa.and_(claimed, ~sa.tuple_(inv.id, inv.attempt).in_(list(abandoned)))
+            mine.append(claimed)
         if not mine:
             return {}
         async with self._db.transaction() as conn:

@@ -18,12 +18,15 @@ from tether.store.schema import Json, invocations
 
 inv = invocations.c
 MIGRATION_LOCK_KEY = 0x7E7E_0001
+CLAIM_LOCK_KEY = 0x7E7E_0002
 
 
 class Dialect(ABC):
     name: str
     autocommits: bool = False
     """Whether a connection may commit each statement on its own (``Database.autocommit``)."""
+    lateral: bool
+    """Whether it runs ``JOIN LATERAL`` (the claim's per-tenant probes in one plan)."""
     now: sa.ColumnElement[float]
     """The database clock, in seconds since the epoch: every timestamp and staleness is judged
     on it, never on a worker's clock."""
@@ -48,6 +51,12 @@ class Dialect(ABC):
     def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
         """The largest whole number at most ``value`` (``value`` >= 0)."""
 
+    def upsert_rows(self, table: sa.Table, key: str, rows: list[dict[str, Any]]) -> Any:
+        """``INSERT rows … ON CONFLICT (key) DO UPDATE`` every other column to the new value."""
+        insert = self.upsert(table).values(rows)
+        others = {c.name: insert.excluded[c.name] for c in table.c if c.name != key}
+        return insert.on_conflict_do_update(index_elements=[key], set_=others)
+
     @abstractmethod
     async def held_rows(
         self, conn: AsyncConnection, invocation_ids: Sequence[str]
@@ -63,9 +72,16 @@ class Dialect(ABC):
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         """Make concurrent migration runs (replicas starting at once) take turns."""
 
+    @abstractmethod
+    async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
+        """Set up a claim transaction; ``serialize``: make claims take turns across every
+        process and host until it ends (the serialization point that keeps running attempts
+        within their caps)."""
+
 
 class PostgreSQL(Dialect):
     name = "postgresql"
+    lateral = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
     autocommits = True
 
@@ -107,12 +123,23 @@ class PostgreSQL(Dialect):
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))
 
+    async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
+        """No JIT for the claim's statements: at a large backlog the planner prices the heads'
+        join past ``jit_above_cost`` and compiling it took 12-100 ms, for a 0.2 ms query (worker
+        connections turn JIT off for good; this covers any other store that claims)."""
+        if serialize:
+            jit_off = "set_config('jit', 'off', true)"
+            await conn.execute(
+                sa.text(f"SELECT {jit_off}, pg_advisory_xact_lock({CLAIM_LOCK_KEY})")
+            )
+
 
 class SQLite(Dialect):
     """One connection, WAL, and ``BEGIN IMMEDIATE`` so writers queue instead of failing: a
     transaction holds the whole database, so no row is ever held by another."""
 
     name = "sqlite"
+    lateral = False
     now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
@@ -153,6 +180,9 @@ class SQLite(Dialect):
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         return None  # BEGIN IMMEDIATE: a migration's transaction already holds the database
+
+    async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
+        return None  # BEGIN IMMEDIATE: the one writer
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (PostgreSQL(), SQLite())}

@@ -206,6 +206,23 @@ def usage_of(row: sa.RowMapping) -> UsageTotals | None:
     )
 
 
+tenant_passes = sa.Table(
+    "tether_tenant_passes",
+    metadata,
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("pass", sa.Float, nullable=False),
+)
+"""Each tenant's stride pass, advanced by the claim (:mod:`tether.store.claims`)."""
+
+claim_clock = sa.Table(
+    "tether_claim_clock",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("vtime", sa.Float, nullable=False),
+)
+"""The fair claim's virtual time: one row, ``id = 1``, written by the first claim."""
+
+
 @dataclass(frozen=True, slots=True)
 class Invocation:
     """One invocation row as the API and the runtime see it."""

@@ -2,6 +2,7 @@
 
 :class:`Store` is a thin facade, so callers keep ``services.store.<verb>``; the queries live by
 side: :mod:`~tether.store.invocations` (the gateway's accepts, cancels and reads),
+:mod:`~tether.store.claims` (which invocation runs next, within caps),
 :mod:`~tether.store.attempts` (a worker's attempt writes), :mod:`~tether.store.maintenance`
 (the reaper's), with :mod:`~tether.store.endings` (terminal transitions),
 :mod:`~tether.store.eventlog` (cursors), :mod:`~tether.store.batching` (the group commit's rules)
@@ -25,6 +26,7 @@ from tether.events import Event
 from tether.store.attempts import Attempts
 from tether.store.batching import one
 from tether.store.buckets import Buckets
+from tether.store.claims import Claims
 from tether.store.engine import Database, create_engine
 from tether.store.errors import (
     Conflict,
@@ -75,6 +77,7 @@ class Store:
         self._temporary_file = temporary_file
         self._invocations = Invocations(self.db)
         self._attempts = Attempts(self.db)
+        self._claims = Claims(self.db)
         self._maintenance = Maintenance(self.db)
         self.journal = Journal(self.db)
         """Durable execution's steps and waits (:mod:`tether.store.journal`)."""
@@ -179,14 +182,19 @@ class Store:
 
     # -- the worker's side: an attempt's writes ---------------------------------------------
 
-    async def claim(self, invocation_id: str, worker: str) -> Claim | None:
-        """Start the next attempt if the invocation is queued and heads its session."""
-        return one(await self.claim_many([invocation_id], worker))
+    async def claim_next(self, count: int, worker: str) -> list[Claim]:
+        """Start up to ``count`` attempts: the next invocations in fair order, within every cap
+        (:mod:`tether.store.claims`); fewer, or none, when nothing more may run now."""
+        return await self._claims.claim_next(count, worker)
 
-    async def claim_many(
-        self, invocation_ids: Sequence[str], worker: str
-    ) -> list[Claim | None | StoreError]:
-        return await self._attempts.claim_many(invocation_ids, worker)
+    async def claim(self, invocation_id: str, worker: str) -> Claim | None:
+        """Start this invocation's next attempt if it is queued, heads its session and its
+        tenant and the deployment are under their caps."""
+        [claim] = await self.claim_many([invocation_id], worker)
+        return claim
+
+    async def claim_many(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
+        return await self._claims.claim_ids(invocation_ids, worker)
 
     async def append(self, request: AppendRequest) -> list[Event]:
         """Append events under the attempt's fence; raises :class:`Superseded`."""
@@ -210,9 +218,13 @@ class Store:
         return await self._attempts.finish_many(requests)
 
     async def heartbeat(
-        self, attempts: Sequence[tuple[str, int]], claiming: Sequence[str] = (), worker: str = ""
+        self,
+        attempts: Sequence[tuple[str, int]],
+        claiming: bool = False,
+        worker: str = "",
+        abandoned: Sequence[tuple[str, int]] = (),
     ) -> dict[str, bool]:
-        return await self._attempts.heartbeat(attempts, claiming, worker)
+        return await self._attempts.heartbeat(attempts, claiming, worker, abandoned)
 
     async def release(self, invocation_id: str, attempt: int) -> None:
         await self._attempts.release(invocation_id, attempt)

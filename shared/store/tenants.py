@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.store.engine import Database
 from tether.store.schema import OPEN, Status, global_limits, invocations, tenants
@@ -149,12 +150,8 @@ class Tenants:
 
     async def effective(self, names: Sequence[str]) -> dict[str, TenantLimits]:
         """The limits that apply to each tenant: its row, else the defaults, else none."""
-        wanted = sorted({*names, DEFAULTS})
         async with self._db.connection() as conn:
-            result = await conn.execute(sa.select(tenants).where(tenants.c.tenant.in_(wanted)))
-            found = {r.tenant: r.limits for r in map(_row, result.mappings())}
-        fallback = found.get(DEFAULTS, TenantLimits())
-        return {name: found.get(name, fallback) for name in names}
+            return await effective_limits(conn, names)
 
     async def set(self, tenant: str, changes: Mapping[str, Any]) -> TenantRow:
         """Apply ``changes`` to the tenant's row; a tenant without one starts from the defaults.
@@ -223,10 +220,31 @@ _COUNTED = {
 }
 
 
-def _row(row: sa.RowMapping) -> TenantRow:
+async def effective_limits(conn: AsyncConnection, names: Sequence[str]) -> dict[str, TenantLimits]:
+    """:meth:`Tenants.effective`, read in the caller's transaction."""
+    wanted = sorted({*names, DEFAULTS})
+    result = await conn.execute(sa.select(tenants).where(tenants.c.tenant.in_(wanted)))
+    found = {r.tenant: r.limits for r in map(_row, result.mappings())}
+    return effective_from(names, found, found.get(DEFAULTS))
+
+
+def effective_from(
+    names: Sequence[str], own: Mapping[str, TenantLimits], fallback: TenantLimits | None
+) -> dict[str, TenantLimits]:
+    """The rule: a tenant's own row, else the defaults row, else no limits."""
+    default = fallback or TenantLimits()
+    return {name: own.get(name, default) for name in names}
+
+
+def limits_from(row: sa.RowMapping) -> TenantLimits:
+    """The limits in a row of ``tether_tenants`` (or a query's columns named like it)."""
     values = {name: row[name] for name in FIELDS}
     for name in ("max_active", "max_queued", "burst", "tokens_per_invocation", "tokens_per_period"):
         values[name] = None if values[name] is None else int(values[name])
     for name in ("weight", "budget_period"):
         values[name] = float(values[name])
-    return TenantRow(row["tenant"], TenantLimits(**values), float(row["updated_at"]))
+    return TenantLimits(**values)
+
+
+def _row(row: sa.RowMapping) -> TenantRow:
+    return TenantRow(row["tenant"], limits_from(row), float(row["updated_at"]))

@@ -22,7 +22,6 @@ from tests.faults.durable_app import read_effects
 from tests.faults.harness_ext import (
     Db,
     api_for,
-    log_has,
     owner_of,
     start_workers,
     until,
@@ -36,10 +35,10 @@ APP = "tests.faults.durable_app:app"
 CLAIM_BLOCKED = """
 SELECT pid FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'
-  AND query LIKE 'UPDATE tether_invocations SET%%started_at%%'
+  AND query LIKE 'INSERT INTO tether_tenant_passes%%'
 """
-"""The backend of a worker whose claim (the only update that sets ``started_at``) waits for a row
-lock."""
+"""The backend of a worker whose claim waits for a row lock on its tenant's pass: the claim's
+last write, after it flipped the invocation to ``active`` (uncommitted)."""
 
 
 async def parked(api: Api, effects: Path, **spec: Any) -> str:
@@ -77,9 +76,11 @@ async def test_a_worker_killed_mid_claim_of_the_resumed_run_leaves_it_to_the_rea
         status, body = await api.send_input(invocation_id, "approve", {"ok": 1})
         assert status == 200 and body["status"] == "queued", body
 
-        with psycopg.connect(db.dsn) as lock:  # the test holds the row: the claim must wait
-            lock.execute(
-                "SELECT 1 FROM tether_invocations WHERE id = %s FOR UPDATE", [invocation_id]
+        with psycopg.connect(db.dsn) as lock:  # the test holds the tenant's pass: the claim
+            lock.execute(  # flips the row, then waits to store the pass
+                "SELECT 1 FROM tether_tenant_passes WHERE tenant = "
+                "(SELECT tenant FROM tether_invocations WHERE id = %s) FOR UPDATE",
+                [invocation_id],
             )
             [claimer] = start_workers(cluster, 1)  # takes (and acknowledges) the message
             [blocked] = await until(lambda: db.query(CLAIM_BLOCKED), 30, "the blocked claim")
@@ -100,7 +101,8 @@ async def test_a_worker_killed_mid_claim_of_the_resumed_run_leaves_it_to_the_rea
     assert done["status"] == "completed" and done["attempt"] == 2, done
     assert done["output"]["value"] == {"ok": 1} and done["output"]["recovered"] is False
     resumed_once(events)
-    assert log_has(survivor, "requeued=1")  # the message was lost with the killed worker
+    # the message was lost with the killed worker: the survivor's periodic claim pass (or the
+    # reaper's re-enqueue) took the still-queued run
     assert [(key.rsplit("/", 1)[-1], n) for key, n, _ in read_effects(str(effects))] == [
         ("charge", 1),
         ("ship", 2),

@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from tether.store.store import Store
+
+
+@pytest.fixture(scope="session")
+def migrated_pg() -> Iterator[str]:
+    """A database of the store tests' own. Workers claim whatever is queued in their database
+    (a message is only a token), so the session's shared cluster, on the shared database, would
+    claim these tests' invocations from under them."""
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    async def migrate(url: str) -> None:
+        store = Store.postgres(url, pool_size=1)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # clear of any running loop
+            pool.submit(asyncio.run, migrate(url)).result()
+        yield url
+    finally:
+        drop_database(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -24,7 +50,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
                 sa.text(
                     "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
                     "tether_tenants, tether_global_limits, tether_tenant_buckets, "
-                    "tether_tenant_usage"
+                    "tether_tenant_usage, tether_tenant_passes, tether_claim_clock"
                 )
             )
     try:

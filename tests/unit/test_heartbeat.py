@@ -31,13 +31,17 @@ class FakeRuntime:
     def __init__(self) -> None:
         self.running: list[tuple[str, int]] = []
         self.claims: list[str] = []
+        self.left: list[tuple[str, int]] = []
         self.stops: list[tuple[str, StopReason, int | None]] = []
 
     def owned(self) -> list[tuple[str, int]]:
         return list(self.running)
 
-    def claiming(self) -> list[str]:
-        return list(self.claims)
+    def claiming(self) -> bool:
+        return bool(self.claims)
+
+    def abandoned(self) -> list[tuple[str, int]]:
+        return list(self.left)
 
     def stop(self, invocation_id: str, reason: StopReason, attempt: int | None = None) -> None:
         self.stops.append((invocation_id, reason, attempt))
@@ -138,8 +142,18 @@ async def test_another_workers_claim_is_not_beaten(store: Store, runtime: FakeRu
     invocation_id = str(uuid.uuid4())
     await store.accept(NewInvocation(invocation_id, "ann", None, 1, "h"))
     assert await store.claim(invocation_id, "elsewhere:2") is not None
-    assert await store.heartbeat([], [invocation_id], NAME) == {}
-    assert await store.heartbeat([], [invocation_id], "elsewhere:2") == {invocation_id: False}
+    assert await store.heartbeat([], True, NAME) == {}
+    assert await store.heartbeat([], True, "elsewhere:2") == {invocation_id: False}
+
+
+async def test_an_attempt_left_to_recovery_is_not_beaten_by_a_claim_in_flight(
+    store: Store,
+) -> None:
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "ann", None, 1, "h"))
+    assert await store.claim(invocation_id, NAME) is not None
+    assert await store.heartbeat([], True, NAME, [(invocation_id, 1)]) == {}
+    assert await store.heartbeat([], True, NAME, [(invocation_id, 2)]) == {invocation_id: False}
 
 
 class Unreachable:

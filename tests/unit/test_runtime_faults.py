@@ -122,6 +122,7 @@ async def test_an_outcome_is_left_to_recovery_once_the_retry_budget_is_spent(
     still = await store.get(invocation_id)
     assert still is not None and still.status is Status.ACTIVE  # the reaper's to replace now
     assert runtime.attempts == {}
+    assert runtime.abandoned() == [(invocation_id, 1)]  # never beaten again, even by a claim
 
 
 async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
@@ -129,17 +130,17 @@ async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
 ) -> None:
     app, calls = counting_app()
     runtime = runtime_for(store, app)
-    cancelled_id, superseded_id = await submitted(store), await submitted(store)
-    for invocation_id, reason in (
-        (cancelled_id, StopReason.CANCEL),
-        (superseded_id, StopReason.SUPERSEDED),
-    ):
+    stopped: dict[StopReason, str] = {}
+    for reason in (StopReason.CANCEL, StopReason.SUPERSEDED):
+        await runtime.settled()  # the freed slot's claim found nothing queued
+        stopped[reason] = invocation_id = await submitted(store)
         assert await runtime.start(invocation_id)
         runtime.stop(invocation_id, reason)  # before the attempt's task got to run at all
         task = runtime.attempts[invocation_id].task
         assert task is not None
         await asyncio.wait_for(task, 10)
     assert calls == []
+    cancelled_id, superseded_id = stopped[StopReason.CANCEL], stopped[StopReason.SUPERSEDED]
     cancelled = await store.get(cancelled_id)
     assert cancelled is not None and cancelled.status is Status.CANCELLED
     superseded = await store.get(superseded_id)

@@ -1,0 +1,372 @@
+"""The claim: the one way an invocation becomes ``active``, within every cap.
+
+PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). Without
+any lock, a claim lists the tenants with queued work by a loose index scan of ``tenant_queue``
+(one probe per tenant, whatever the backlog) with their limits and stride passes, and the global
+cap. When a cap applies to any of them it then takes the claim lock
+(:meth:`Dialect.begin_claim`: a transaction advisory lock on PostgreSQL, the single writer on
+SQLite), so claims take turns across every process and host and each counts the running attempts
+every earlier claim left (the ``tenant_active`` partial index: as many entries as running
+attempts); with no cap anywhere there is nothing to serialize, and concurrent claims only spread
+over different rows (``FOR UPDATE SKIP LOCKED`` on the heads). It then allocates the free
+slots fairly (:mod:`tether.store.fairness`), reads each chosen tenant's heads (``priority
+DESC, seq``, skipping invocations whose session has an older open one and replacements still in
+their backoff), flips them to ``active`` and stores the passes. Limits are read by every claim, so a
+change applies at the next one.
+
+Finishing, parking and handing back never take the lock: they only lower the counts, so a claim
+that raced them under-admits for a moment, never over-admits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.outcomes import started_data
+from tether.store.engine import Database
+from tether.store.eventlog import advanced, insert_events, numbered
+from tether.store.fairness import Allocation, TenantLoad, allocate, wanted
+from tether.store.schema import (
+    OPEN,
+    RESUME,
+    Claim,
+    Status,
+    claim_clock,
+    global_limits,
+    invocations,
+    tenant_passes,
+    tenants,
+)
+from tether.store.tenants import (
+    DEFAULTS,
+    TenantLimits,
+    effective_from,
+    effective_limits,
+    limits_from,
+)
+from tether.store.writes import NewEvent
+
+inv = invocations.c
+MAX_ROUNDS = 8
+"""Allocation rounds per claim: a round repeats only when a chosen tenant had fewer claimable
+invocations than it was given (session-blocked, or in backoff), with the slots it left over."""
+
+QUEUED_TENANTS = sa.text(
+    """
+    WITH RECURSIVE queued(tenant) AS (
+        SELECT min(tenant) FROM tether_invocations WHERE status = 'queued'
+        UNION ALL
+        SELECT (SELECT min(i.tenant) FROM tether_invocations i
+                WHERE i.status = 'queued' AND i.tenant > queued.tenant)
+        FROM queued WHERE queued.tenant IS NOT NULL
+    )
+    SELECT queued.tenant AS queued_tenant, p.pass AS stored_pass, r.running, t.* FROM queued
+    LEFT JOIN tether_tenant_passes p ON p.tenant = queued.tenant
+    LEFT JOIN (SELECT tenant, count(*) AS running FROM tether_invocations
+               WHERE status = 'active' GROUP BY tenant) r ON r.tenant = queued.tenant
+    LEFT JOIN tether_tenants t ON t.tenant = queued.tenant
+    WHERE queued.tenant IS NOT NULL
+    """
+)
+"""Tenants with queued work, with their passes, running attempts and their own limits
+(``t.tenant`` is NULL for a tenant without a row): a loose index scan of
+``tether_invocations_tenant_queue``, one probe per tenant (a ``DISTINCT`` would read the whole
+backlog)."""
+
+
+def opening(won: Any) -> NewEvent:
+    """The event opening a claimed attempt: ``run.resumed`` after a wait, else ``run.started``."""
+    data = started_data(won.attempt, resumed=won.resumed_by == RESUME)
+    return NewEvent(data["type"], data)
+
+
+class Claims:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim_next(self, count: int, worker: str) -> list[Claim]:
+        """Start up to ``count`` attempts: the next invocations in fair order, within caps."""
+        if count <= 0:
+            return []
+        # Read before the lock (it serializes only what caps need): the tenants with queued
+        # work, their limits and passes. Nothing queued: the lock is left to the others.
+        async with self._db.connection() as conn:
+            candidates = await _candidates(conn)
+        if candidates is None:
+            return []
+        async with self._db.transaction() as conn:
+            await self._db.dialect.begin_claim(conn, serialize=candidates.capped)
+            # Under the lock, counted again: what every earlier claim left. Without a cap the
+            # counts read with the tenants only order them.
+            running = await _running(conn) if candidates.capped else candidates.running
+            budget = count
+            if candidates.global_cap is not None:
+                budget = min(budget, candidates.global_cap - sum(running.values()))
+            if budget <= 0:
+                return []
+            loads = candidates.loads(running)
+            allocation, ids = await self._choose(conn, loads, budget, candidates.vtime)
+            won = await self._start(conn, ids, worker)
+            await self._advance(conn, allocation, candidates.vtime, [w.tenant for w in won])
+        return won
+
+    async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
+        """Start these invocations where each is queued, heads its session and its tenant and
+        the deployment are under their caps; one result per id (a repeat gets None). For an
+        operator or a test that means one invocation; workers take :meth:`claim_next`."""
+        async with self._db.transaction() as conn:
+            await self._db.dialect.begin_claim(conn, serialize=True)
+            running = await _running(conn)
+            global_cap = await _global_cap(conn)
+            rows = await conn.execute(
+                sa.select(inv.id, inv.tenant).where(
+                    inv.id.in_(list(invocation_ids)), inv.status == Status.QUEUED.value, _turn()
+                )
+            )
+            tenant_of = {r.id: r.tenant for r in rows}
+            limits = await effective_limits(conn, sorted(set(tenant_of.values())))
+            total = sum(running.values())
+            admitted: list[str] = []
+            for invocation_id in dict.fromkeys(invocation_ids):
+                tenant = tenant_of.get(invocation_id)
+                if tenant is None or (global_cap is not None and total >= global_cap):
+                    continue
+                cap = limits[tenant].max_active
+                if cap is not None and running.get(tenant, 0) >= cap:
+                    continue
+                running[tenant] = running.get(tenant, 0) + 1
+                total += 1
+                admitted.append(invocation_id)
+            won = {c.invocation_id: c for c in await self._start(conn, admitted, worker)}
+        seen: set[str] = set()
+        results: list[Claim | None] = []
+        for invocation_id in invocation_ids:
+            results.append(None if invocation_id in seen else won.get(invocation_id))
+            seen.add(invocation_id)
+        return results
+
+    async def _choose(
+        self, conn: AsyncConnection, loads: list[TenantLoad], budget: int, vtime: float
+    ) -> tuple[Allocation, list[str]]:
+        """The fair allocation, and the invocations that fill it, in order."""
+        known: dict[str, int] = {}
+        heads: dict[str, list[str]] = {}
+        allocation = allocate(loads, budget, vtime, known)
+        for _ in range(MAX_ROUNDS):
+            short = {t: n for t, n in wanted(allocation).items() if n > len(heads.get(t, []))}
+            if not short:
+                break
+            heads.update(await self._heads(conn, short))
+            known.update({t: len(heads[t]) for t in short if len(heads[t]) < short[t]})
+            allocation = allocate(loads, budget, vtime, known)
+        taken: dict[str, int] = {}
+        ids: list[str] = []
+        for tenant in allocation.picks:
+            n = taken.get(tenant, 0)
+            if n < len(heads.get(tenant, [])):
+                ids.append(heads[tenant][n])
+                taken[tenant] = n + 1
+        return allocation, ids
+
+    async def _heads(self, conn: AsyncConnection, counts: dict[str, int]) -> dict[str, list[str]]:
+        """The first ``counts[t]`` claimable invocations of each tenant ``t``, in its order."""
+        rows = (await conn.execute(self._heads_query(counts))).all()
+        found: dict[str, list[str]] = {tenant: [] for tenant in counts}
+        for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
+            found[r.tenant].append(r.id)
+        return found
+
+    def _heads_query(self, counts: dict[str, int]) -> sa.Select[Any]:
+        """One index probe per tenant: a ``LATERAL`` join where the database has it (planned
+        once, whatever the number of tenants), else one ``UNION ALL`` branch per tenant."""
+
+        def head(tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
+            return (
+                sa.select(inv.id, inv.tenant, inv.priority, inv.seq)
+                .where(
+                    inv.tenant == tenant,
+                    inv.status == Status.QUEUED.value,
+                    inv.enqueued_at <= self._db.now,
+                    _turn(),
+                )
+                .order_by(inv.priority.desc(), inv.seq)
+                .limit(limit)
+                .with_for_update(skip_locked=True, of=invocations)
+            )
+
+        if self._db.dialect.lateral:
+            wanted = sa.values(
+                sa.column("tenant", sa.Text), sa.column("n", sa.Integer), name="wanted"
+            ).data(list(counts.items()))
+            heads = head(wanted.c.tenant, wanted.c.n).lateral("heads")
+            return sa.select(heads.c.id, heads.c.tenant, heads.c.priority, heads.c.seq).select_from(
+                wanted.join(heads, sa.true())
+            )
+        parts = [head(sa.literal(t, sa.Text), n).subquery() for t, n in counts.items()]
+        return sa.select(
+            sa.union_all(
+                *[sa.select(p.c.id, p.c.tenant, p.c.priority, p.c.seq) for p in parts]
+            ).subquery()
+        )
+
+    async def _start(self, conn: AsyncConnection, ids: list[str], worker: str) -> list[Claim]:
+        """Flip these (still queued) invocations to ``active`` and open their attempts' logs."""
+        if not ids:
+            return []
+        claim = (
+            sa.update(invocations)
+            .where(inv.id.in_(ids), inv.status == Status.QUEUED.value)
+            .values(
+                status=Status.ACTIVE.value,
+                attempt=inv.attempt + 1,
+                started_at=sa.func.coalesce(inv.started_at, self._db.now),
+                heartbeat_at=self._db.now,
+                worker=worker,
+                last_event_id=advanced(1),
+            )
+            .returning(
+                inv.id,
+                inv.attempt,
+                inv.input,
+                inv.session_id,
+                inv.checkpoint,
+                inv.last_event_id,
+                inv.resumed_by,
+                inv.owner,
+                inv.user_auth,
+                inv.tenant,
+            )
+        )
+        won = {r.id: r for r in await conn.execute(claim)}
+        started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in won.values()}
+        await insert_events(conn, self._db.now, started)
+        return [_claim(won[i]) for i in ids if i in won]
+
+    async def _advance(
+        self, conn: AsyncConnection, allocation: Allocation, vtime: float, served: list[str]
+    ) -> None:
+        """Store the passes of the tenants served (in name order: concurrent uncapped claims
+        take these row locks in one order) and the virtual time, if it moved."""
+        if served:
+            rows = [{"tenant": t, "pass": allocation.passes[t]} for t in sorted(set(served))]
+            await conn.execute(self._db.dialect.upsert_rows(tenant_passes, "tenant", rows))
+        if allocation.vtime != vtime:
+            clock = [{"id": 1, "vtime": allocation.vtime}]
+            await conn.execute(self._db.dialect.upsert_rows(claim_clock, "id", clock))
+
+
+def _turn() -> sa.ColumnElement[bool]:
+    """The invocation's session has no older open invocation (or it has no session)."""
+    older = invocations.alias("older")
+    blocked_by_older = sa.exists().where(
+        older.c.owner == inv.owner,
+        older.c.session_id == inv.session_id,
+        older.c.seq < inv.seq,
+        older.c.status.in_(OPEN),
+    )
+    return sa.or_(inv.session_id.is_(None), ~blocked_by_older)
+
+
+async def _running(conn: AsyncConnection) -> dict[str, int]:
+    """Running attempts per tenant (the ``tenant_active`` index: one entry per attempt)."""
+    rows = await conn.execute(
+        sa.select(inv.tenant, sa.func.count())
+        .where(inv.status == Status.ACTIVE.value)
+        .group_by(inv.tenant)
+    )
+    return {r[0]: int(r[1]) for r in rows}
+
+
+async def _global_cap(conn: AsyncConnection) -> int | None:
+    cap = await conn.scalar(sa.select(global_limits.c.max_active))
+    return None if cap is None else int(cap)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The tenants with queued work, with their limits and passes, and the global cap."""
+
+    names: list[str]
+    limits: dict[str, TenantLimits]
+    passes: dict[str, float]
+    running: dict[str, int]
+    vtime: float
+    global_cap: int | None
+
+    @property
+    def capped(self) -> bool:
+        """Whether a cap applies to any of them: only then must claims take turns."""
+        return self.global_cap is not None or any(
+            self.limits[t].max_active is not None for t in self.names
+        )
+
+    def loads(self, running: dict[str, int]) -> list[TenantLoad]:
+        return [
+            TenantLoad(
+                t,
+                running.get(t, 0),
+                self.limits[t].weight,
+                self.limits[t].max_active,
+                self.passes.get(t),
+            )
+            for t in self.names
+        ]
+
+
+async def _candidates(conn: AsyncConnection) -> Candidates | None:
+    """None when nothing is queued."""
+    queued = (await conn.execute(QUEUED_TENANTS)).mappings().all()
+    if not queued:
+        return None
+    names = [r["queued_tenant"] for r in queued]
+    passes = {
+        r["queued_tenant"]: float(r["stored_pass"]) for r in queued if r["stored_pass"] is not None
+    }
+    running = {r["queued_tenant"]: int(r["running"]) for r in queued if r["running"]}
+    own = {r["tenant"]: limits_from(r) for r in queued if r["tenant"] is not None}
+    # the defaults row, the virtual time and the global cap, in one read
+    clock = sa.select(claim_clock.c.vtime).scalar_subquery().label("vtime")
+    cap = sa.select(global_limits.c.max_active).scalar_subquery().label("global_cap")
+    one = sa.select(sa.literal(1).label("one")).subquery()
+    rest = (
+        (
+            await conn.execute(
+                sa.select(clock, cap, tenants).select_from(
+                    one.outerjoin(tenants, tenants.c.tenant == DEFAULTS)
+                )
+            )
+        )
+        .mappings()
+        .one()
+    )
+    fallback = limits_from(rest) if rest["tenant"] is not None else None
+    limits = effective_from(names, own, fallback)
+    vtime, global_cap = rest["vtime"], rest["global_cap"]
+    return Candidates(
+        names,
+        limits,
+        passes,
+        running,
+        float(vtime or 0.0),
+        None if global_cap is None else int(global_cap),
+    )
+
+
+def _claim(r: Any) -> Claim:
+    return Claim(
+        r.id,
+        r.attempt,
+        r.input,
+        r.session_id,
+        r.checkpoint,
+        r.last_event_id,
+        r.resumed_by,
+        r.owner,
+        bool(r.user_auth),
+        r.tenant,
+    )

@@ -1,0 +1,181 @@
+"""The fair claim on both stores: caps, weighted shares, stride order, priorities and session
+order, decided by the store (``claim_next``), the way every worker claims."""
+
+from __future__ import annotations
+
+import uuid
+
+from tether.outcomes import completed
+from tether.store.schema import Claim, NewInvocation
+from tether.store.store import FinishRequest, Store
+
+
+def new(
+    tenant: str, *, priority: int = 0, session: str | None = None, owner: str = "ann"
+) -> NewInvocation:
+    return NewInvocation(
+        str(uuid.uuid4()), owner, session, {}, "h", tenant=tenant, priority=priority
+    )
+
+
+async def queued(store: Store, tenant: str, count: int, **kwargs: object) -> list[str]:
+    made = [new(tenant, **kwargs) for _ in range(count)]  # type: ignore[arg-type]
+    for n in made:
+        await store.accept(n)
+    return [n.id for n in made]
+
+
+def tenants_of(claims: list[Claim]) -> list[str]:
+    return [c.tenant for c in claims]
+
+
+async def finish(store: Store, claim: Claim) -> None:
+    await store.finish(FinishRequest(claim.invocation_id, claim.attempt, completed(1)))
+
+
+async def test_a_tenant_at_its_cap_waits_and_does_not_block_other_tenants(store: Store) -> None:
+    await store.tenants.set("a", {"max_active": 2})
+    await queued(store, "a", 5)
+    await queued(store, "b", 2)
+    claims = await store.claim_next(10, "w")
+    assert sorted(tenants_of(claims)) == ["a", "a", "b", "b"]
+    assert await store.claim_next(10, "w") == []  # a is full, b is empty
+    await finish(store, next(c for c in claims if c.tenant == "a"))
+    assert tenants_of(await store.claim_next(10, "w")) == ["a"]
+
+
+async def test_the_defaults_row_caps_every_tenant_without_a_row(store: Store) -> None:
+    await store.tenants.set("*", {"max_active": 1})
+    await store.tenants.set("big", {"max_active": 3})
+    for tenant in ("x", "y", "big"):
+        await queued(store, tenant, 4)
+    claims = await store.claim_next(20, "w")
+    assert sorted(tenants_of(claims)) == ["big", "big", "big", "x", "y"]
+
+
+async def test_the_global_cap_bounds_running_attempts_across_tenants(store: Store) -> None:
+    await store.tenants.set_global_max_active(3)
+    for tenant in ("a", "b"):
+        await queued(store, tenant, 3)
+    first = await store.claim_next(10, "w")
+    assert len(first) == 3
+    assert await store.claim_next(10, "w") == []
+    await finish(store, first[0])
+    assert len(await store.claim_next(10, "w")) == 1
+
+
+async def test_a_cap_raised_at_run_time_applies_at_the_next_claim(store: Store) -> None:
+    await store.tenants.set("a", {"max_active": 1})
+    await queued(store, "a", 4)
+    assert len(await store.claim_next(10, "w")) == 1
+    assert await store.claim_next(10, "w") == []
+    await store.tenants.set("a", {"max_active": 3})
+    assert len(await store.claim_next(10, "w")) == 2
+    await store.tenants.set("a", {"max_active": 0})  # lowered: nothing new starts
+    assert await store.claim_next(10, "w") == []
+
+
+async def test_a_claim_of_one_invocation_respects_the_caps_too(store: Store) -> None:
+    await store.tenants.set("a", {"max_active": 1})
+    first, second = await queued(store, "a", 2)
+    assert await store.claim(first, "w") is not None
+    assert await store.claim(second, "w") is None
+    await store.tenants.set_global_max_active(1)
+    [other] = await queued(store, "b", 1)
+    assert await store.claim(other, "w") is None
+
+
+async def test_saturated_slots_are_shared_in_proportion_to_weights(store: Store) -> None:
+    await store.tenants.set("b", {"weight": 3})
+    await queued(store, "a", 20)
+    await queued(store, "b", 20)
+    claims = await store.claim_next(8, "w")
+    assert tenants_of(claims) == ["a", "b", "b", "b", "a", "b", "b", "b"]
+    # running 2 : 6 already matches 1 : 3; a slot that frees goes to whoever is below its share
+    await finish(store, claims[0])
+    assert tenants_of(await store.claim_next(1, "w")) == ["a"]
+    await finish(store, claims[1])
+    assert tenants_of(await store.claim_next(1, "w")) == ["b"]
+
+
+async def test_equally_loaded_tenants_alternate_by_weight_one_claim_at_a_time(
+    store: Store,
+) -> None:
+    await store.tenants.set("b", {"weight": 3})
+    await queued(store, "a", 20)
+    await queued(store, "b", 20)
+    order = []
+    for _ in range(12):
+        [claim] = await store.claim_next(1, "w")
+        order.append(claim.tenant)
+        await finish(store, claim)  # nothing runs between claims: only the passes decide
+    assert order == ["a", "b", "b", "b"] * 3
+
+
+async def test_a_tenant_back_from_an_empty_queue_banks_no_credit(store: Store) -> None:
+    await queued(store, "a", 30)
+    for _ in range(10):
+        [claim] = await store.claim_next(1, "w")
+        await finish(store, claim)
+    await queued(store, "c", 10)  # c was idle while a ran ten
+    order = []
+    for _ in range(6):
+        [claim] = await store.claim_next(1, "w")
+        order.append(claim.tenant)
+        await finish(store, claim)
+    assert order == ["c", "a", "c", "a", "c", "a"]
+
+
+async def test_priority_orders_a_tenants_own_work_first_then_fifo(store: Store) -> None:
+    low = new("a")
+    high = new("a", priority=5)
+    low_again = new("a")
+    higher = new("a", priority=9)
+    for n in (low, high, low_again, higher):
+        await store.accept(n)
+    claims = await store.claim_next(4, "w")
+    assert [c.invocation_id for c in claims] == [higher.id, high.id, low.id, low_again.id]
+
+
+async def test_priority_never_crosses_tenants(store: Store) -> None:
+    await queued(store, "a", 3)
+    await queued(store, "b", 3, priority=10)
+    claims = await store.claim_next(4, "w")
+    assert sorted(tenants_of(claims)) == ["a", "a", "b", "b"]
+
+
+async def test_session_order_holds_under_fair_claiming(store: Store) -> None:
+    head, successor = new("a", session="s"), new("a", session="s")
+    plain = new("a")
+    for n in (head, successor, plain):
+        await store.accept(n)
+    claims = await store.claim_next(10, "w")
+    assert [c.invocation_id for c in claims] == [head.id, plain.id]
+    await finish(store, claims[0])
+    assert [c.invocation_id for c in await store.claim_next(10, "w")] == [successor.id]
+
+
+async def test_a_session_blocked_head_does_not_block_its_tenants_other_work(store: Store) -> None:
+    head = new("a", session="s")
+    await store.accept(head)
+    assert [c.invocation_id for c in await store.claim_next(1, "w")] == [head.id]
+    blocked = [new("a", session="s", priority=9) for _ in range(3)]  # first in a's order
+    for n in blocked:
+        await store.accept(n)
+    plain = new("a")
+    await store.accept(plain)
+    assert [c.invocation_id for c in await store.claim_next(5, "w")] == [plain.id]
+
+
+async def test_a_replacement_in_its_backoff_is_not_claimed_early(store: Store) -> None:
+    [first] = await queued(store, "a", 1)
+    [claim] = await store.claim_next(1, "w")
+    assert await store.requeue_for_recovery(first, claim.attempt, -1.0, 3600.0)
+    assert await store.claim_next(1, "w") == []
+
+
+async def test_nothing_queued_claims_nothing(store: Store) -> None:
+    assert await store.claim_next(5, "w") == []
+    await store.tenants.set("a", {"max_active": 0})
+    await queued(store, "a", 2)
+    assert await store.claim_next(5, "w") == []
