@@ -25,6 +25,7 @@ from tether.gateway.keys import (
     QUEUED,
     SERVICES,
     SETTINGS,
+    STREAM_READS,
     STREAMS,
 )
 from tether.gateway.metrics import GatewayMetrics
@@ -32,6 +33,7 @@ from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
+from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
 from tether.settings import Settings
@@ -147,6 +149,7 @@ def create_app(
             max_open = settings.limits.max_active_per_owner
             app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open, services.credentials)
             app[QUEUED] = QueuedGauge(services.store)
+            app[STREAM_READS] = StreamReads(services.store)
             yield
 
     app.cleanup_ctx.append(services_ctx)

@@ -8,6 +8,7 @@ from tether.app import AgentApp
 from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import Authenticator
 from tether.gateway.metrics import GatewayMetrics
+from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import Subscription
 from tether.services import Services
 from tether.settings import Settings
@@ -20,3 +21,4 @@ METRICS = web.AppKey("metrics", GatewayMetrics)
 ACCEPTOR = web.AppKey("acceptor", Acceptor)
 QUEUED = web.AppKey("queued", QueuedGauge)
 STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")
+STREAM_READS = web.AppKey("stream_reads", StreamReads)

@@ -16,14 +16,14 @@ import contextlib
 import logging
 import sys
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
-from typing import Final, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from tether.channels import events_channel
-from tether.events import Event, encode_batch
+from tether.events import Event, decode_batch, encode_batch
 from tether.groupcommit import GroupCommit
 from tether.settings import STREAM_BUFFER_BYTES
 
@@ -38,6 +38,32 @@ class _Resync:
 class _Closing:
     def __repr__(self) -> str:
         return "CLOSING"
+
+
+T = TypeVar("T")
+
+
+class Published(str):
+    """One published message as this process's subscribers receive it: the same object for every
+    subscription of its channel, so what they make of it (the decoded events, a stream's frame
+    bytes) is made once, not once per subscriber. Still a ``str`` for those who want the text."""
+
+    _events: list[Event] | None = None
+    _derived: dict[Callable[[list[Event]], Any], Any] | None = None
+
+    def events(self) -> list[Event]:
+        """The events of an events-channel message, decoded on first use."""
+        if self._events is None:
+            self._events = decode_batch(self)
+        return self._events
+
+    def derived(self, make: Callable[[list[Event]], T]) -> T:
+        """``make(self.events())``, computed by the first caller; ``make`` must be pure."""
+        if self._derived is None:
+            self._derived = {}
+        if make not in self._derived:
+            self._derived[make] = make(self.events())
+        return cast(T, self._derived[make])
 
 
 RESYNC: Final = _Resync()
@@ -62,7 +88,7 @@ class Subscription:
         self.overflows = 0
         self._pending: deque[str | _Resync] = deque()
         self._closing = False
-        self._arrived = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
 
     def put(self, message: Message) -> None:
         if isinstance(message, _Closing):
@@ -75,7 +101,8 @@ class Subscription:
         else:
             self._pending.append(message)
             self.pending_bytes += sys.getsizeof(message)
-        self._arrived.set()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _resync(self) -> None:
         self._pending.clear()
@@ -85,10 +112,18 @@ class Subscription:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or None after ``timeout`` seconds without one."""
         if not (self._pending or self._closing):
-            self._arrived.clear()
+            # a bare future and a timer: no task per wait (wait_for makes one), which counts
+            # when one gateway process wakes thousands of streams a second
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
             try:
-                await asyncio.wait_for(self._arrived.wait(), timeout)
-            except TimeoutError:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if not (self._pending or self._closing):
                 return None
         if self._closing:
             return CLOSING
@@ -96,6 +131,11 @@ class Subscription:
         if isinstance(message, str):
             self.pending_bytes -= sys.getsizeof(message)
         return message
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class PubSub(Protocol):
@@ -115,7 +155,12 @@ class _Fanout:
         self.subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
 
     def deliver(self, channel: str, message: Message) -> None:
-        for sub in self.subscribers.get(channel, ()):
+        subs = self.subscribers.get(channel)
+        if not subs:
+            return
+        if isinstance(message, str) and not isinstance(message, Published):
+            message = Published(message)  # one object for all of them: see Published
+        for sub in subs:
             sub.put(message)
 
     def resync_all(self) -> None:

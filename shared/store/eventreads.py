@@ -1,0 +1,113 @@
+"""The event log's reads: a page of an invocation's events after a cursor, with the row's facts a
+stream needs (owner, status, last cursor), for many streams in one statement.
+
+A stream opens, replays and re-checks with this one read: it tells the gateway whether the
+caller owns the invocation, which events follow the stream's cursor, and whether the stream is
+over (terminal, and nothing left after the cursor). The facts and the events come from one
+statement, so they agree with each other.
+
+A page is a range of cursors, ``after < cursor <= after + limit``: cursors are dense (every
+write advances ``last_event_id`` by exactly the events it inserts, :mod:`~tether.store.eventlog`)
+so the range holds exactly the next ``limit`` events, found by a primary-key range scan, and
+reads of different invocations share the statement without a per-invocation ``LIMIT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from tether.events import Event
+from tether.store.engine import Database
+from tether.store.schema import Status, events, invocations
+
+inv = invocations.c
+ev = events.c
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRead:
+    """The events of ``invocation_id`` after cursor ``after``, at most ``limit`` of them."""
+
+    invocation_id: str
+    after: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPage:
+    """What one :class:`StreamRead` found: the invocation's owner, status and last cursor as
+    they stood when its events were read, and those events in cursor order."""
+
+    owner: str
+    status: Status
+    last_event_id: int
+    events: list[Event]
+
+    def ends_stream(self, sent: int) -> bool:
+        """A reader that has sent up to ``sent`` (this page included) has nothing more to get."""
+        return self.status.is_terminal and sent >= self.last_event_id
+
+    def has_more(self, sent: int) -> bool:
+        """Events past ``sent`` exist already (read the next page now)."""
+        return sent < self.last_event_id
+
+
+class EventReads:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def events_after(self, invocation_id: str, after: int, limit: int = 1000) -> list[Event]:
+        query = (
+            sa.select(ev.cursor, ev.type, ev.data)
+            .where(ev.invocation_id == invocation_id, ev.cursor > after)
+            .order_by(ev.cursor)
+            .limit(limit)
+        )
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).all()
+        return [Event(r.cursor, r.type, r.data) for r in rows]
+
+    async def read_streams(self, reads: Sequence[StreamRead]) -> list[StreamPage | None]:
+        """One page per read, in order, in one statement; None where the invocation does not
+        exist (never was, or deleted by retention)."""
+        if not reads:
+            return []
+        wanted = (
+            sa.values(
+                sa.column("n", sa.Integer),
+                sa.column("id", sa.Text),
+                sa.column("after", sa.BigInteger),
+                sa.column("upto", sa.BigInteger),
+                name="wanted",
+            )
+            .data([(n, r.invocation_id, r.after, r.after + r.limit) for n, r in enumerate(reads)])
+            .cte("wanted")
+        )
+        after = sa.cast(wanted.c.after, sa.BigInteger)
+        upto = sa.cast(wanted.c.upto, sa.BigInteger)
+        query = (
+            sa.select(
+                wanted.c.n, inv.owner, inv.status, inv.last_event_id, ev.cursor, ev.type, ev.data
+            )
+            .select_from(
+                wanted.join(invocations, inv.id == wanted.c.id).outerjoin(
+                    events,
+                    sa.and_(ev.invocation_id == wanted.c.id, ev.cursor > after, ev.cursor <= upto),
+                )
+            )
+            .order_by(wanted.c.n, ev.cursor)
+        )
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).all()
+        pages: list[StreamPage | None] = [None] * len(reads)
+        for row in rows:
+            page = pages[row.n]
+            if page is None:
+                page = StreamPage(row.owner, Status(row.status), row.last_event_id, [])
+                pages[row.n] = page
+            if row.cursor is not None:
+                page.events.append(Event(row.cursor, row.type, row.data))
+        return pages
