@@ -14,6 +14,7 @@ reads of different invocations share the statement without a per-invocation ``LI
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,33 +76,16 @@ class EventReads:
         exist (never was, or deleted by retention)."""
         if not reads:
             return []
-        wanted = (
-            sa.values(
-                sa.column("n", sa.Integer),
-                sa.column("id", sa.Text),
-                sa.column("after", sa.BigInteger),
-                sa.column("upto", sa.BigInteger),
-                name="wanted",
-            )
-            .data([(n, r.invocation_id, r.after, r.after + r.limit) for n, r in enumerate(reads)])
-            .cte("wanted")
-        )
-        after = sa.cast(wanted.c.after, sa.BigInteger)
-        upto = sa.cast(wanted.c.upto, sa.BigInteger)
-        query = (
-            sa.select(
-                wanted.c.n, inv.owner, inv.status, inv.last_event_id, ev.cursor, ev.type, ev.data
-            )
-            .select_from(
-                wanted.join(invocations, inv.id == wanted.c.id).outerjoin(
-                    events,
-                    sa.and_(ev.invocation_id == wanted.c.id, ev.cursor > after, ev.cursor <= upto),
-                )
-            )
-            .order_by(wanted.c.n, ev.cursor)
-        )
+        size = _padded(len(reads))
+        params: dict[str, object] = {}
+        for n in range(size):
+            read = reads[n] if n < len(reads) else None  # padding: an id that no row has
+            params[f"n{n}"] = n
+            params[f"id{n}"] = read.invocation_id if read else ""
+            params[f"after{n}"] = read.after if read else 0
+            params[f"upto{n}"] = read.after + read.limit if read else 0
         async with self._db.connection() as conn:
-            rows = (await conn.execute(query)).all()
+            rows = (await conn.execute(_pages_query(size), params)).all()
         pages: list[StreamPage | None] = [None] * len(reads)
         for row in rows:
             page = pages[row.n]
@@ -111,3 +95,36 @@ class EventReads:
             if row.cursor is not None:
                 page.events.append(Event(row.cursor, row.type, row.data))
         return pages
+
+
+def _padded(count: int) -> int:
+    """Batch sizes round up to a power of two, so few statements exist and each is compiled
+    once (SQLAlchemy cannot cache a ``VALUES`` of literals: a batch would be compiled anew)."""
+    return 1 << (count - 1).bit_length()
+
+
+@functools.cache
+def _pages_query(size: int) -> sa.TextClause:
+    """``size`` reads in one statement: each read's invocation row (owner, status, last cursor)
+    left-joined to its range of events. Plain SQL both databases run as written."""
+    wanted = ", ".join(
+        f"(CAST(:n{n} AS INTEGER), CAST(:id{n} AS TEXT), CAST(:after{n} AS BIGINT),"
+        f" CAST(:upto{n} AS BIGINT))"
+        for n in range(size)
+    )
+    return sa.text(
+        f"WITH wanted (n, id, after_cursor, upto) AS (VALUES {wanted})"
+        f" SELECT wanted.n, i.owner, i.status, i.last_event_id, e.cursor, e.type, e.data"
+        f" FROM wanted JOIN {invocations.name} i ON i.id = wanted.id"
+        f" LEFT JOIN {events.name} e ON e.invocation_id = wanted.id"
+        f" AND e.cursor > wanted.after_cursor AND e.cursor <= wanted.upto"
+        f" ORDER BY wanted.n, e.cursor"
+    ).columns(
+        sa.column("n", sa.Integer),
+        inv.owner,
+        inv.status,
+        inv.last_event_id,
+        ev.cursor,
+        ev.type,
+        ev.data,
+    )
