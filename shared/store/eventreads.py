@@ -104,7 +104,7 @@ def _padded(count: int) -> int:
 
 
 @functools.cache
-def _pages_query(size: int) -> sa.TextClause:
+def _pages_query(size: int) -> sa.TextualSelect:
     """``size`` reads in one statement: each read's invocation row (owner, status, last cursor)
     left-joined to its range of events. Plain SQL both databases run as written."""
     wanted = ", ".join(
