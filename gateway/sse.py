@@ -130,6 +130,8 @@ class EventStream:
     done: bool = False
     encode: Callable[[Event], bytes] = frame
     """Frames of one event (none: b""); the agents routes translate events here."""
+    transport: asyncio.WriteTransport | None = None
+    """The socket under ``sink``, when known: a write it can take at once needs no timer."""
     largest_frame: int = field(default=0, init=False)
 
     async def run(self, open_streams: set[Subscription]) -> None:
@@ -227,6 +229,12 @@ class EventStream:
             await self._write(b"".join(chunk))
 
     async def _write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            _, high = transport.get_write_buffer_limits()
+            if transport.get_write_buffer_size() + len(data) <= high:
+                await self.sink.write(data)  # the socket does not pause: this cannot wait
+                return
         try:
             async with asyncio.timeout(self.limits.send_timeout):
                 await self.sink.write(data)
@@ -265,6 +273,7 @@ async def serve_stream(
             if first is None or (owner is not None and first.owner != owner):
                 raise ApiError(ErrorCode.NOT_FOUND)
             await response.prepare(request)
+            events.transport = request.transport
             if preamble:
                 await response.write(preamble)
             await events.follow(sub, first, request.app[STREAMS])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import sys
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
@@ -89,6 +90,8 @@ class Subscription:
         self._pending: deque[str | _Resync] = deque()
         self._closing = False
         self._waiter: asyncio.Future[None] | None = None
+        self._deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
 
     def put(self, message: Message) -> None:
         if isinstance(message, _Closing):
@@ -112,17 +115,20 @@ class Subscription:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or None after ``timeout`` seconds without one."""
         if not (self._pending or self._closing):
-            # a bare future and a timer: no task per wait (wait_for makes one), which counts
-            # when one gateway process wakes thousands of streams a second
+            # A bare future, and one timer per subscription that moves its own deadline on: no
+            # task per wait (wait_for makes one) and no timer made and cancelled per message,
+            # which count when one gateway process wakes thousands of streams a second.
             loop = asyncio.get_running_loop()
             self._waiter = waiter = loop.create_future()
-            timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
+            self._deadline = math.inf if timeout is None else loop.time() + timeout
+            if timeout is not None and (self._timer is None or self._timer.when() > self._deadline):
+                if self._timer is not None:
+                    self._timer.cancel()  # an earlier deadline than the timer's: rare
+                self._timer = loop.call_at(self._deadline, self._expire)
             try:
                 await waiter
             finally:
                 self._waiter = None
-                if timer is not None:
-                    timer.cancel()
             if not (self._pending or self._closing):
                 return None
         if self._closing:
@@ -132,10 +138,17 @@ class Subscription:
             self.pending_bytes -= sys.getsizeof(message)
         return message
 
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    def _expire(self) -> None:
+        """The timer: ends a wait past its deadline, or follows a deadline that moved on."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._deadline == math.inf:
+            return  # nobody waits with a timeout: the next such wait sets the timer again
+        loop = waiter.get_loop()
+        if loop.time() >= self._deadline:
+            waiter.set_result(None)
+        else:
+            self._timer = loop.call_at(self._deadline, self._expire)
 
 
 class PubSub(Protocol):

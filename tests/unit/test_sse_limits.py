@@ -239,3 +239,16 @@ async def test_a_socket_that_stops_reading_is_closed_and_resumes_with_after_losi
     assert_clean_log(first + rest)
     assert len(first + rest) == 602
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_a_wait_ends_at_its_own_timeout_whatever_earlier_waits_asked() -> None:
+    sub = Subscription("c")
+    loop = asyncio.get_running_loop()
+    loop.call_soon(sub.put, "first")
+    assert await sub.get(3600) == "first"  # left a timer an hour away
+    assert await sub.get(0.01) is None  # an earlier deadline than that timer's
+    loop.call_soon(sub.put, "second")
+    assert await sub.get(0.01) == "second"
+    assert await sub.get(0) is None and await sub.get(0.02) is None
+    loop.call_soon(sub.put, CLOSING)
+    assert await sub.get() is CLOSING
