@@ -51,7 +51,7 @@ class Sizes:
     peer_stream_events: int = 20
     peer_stream_concurrency: int = 16
     peer_stream_interval: float = 0.05
-    fanout_connections: tuple[int, ...] = (1000, 2500, 5000)
+    fanout_connections: tuple[int, ...] = (1000, 2500, 5000, 10_000)
     fanout_ticks: int = 10
     fanout_subscribers: int = 1000
     storm_clients: int = 1000
