@@ -216,7 +216,7 @@ class EventStream:
         for event in batch:
             if event.cursor <= self.last_sent or self.done:
                 continue
-            data = self.encode(event)
+            data = self._encoded(event)
             self.largest_frame = max(self.largest_frame, len(data))
             if chunk and size + len(data) > self.limits.buffer_bytes:
                 await self._write(b"".join(chunk))
@@ -227,6 +227,11 @@ class EventStream:
             self.done = event.is_terminal
         if chunk:
             await self._write(b"".join(chunk))
+
+    def _encoded(self, event: Event) -> bytes:
+        if self.encode is frame:  # pure: framed once for every stream that reads this event
+            return self.reads.framed(event, frame)
+        return self.encode(event)  # a translator holds state: its own frames
 
     async def _write(self, data: bytes) -> None:
         transport = self.transport

@@ -137,10 +137,19 @@ async def fanout(
     )
 
 
+@dataclass
+class Storm:
+    alone: list[float]  # request -> first replayed frame, each reconnect alone
+    together: list[float]  # the same, all ``clients`` at once
+    span_s: float  # the first request -> the last stream's end
+    gateway_cpu_s: float  # over the storm
+    client_cpu_s: float
+
+
 async def storm(
-    base: str, clients: int, invocations: int, events: int, deadline: float
-) -> tuple[list[float], list[float]]:
-    """(request → first event, each alone; the same, all ``clients`` at once)."""
+    base: str, gateway: Proc, clients: int, invocations: int, events: int, deadline: float
+) -> Storm:
+    """Reconnects with a random ``after``, each alone, then ``clients`` all at once."""
     async with client(10) as http:
         ids = [await start(http, base, {"events": events}) for _ in range(invocations)]
         done: set[str] = set()
@@ -168,12 +177,15 @@ async def storm(
     pool = ClientPool(base, [reconnect_path() for _ in range(clients)], stream_headers())
     try:
         await pool.ready()
+        cpu0, client0, started = gateway.cpu_seconds(), pool.cpu_seconds(), time.perf_counter()
         pool.go()
         await pool.opened()
         together = firsts(await pool.streams())
+        span = time.perf_counter() - started
+        cpu, client_cpu = gateway.cpu_seconds() - cpu0, pool.cpu_seconds() - client0
     finally:
         pool.close()
-    return alone, together
+    return Storm(alone, together, span, cpu, client_cpu)
 
 
 def fanout_rows(label: str, got: Fanout, raw: list[float], ticks: int) -> list[Row]:
@@ -249,7 +261,8 @@ async def run(sizes: Sizes) -> list[Row]:
         pg = Pg(db)
         try:
             gateway, base = await tether(launch, 2000)
-            rows += storm_rows(sizes, *await storm(base, sizes.storm_clients, *storm_size(sizes)))
+            got_storm = await storm(base, gateway, sizes.storm_clients, *storm_size(sizes))
+            rows += storm_rows(sizes, got_storm)
             n = sizes.fanout_subscribers
             raw = await raw_pubsub_latencies(1, ticks, 1.0)
             got = await fanout(base, gateway, n, 1, ticks, sizes.deadline)
@@ -284,7 +297,7 @@ def failed_row(label: str, exc: Exception) -> Row:
     )
 
 
-def storm_rows(sizes: Sizes, alone: list[float], together: list[float]) -> list[Row]:
+def storm_rows(sizes: Sizes, got: Storm) -> list[Row]:
     label = (
         f"reconnect storm, {sizes.storm_clients:,} clients at once, after=random "
         f"({sizes.storm_invocations} finished invocations x {sizes.storm_events} events)"
@@ -293,12 +306,19 @@ def storm_rows(sizes: Sizes, alone: list[float], together: list[float]) -> list[
         Row(
             scenario="fanout",
             figure=f"{label}: first replayed event p{q} ms",
-            value=percentile(together, q) * 1000,
+            value=percentile(got.together, q) * 1000,
             unit="ms",
             better="lower",
-            baseline=percentile(alone, q) * 1000,
+            baseline=percentile(got.alone, q) * 1000,
             baseline_label="the same reconnect alone",
-            details={"clients": sizes.storm_clients, "alone_samples": len(alone)},
+            details={
+                "clients": sizes.storm_clients,
+                "alone_samples": len(got.alone),
+                "span_s": got.span_s,
+                "gateway_cpu_s": got.gateway_cpu_s,
+                "gateway_cpu_ms_per_reconnect": got.gateway_cpu_s * 1000 / sizes.storm_clients,
+                "client_cpu_s": got.client_cpu_s,
+            },
         )
         for q in (50, 99)
     ]

@@ -14,6 +14,7 @@ reads of different invocations share the statement without a per-invocation ``LI
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,25 +77,44 @@ class EventReads:
         exist (never was, or deleted by retention)."""
         if not reads:
             return []
-        size = _padded(len(reads))
+        spans: dict[str, tuple[int, int]] = {}  # reads of one invocation share its rows
+        for read in reads:
+            low, high = spans.get(read.invocation_id, (read.after, read.after + read.limit))
+            spans[read.invocation_id] = (min(low, read.after), max(high, read.after + read.limit))
+        found = await self._spans(spans)
+        return [_page_of(found.get(read.invocation_id), read) for read in reads]
+
+    async def _spans(self, spans: dict[str, tuple[int, int]]) -> dict[str, StreamPage]:
+        """Each invocation's facts and its events in ``low < cursor <= high``."""
+        ids = list(spans)
+        size = _padded(len(ids))
         params: dict[str, object] = {}
         for n in range(size):
-            read = reads[n] if n < len(reads) else None  # padding: an id that no row has
-            params[f"n{n}"] = n
-            params[f"id{n}"] = read.invocation_id if read else ""
-            params[f"after{n}"] = read.after if read else 0
-            params[f"upto{n}"] = read.after + read.limit if read else 0
+            invocation_id = ids[n] if n < len(ids) else ""  # padding: an id that no row has
+            low, high = spans.get(invocation_id, (0, 0))
+            params |= {f"n{n}": n, f"id{n}": invocation_id, f"after{n}": low, f"upto{n}": high}
         async with self._db.connection() as conn:
             rows = (await conn.execute(_pages_query(size), params)).all()
-        pages: list[StreamPage | None] = [None] * len(reads)
+        found: dict[str, StreamPage] = {}
         for row in rows:
-            page = pages[row.n]
+            invocation_id = ids[row.n]
+            page = found.get(invocation_id)
             if page is None:
                 page = StreamPage(row.owner, Status(row.status), row.last_event_id, [])
-                pages[row.n] = page
+                found[invocation_id] = page
             if row.cursor is not None:
                 page.events.append(Event(row.cursor, row.type, row.data))
-        return pages
+        return found
+
+
+def _page_of(span: StreamPage | None, read: StreamRead) -> StreamPage | None:
+    """One read's share of its invocation's span (the same Event objects: decoded once)."""
+    if span is None:
+        return None
+    cursors = [e.cursor for e in span.events]
+    first = bisect.bisect_right(cursors, read.after)
+    last = bisect.bisect_right(cursors, read.after + read.limit)
+    return StreamPage(span.owner, span.status, span.last_event_id, span.events[first:last])
 
 
 def _padded(count: int) -> int:
