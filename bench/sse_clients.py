@@ -90,6 +90,7 @@ class _Job:
     headers: dict[str, str]
     wave: int  # connections opened at a time (0: all at once)
     deadline: float
+    pace: float = 0.0  # connections opened per second, evenly (0: in waves)
 
 
 def _request(host: str, path: str, headers: dict[str, str]) -> bytes:
@@ -114,6 +115,19 @@ async def one_stream(url: str, path: str, headers: dict[str, str], deadline: flo
     return conn.parsed()
 
 
+async def _paced(job: _Job) -> list[_Conn]:
+    """One connection every 1/pace s, on schedule however long the earlier ones take."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tasks = []
+    for k, path in enumerate(job.paths):
+        delay = start + k / job.pace - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(_connect(job.url, path, job.headers)))
+    return list(await asyncio.gather(*tasks))
+
+
 async def _run(job: _Job, pipe: Connection) -> None:
     loop = asyncio.get_running_loop()
     conns: list[_Conn] = []
@@ -121,7 +135,9 @@ async def _run(job: _Job, pipe: Connection) -> None:
     await loop.run_in_executor(None, pipe.recv)
     wave = job.wave or len(job.paths)
     end = time.monotonic() + job.deadline
-    for first in range(0, len(job.paths), wave):
+    if job.pace:
+        conns.extend(await _paced(job))
+    for first in range(0, len(job.paths) if not job.pace else 0, wave):
         if time.monotonic() > end:
             break  # the rest are never opened: reported, not waited for
         batch = [_connect(job.url, path, job.headers) for path in job.paths[first : first + wave]]
@@ -150,8 +166,8 @@ def _main(job: _Job, pipe: Connection) -> None:
 class ClientPool:
     """``len(paths)`` SSE connections from ``processes`` client processes: started, they wait
     (``ready``); on ``go`` each opens its share, ``wave`` at a time (0: all at once), each wave
-    once the previous one's answers began; ``opened`` when all did; ``streams`` once every
-    connection ended."""
+    once the previous one's answers began, or at ``pace`` connections per second in all;
+    ``opened`` when all did; ``streams`` once every connection ended."""
 
     def __init__(
         self,
@@ -161,6 +177,7 @@ class ClientPool:
         *,
         wave: int = 0,
         deadline: float = 300,
+        pace: float = 0.0,
         processes: int = CLIENT_PROCESSES,
     ) -> None:
         context = multiprocessing.get_context("spawn")
@@ -172,7 +189,7 @@ class ClientPool:
             if not mine:
                 continue
             ours, theirs = context.Pipe()
-            job = _Job(url, mine, headers, wave, deadline)
+            job = _Job(url, mine, headers, wave, deadline, pace / processes)
             proc = context.Process(target=_main, args=(job, theirs), daemon=True)
             proc.start()
             self._pipes.append(ours)

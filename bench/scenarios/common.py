@@ -55,6 +55,8 @@ class Sizes:
     fanout_ticks: int = 10
     fanout_subscribers: int = 1000
     storm_clients: int = 1000
+    storm_rate: int = 1000  # reconnects per second in the paced storm
+    storm_seconds: int = 3
     storm_invocations: int = 10
     storm_events: int = 200
     eventlog_invocations: int = 50_000  # x 200 events: the 10 million the issue asks
@@ -103,6 +105,8 @@ QUICK = Sizes(
     fanout_ticks=3,
     fanout_subscribers=20,
     storm_clients=20,
+    storm_rate=20,
+    storm_seconds=1,
     storm_invocations=2,
     storm_events=20,
     eventlog_invocations=200,

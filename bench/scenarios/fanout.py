@@ -140,16 +140,23 @@ async def fanout(
 @dataclass
 class Storm:
     alone: list[float]  # request -> first replayed frame, each reconnect alone
-    together: list[float]  # the same, all ``clients`` at once
+    together: list[float]  # the same, all ``clients`` at once (or at ``pace`` per second)
     span_s: float  # the first request -> the last stream's end
     gateway_cpu_s: float  # over the storm
     client_cpu_s: float
 
 
 async def storm(
-    base: str, gateway: Proc, clients: int, invocations: int, events: int, deadline: float
+    base: str,
+    gateway: Proc,
+    clients: int,
+    invocations: int,
+    events: int,
+    deadline: float,
+    pace: float = 0.0,
 ) -> Storm:
-    """Reconnects with a random ``after``, each alone, then ``clients`` all at once."""
+    """Reconnects with a random ``after``, each alone, then ``clients`` all at once (or
+    ``pace`` per second)."""
     async with client(10) as http:
         ids = [await start(http, base, {"events": events}) for _ in range(invocations)]
         done: set[str] = set()
@@ -174,7 +181,8 @@ async def storm(
     alone = firsts(
         [await one_stream(base, reconnect_path(), stream_headers(), deadline) for _ in range(50)]
     )
-    pool = ClientPool(base, [reconnect_path() for _ in range(clients)], stream_headers())
+    paths = [reconnect_path() for _ in range(clients)]
+    pool = ClientPool(base, paths, stream_headers(), pace=pace)
     try:
         await pool.ready()
         cpu0, client0, started = gateway.cpu_seconds(), pool.cpu_seconds(), time.perf_counter()
@@ -262,7 +270,14 @@ async def run(sizes: Sizes) -> list[Row]:
         try:
             gateway, base = await tether(launch, 2000)
             got_storm = await storm(base, gateway, sizes.storm_clients, *storm_size(sizes))
-            rows += storm_rows(sizes, got_storm)
+            rows += storm_rows(sizes, got_storm, "at once")
+            paced = sizes.storm_rate * sizes.storm_seconds
+            got_storm = await storm(
+                base, gateway, paced, *storm_size(sizes), pace=float(sizes.storm_rate)
+            )
+            rows += storm_rows(
+                sizes, got_storm, f"{sizes.storm_rate:,}/s for {sizes.storm_seconds} s"
+            )
             n = sizes.fanout_subscribers
             raw = await raw_pubsub_latencies(1, ticks, 1.0)
             got = await fanout(base, gateway, n, 1, ticks, sizes.deadline)
@@ -297,9 +312,9 @@ def failed_row(label: str, exc: Exception) -> Row:
     )
 
 
-def storm_rows(sizes: Sizes, got: Storm) -> list[Row]:
+def storm_rows(sizes: Sizes, got: Storm, how: str) -> list[Row]:
     label = (
-        f"reconnect storm, {sizes.storm_clients:,} clients at once, after=random "
+        f"reconnect storm, {len(got.together):,} clients {how}, after=random "
         f"({sizes.storm_invocations} finished invocations x {sizes.storm_events} events)"
     )
     return [
@@ -312,11 +327,11 @@ def storm_rows(sizes: Sizes, got: Storm) -> list[Row]:
             baseline=percentile(got.alone, q) * 1000,
             baseline_label="the same reconnect alone",
             details={
-                "clients": sizes.storm_clients,
+                "clients": len(got.together),
                 "alone_samples": len(got.alone),
                 "span_s": got.span_s,
                 "gateway_cpu_s": got.gateway_cpu_s,
-                "gateway_cpu_ms_per_reconnect": got.gateway_cpu_s * 1000 / sizes.storm_clients,
+                "gateway_cpu_ms_per_reconnect": got.gateway_cpu_s * 1000 / len(got.together),
                 "client_cpu_s": got.client_cpu_s,
             },
         )
