@@ -26,6 +26,7 @@ from tether.gateway.keys import (
     QUEUED,
     SERVICES,
     SETTINGS,
+    STREAM_READS,
     STREAMS,
     TENANCY,
     TENANT_COUNTS,
@@ -35,6 +36,7 @@ from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
+from tether.gateway.stream_reads import StreamReads
 from tether.gateway.tenancy import resolve_tenancy
 from tether.gateway.tenant_limits import OpenCountsCache
 from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
@@ -160,6 +162,7 @@ def create_app(
             app[QUEUED] = QueuedGauge(services.store)
             app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
             app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)
+            app[STREAM_READS] = StreamReads(services.store)
             yield
 
     app.cleanup_ctx.append(services_ctx)

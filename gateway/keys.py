@@ -8,6 +8,7 @@ from tether.app import AgentApp
 from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import Authenticator
 from tether.gateway.metrics import GatewayMetrics
+from tether.gateway.stream_reads import StreamReads
 from tether.gateway.tenancy import Tenancy
 from tether.gateway.tenant_limits import OpenCountsCache
 from tether.pubsub import Subscription
@@ -24,3 +25,4 @@ QUEUED = web.AppKey("queued", QueuedGauge)
 TENANCY = web.AppKey("tenancy", Tenancy)
 TENANT_COUNTS = web.AppKey("tenant_counts", OpenCountsCache)
 STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")
+STREAM_READS = web.AppKey("stream_reads", StreamReads)

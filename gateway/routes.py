@@ -51,13 +51,18 @@ routes = web.RouteTableDef()
 WAIT_RECHECK = 5.0
 
 
-async def owned_invocation(request: web.Request) -> Invocation:
-    """The invocation named in the path, if the caller owns it; 404 otherwise."""
+def caller_and_id(request: web.Request) -> tuple[str, str]:
+    """The caller, then the invocation id in the path (an id that is no UUID is a 404)."""
     owner = request.app[AUTH].owner(request)  # first: an unknown caller learns nothing
     try:
-        invocation_id = canonical_uuid(request.match_info["id"])
+        return owner, canonical_uuid(request.match_info["id"])
     except ValueError:
         raise ApiError(ErrorCode.NOT_FOUND) from None
+
+
+async def owned_invocation(request: web.Request) -> Invocation:
+    """The invocation named in the path, if the caller owns it; 404 otherwise."""
+    owner, invocation_id = caller_and_id(request)
     invocation = await request.app[SERVICES].store.get(invocation_id)
     if invocation is None or invocation.owner != owner:
         raise ApiError(ErrorCode.NOT_FOUND)
@@ -250,9 +255,10 @@ async def get_invocation(request: web.Request) -> web.Response:
 
 @routes.get("/api/invocations/{id}/events")
 async def get_events(request: web.Request) -> web.StreamResponse:
-    invocation = await owned_invocation(request)
+    """Ownership is checked by the stream's first read (one statement: owner, status, events)."""
+    owner, invocation_id = caller_and_id(request)
     after = last_event_id(request)
-    return await stream(request, invocation.id, after)
+    return await serve_stream(request, invocation_id, after, owner=owner)
 
 
 @routes.post("/api/invocations/{id}/cancel")

@@ -23,20 +23,24 @@ nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
 
 from tether.channels import events_channel
+from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
-from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAMS
-from tether.pubsub import CLOSING, RESYNC, PubSub, Subscription
+from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
+from tether.gateway.responses import ApiError
+from tether.gateway.stream_reads import StreamReads
+from tether.pubsub import CLOSING, RESYNC, Published, PubSub, Subscription
 from tether.settings import Settings
-from tether.store.store import Store
+from tether.store.store import StreamPage
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +90,38 @@ class StreamLimits:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SharedChunk:
+    """The frames of one published batch, built once per gateway process and written as the same
+    bytes to every stream of the invocation that is in step with it."""
+
+    first: int
+    last: int
+    ends: bool
+    largest: int
+    data: bytes
+
+
+def shared_chunk(batch: list[Event]) -> SharedChunk | None:
+    """The batch's frames in one chunk; None when it has no events, or events after a terminal
+    one (never written: such a batch takes the per-event path, which stops at the terminal)."""
+    if not batch or any(e.is_terminal for e in batch[:-1]):
+        return None
+    frames = [frame(e) for e in batch]
+    return SharedChunk(
+        batch[0].cursor,
+        batch[-1].cursor,
+        batch[-1].is_terminal,
+        max(len(f) for f in frames),
+        b"".join(frames),
+    )
+
+
 @dataclass
 class EventStream:
     """One client's stream of one invocation's events."""
 
-    store: Store
+    reads: StreamReads
     pubsub: PubSub
     invocation_id: str
     sink: FrameSink
@@ -99,20 +130,36 @@ class EventStream:
     done: bool = False
     encode: Callable[[Event], bytes] = frame
     """Frames of one event (none: b""); the agents routes translate events here."""
+    transport: asyncio.WriteTransport | None = None
+    """The socket under ``sink``, when known: a write it can take at once needs no timer."""
     largest_frame: int = field(default=0, init=False)
 
     async def run(self, open_streams: set[Subscription]) -> None:
+        """Open and follow the stream, whoever owns the invocation (the caller checked)."""
+        async with self.opened() as (sub, first):
+            if first is not None:
+                await self.follow(sub, first, open_streams)
+
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[tuple[Subscription, StreamPage | None]]:
+        """Subscribed, then the first read: the invocation's owner, status, last cursor and first
+        page, all from one statement (None: no such invocation)."""
         async with self.pubsub.subscribe(events_channel(self.invocation_id)) as sub:
-            open_streams.add(sub)
-            try:
-                await self._replay()
-                await self._check_finished()
-                while not self.done:
-                    if not await self._next(sub):
-                        await self._write(b": server shutting down, reconnect\n\n")
-                        return
-            finally:
-                open_streams.discard(sub)
+            yield sub, await self._read()
+
+    async def follow(
+        self, sub: Subscription, first: StreamPage, open_streams: set[Subscription]
+    ) -> None:
+        """Send ``first`` and what follows it, until the terminal event or the process closes."""
+        open_streams.add(sub)
+        try:
+            await self._catch_up(first)
+            while not self.done:
+                if not await self._next(sub):
+                    await self._write(b": server shutting down, reconnect\n\n")
+                    return
+        finally:
+            open_streams.discard(sub)
 
     async def _next(self, sub: Subscription) -> bool:
         message = await sub.get(timeout=self.limits.ping_interval)
@@ -120,35 +167,44 @@ class EventStream:
             return False
         if message is None:
             await self._write(b": ping\n\n")
-            await self._replay()  # a quiet stream re-checks the truth
-            await self._check_finished()
+            await self._catch_up(await self._read())  # a quiet stream re-checks the truth
         elif message is RESYNC:
-            await self._replay()
+            await self._catch_up(await self._read())
         elif isinstance(message, str):
-            batch = decode_batch(message)
-            if batch and batch[0].cursor > self.last_sent + 1:
-                await self._replay()  # missed something: the store has it
-            else:
-                await self._send(batch)
+            await self._deliver(message)
         return True
 
-    async def _check_finished(self) -> None:
-        """A client already past the terminal event (or a deleted run) gets an empty stream."""
-        if self.done:
-            return
-        invocation = await self.store.get(self.invocation_id)
-        if invocation is None or (
-            invocation.status.is_terminal and self.last_sent >= invocation.last_event_id
-        ):
-            self.done = True
-
-    async def _replay(self) -> None:
-        while not self.done:
-            limit = self._page_size()
-            batch = await self.store.events_after(self.invocation_id, self.last_sent, limit)
-            await self._send(batch)
-            if len(batch) < limit:
+    async def _deliver(self, message: str) -> None:
+        if isinstance(message, Published) and self.encode is frame:
+            chunk = message.derived(shared_chunk)
+            fits = chunk is not None and len(chunk.data) <= self.limits.buffer_bytes
+            if chunk is not None and fits and chunk.first == self.last_sent + 1:
+                self.largest_frame = max(self.largest_frame, chunk.largest)
+                self.last_sent, self.done = chunk.last, chunk.ends
+                await self._write(chunk.data)
                 return
+        batch = message.events() if isinstance(message, Published) else decode_batch(message)
+        if batch and batch[0].cursor > self.last_sent + 1:
+            await self._catch_up(await self._read())  # missed something: the store has it
+        else:
+            await self._send(batch)
+
+    async def _read(self) -> StreamPage | None:
+        return await self.reads.read(self.invocation_id, self.last_sent, self._page_size())
+
+    async def _catch_up(self, page: StreamPage | None) -> None:
+        """Send ``page`` and read on until every stored event is sent; a stream whose run ended
+        (and was sent), or whose invocation is gone, is over."""
+        while not self.done:
+            if page is None:  # deleted by retention
+                self.done = True
+                return
+            await self._send(page.events)
+            if page.ends_stream(self.last_sent):
+                self.done = True
+            if self.done or not page.events or not page.has_more(self.last_sent):
+                return
+            page = await self._read()
 
     def _page_size(self) -> int:
         largest = self.largest_frame or self.limits.buffer_bytes // FIRST_PAGE
@@ -160,7 +216,7 @@ class EventStream:
         for event in batch:
             if event.cursor <= self.last_sent or self.done:
                 continue
-            data = self.encode(event)
+            data = self._encoded(event)
             self.largest_frame = max(self.largest_frame, len(data))
             if chunk and size + len(data) > self.limits.buffer_bytes:
                 await self._write(b"".join(chunk))
@@ -172,7 +228,18 @@ class EventStream:
         if chunk:
             await self._write(b"".join(chunk))
 
+    def _encoded(self, event: Event) -> bytes:
+        if self.encode is frame:  # pure: framed once for every stream that reads this event
+            return self.reads.framed(event, frame)
+        return self.encode(event)  # a translator holds state: its own frames
+
     async def _write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            _, high = transport.get_write_buffer_limits()
+            if transport.get_write_buffer_size() + len(data) <= high:
+                await self.sink.write(data)  # the socket does not pause: this cannot wait
+                return
         try:
             async with asyncio.timeout(self.limits.send_timeout):
                 await self.sink.write(data)
@@ -186,21 +253,35 @@ async def serve_stream(
     after: int,
     encode: Callable[[Event], bytes] = frame,
     preamble: bytes = b"",
+    *,
+    owner: str | None = None,
 ) -> web.StreamResponse:
     """Answer ``request`` with the SSE stream of ``invocation_id`` after cursor ``after``
-    (``encode`` frames each event; ``preamble`` is written first)."""
-    response = web.StreamResponse(status=200, headers=SSE_HEADERS)
-    await response.prepare(request)
-    if preamble:
-        await response.write(preamble)
+    (``encode`` frames each event; ``preamble`` is written first). With ``owner``, an invocation
+    that does not exist or is another owner's is a 404, told by the stream's first read; without
+    it, the caller has checked."""
     services, metrics = request.app[SERVICES], request.app[METRICS]
     limits = StreamLimits.of(request.app[SETTINGS])
+    response = web.StreamResponse(status=200, headers=SSE_HEADERS)
     events = EventStream(
-        services.store, services.pubsub, invocation_id, response, limits, after, encode=encode
+        request.app[STREAM_READS],
+        services.pubsub,
+        invocation_id,
+        response,
+        limits,
+        after,
+        encode=encode,
     )
     metrics.open_streams.inc()
     try:
-        await events.run(request.app[STREAMS])
+        async with events.opened() as (sub, first):
+            if first is None or (owner is not None and first.owner != owner):
+                raise ApiError(ErrorCode.NOT_FOUND)
+            await response.prepare(request)
+            events.transport = request.transport
+            if preamble:
+                await response.write(preamble)
+            await events.follow(sub, first, request.app[STREAMS])
     except ReaderTooSlow:
         log.info(
             "invocation %s: stream reader too far behind (sent up to cursor %d); closing it",

@@ -14,16 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import sys
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
-from typing import Final, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from tether.channels import events_channel
-from tether.events import Event, encode_batch
+from tether.events import Event, decode_batch, encode_batch
 from tether.groupcommit import GroupCommit
 from tether.settings import STREAM_BUFFER_BYTES
 
@@ -38,6 +39,32 @@ class _Resync:
 class _Closing:
     def __repr__(self) -> str:
         return "CLOSING"
+
+
+T = TypeVar("T")
+
+
+class Published(str):
+    """One published message as this process's subscribers receive it: the same object for every
+    subscription of its channel, so what they make of it (the decoded events, a stream's frame
+    bytes) is made once, not once per subscriber. Still a ``str`` for those who want the text."""
+
+    _events: list[Event] | None = None
+    _derived: dict[Callable[[list[Event]], Any], Any] | None = None
+
+    def events(self) -> list[Event]:
+        """The events of an events-channel message, decoded on first use."""
+        if self._events is None:
+            self._events = decode_batch(self)
+        return self._events
+
+    def derived(self, make: Callable[[list[Event]], T]) -> T:
+        """``make(self.events())``, computed by the first caller; ``make`` must be pure."""
+        if self._derived is None:
+            self._derived = {}
+        if make not in self._derived:
+            self._derived[make] = make(self.events())
+        return cast(T, self._derived[make])
 
 
 RESYNC: Final = _Resync()
@@ -62,7 +89,9 @@ class Subscription:
         self.overflows = 0
         self._pending: deque[str | _Resync] = deque()
         self._closing = False
-        self._arrived = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        self._deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
 
     def put(self, message: Message) -> None:
         if isinstance(message, _Closing):
@@ -75,7 +104,8 @@ class Subscription:
         else:
             self._pending.append(message)
             self.pending_bytes += sys.getsizeof(message)
-        self._arrived.set()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _resync(self) -> None:
         self._pending.clear()
@@ -85,10 +115,21 @@ class Subscription:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or None after ``timeout`` seconds without one."""
         if not (self._pending or self._closing):
-            self._arrived.clear()
+            # A bare future, and one timer per subscription that moves its own deadline on: no
+            # task per wait (wait_for makes one) and no timer made and cancelled per message,
+            # which count when one gateway process wakes thousands of streams a second.
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            self._deadline = math.inf if timeout is None else loop.time() + timeout
+            if timeout is not None and (self._timer is None or self._timer.when() > self._deadline):
+                if self._timer is not None:
+                    self._timer.cancel()  # an earlier deadline than the timer's: rare
+                self._timer = loop.call_at(self._deadline, self._expire)
             try:
-                await asyncio.wait_for(self._arrived.wait(), timeout)
-            except TimeoutError:
+                await waiter
+            finally:
+                self._waiter = None
+            if not (self._pending or self._closing):
                 return None
         if self._closing:
             return CLOSING
@@ -96,6 +137,18 @@ class Subscription:
         if isinstance(message, str):
             self.pending_bytes -= sys.getsizeof(message)
         return message
+
+    def _expire(self) -> None:
+        """The timer: ends a wait past its deadline, or follows a deadline that moved on."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._deadline == math.inf:
+            return  # nobody waits with a timeout: the next such wait sets the timer again
+        loop = waiter.get_loop()
+        if loop.time() >= self._deadline:
+            waiter.set_result(None)
+        else:
+            self._timer = loop.call_at(self._deadline, self._expire)
 
 
 class PubSub(Protocol):
@@ -115,7 +168,12 @@ class _Fanout:
         self.subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
 
     def deliver(self, channel: str, message: Message) -> None:
-        for sub in self.subscribers.get(channel, ()):
+        subs = self.subscribers.get(channel)
+        if not subs:
+            return
+        if isinstance(message, str) and not isinstance(message, Published):
+            message = Published(message)  # one object for all of them: see Published
+        for sub in subs:
             sub.put(message)
 
     def resync_all(self) -> None:

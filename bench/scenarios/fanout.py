@@ -19,18 +19,17 @@ import asyncio
 import random
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
 
-from bench.load import Received, owner_headers, percentile, read_sse
+from bench.load import owner_headers, percentile
 from bench.peer_load import post_body
 from bench.procs import Launcher, Proc, launcher, private_database, rss_mb
 from bench.report import Row
 from bench.scenarios.common import Pg, Sizes
 from bench.scenarios.streaming import raw_pubsub_latencies
+from bench.sse_clients import CLIENT_PROCESSES, ClientPool, Stream, one_stream, refused
 
 APP = "bench.apps:both"
 PER_INVOCATION = 100  # connections per ticking invocation in ``connections``
@@ -48,8 +47,10 @@ class Fanout:
     client_cpu_s: float
     gateway_cpu_s: float  # over the ``window_s`` after all were open
     window_s: float
-    refused: dict[int, int]  # answers other than 200 while opening, by status
-    client_window_cpu_s: float  # this process's CPU over the window
+    refused: dict[int, int]  # answers other than 200 while opening, by status (0: none)
+    client_window_cpu_s: float  # the client processes' CPU over the window
+    missed_ticks: int  # streams that received fewer ticks of the window than were emitted
+    not_ended: int  # streams that did not end with run.cancelled
 
 
 def client(limit: int) -> aiohttp.ClientSession:
@@ -57,6 +58,10 @@ def client(limit: int) -> aiohttp.ClientSession:
         connector=aiohttp.TCPConnector(limit=limit),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=60),
     )
+
+
+def stream_headers() -> dict[str, str]:
+    return {k: v for k, v in owner_headers(OWNER).items() if k != "Content-Type"}
 
 
 async def start(http: aiohttp.ClientSession, base: str, input: object) -> str:
@@ -68,86 +73,56 @@ async def start(http: aiohttp.ClientSession, base: str, input: object) -> str:
     return invocation_id
 
 
-async def opened_or_failed(
-    opened: Callable[[], int], readers: list[asyncio.Task[list[Received]]], deadline: float
-) -> None:
-    """Wait until every reader has its answer's headers; raise at once if one failed, or after
-    ``deadline`` s."""
-    end = time.perf_counter() + deadline
-    while opened() < len(readers):
-        for failed in (r for r in readers if r.done() and r.exception() is not None):
-            raise RuntimeError("a stream failed to open") from failed.exception()
-        if time.perf_counter() > end:
-            raise TimeoutError("streams did not open in time")
-        await asyncio.sleep(0.01)
-
-
 async def fanout(
     base: str, gateway: Proc, connections: int, invocations: int, ticks: int, deadline: float
 ) -> Fanout:
     """``connections`` streams over ``invocations`` invocations ticking once a second, measured
     over ``ticks`` s once every connection is open; then the invocations are cancelled, which
-    ends every stream with ``run.cancelled``."""
+    ends every stream with ``run.cancelled``. The streams are read by :mod:`bench.sse_clients`
+    (raw sockets, separate processes)."""
     idle = rss_mb(gateway)
-    opened = 0
-    refused: Counter[int] = Counter()
-
-    async def follow(http: aiohttp.ClientSession, invocation_id: str) -> list[Received]:
-        nonlocal opened
-        url = f"{base}/api/invocations/{invocation_id}/events"
-        async with http.get(url, headers=owner_headers(OWNER)) as r:
-            opened += 1
-            if r.status != 200:  # counted: a server that cannot open more is a figure too
-                refused[r.status] += 1
-                await r.read()
-                return []
-            return await read_sse(r)
-
-    cpu0 = time.process_time()
-    async with client(connections + 10) as http:
+    async with client(10) as http:
         # ticking until cancelled (at most an hour), out of step: stream i ticks i/m s late
         ids = [
             await start(http, base, {"events": 3600, "interval": 1.0, "offset": i / invocations})
             for i in range(invocations)
         ]
-        started = time.perf_counter()
-        readers: list[asyncio.Task[list[Received]]] = []
-        for first in range(0, connections, WAVE):
-            readers.extend(
-                asyncio.create_task(follow(http, ids[k % invocations]))
-                for k in range(first, min(first + WAVE, connections))
-            )
-            await opened_or_failed(lambda: opened, readers, deadline)
-        open_s, open_at = time.perf_counter() - started, time.time()
-        await asyncio.sleep(1.0)
-        open_mb = rss_mb(gateway)
-        cpu_open, client_open = gateway.cpu_seconds(), time.process_time()
-        await asyncio.sleep(ticks)
-        window_end = time.time()
-        gateway_cpu = gateway.cpu_seconds() - cpu_open
-        client_window = time.process_time() - client_open
-        for invocation_id in ids:
-            url = f"{base}/api/invocations/{invocation_id}/cancel"
-            async with http.post(url, headers=owner_headers(OWNER)) as r:
-                await r.read()
-        streams = await asyncio.wait_for(asyncio.gather(*readers), timeout=deadline)
-    latencies = [
-        [
-            e.at - float(e.data["t"])
-            for e in got
-            if e.type == "tick" and open_at <= float(e.data["t"]) <= window_end
-        ]
-        for got in streams
-    ]
-    served = [(got, lat) for got, lat in zip(streams, latencies, strict=True) if got]
-    short = sum(1 for _, lat in served if len(lat) < ticks - 1)
-    ended = sum(1 for got, _ in served if got[-1].type == "run.cancelled")
-    if short or ended != len(served) or not served:
-        raise RuntimeError(f"{short} streams missed ticks, {len(served) - ended} did not end")
-    flat = [x for _, lat in served for x in lat]
-    client_cpu = time.process_time() - cpu0
+        paths = [f"/api/invocations/{ids[k % invocations]}/events" for k in range(connections)]
+        wave = WAVE // CLIENT_PROCESSES  # per process: WAVE at a time in all
+        pool = ClientPool(base, paths, stream_headers(), wave=wave, deadline=deadline)
+        try:
+            await pool.ready()
+            client0 = pool.cpu_seconds()
+            started = time.perf_counter()
+            pool.go()
+            await pool.opened()
+            open_s, open_at = time.perf_counter() - started, time.time()
+            await asyncio.sleep(1.0)
+            open_mb = rss_mb(gateway)
+            cpu_open, client_open = gateway.cpu_seconds(), pool.cpu_seconds()
+            await asyncio.sleep(ticks)
+            window_end = time.time()
+            gateway_cpu = gateway.cpu_seconds() - cpu_open
+            client_window = pool.cpu_seconds() - client_open
+            client_cpu = pool.cpu_seconds() - client0
+            for invocation_id in ids:
+                url = f"{base}/api/invocations/{invocation_id}/cancel"
+                async with http.post(url, headers=owner_headers(OWNER)) as r:
+                    await r.read()
+            streams = await pool.streams()
+        finally:
+            pool.close()
+    served = [s for s in streams if s.status == 200]
+    latencies = [[at - t for t, at in s.ticks if open_at <= t <= window_end] for s in served]
+    short = sum(1 for lat in latencies if len(lat) < ticks - 1)
+    ended = sum(1 for s in served if s.last_type == "run.cancelled")
+    if not served:
+        raise RuntimeError(f"no stream opened: {refused(streams)}")
+    unanswered = refused(streams)
+    if len(streams) < connections:  # never tried: the opening deadline passed first
+        unanswered[0] = unanswered.get(0, 0) + connections - len(streams)
     return Fanout(
-        flat,
+        [x for lat in latencies for x in lat],
         idle,
         open_mb,
         connections,
@@ -155,16 +130,34 @@ async def fanout(
         client_cpu,
         gateway_cpu,
         ticks,
-        dict(refused),
+        unanswered,
         client_window,
+        short,
+        len(served) - ended,
     )
 
 
+@dataclass
+class Storm:
+    alone: list[float]  # request -> first replayed frame, each reconnect alone
+    together: list[float]  # the same, all ``clients`` at once (or at ``pace`` per second)
+    span_s: float  # the first request -> the last stream's end
+    gateway_cpu_s: float  # over the storm
+    client_cpu_s: float
+
+
 async def storm(
-    base: str, clients: int, invocations: int, events: int, deadline: float
-) -> tuple[list[float], list[float]]:
-    """(request → first event, each alone; the same, all ``clients`` at once)."""
-    async with client(clients + 10) as http:
+    base: str,
+    gateway: Proc,
+    clients: int,
+    invocations: int,
+    events: int,
+    deadline: float,
+    pace: float = 0.0,
+) -> Storm:
+    """Reconnects with a random ``after``, each alone, then ``clients`` all at once (or
+    ``pace`` per second)."""
+    async with client(10) as http:
         ids = [await start(http, base, {"events": events}) for _ in range(invocations)]
         done: set[str] = set()
         end = time.perf_counter() + deadline
@@ -175,25 +168,32 @@ async def storm(
                     if (await r.json())["status"] == "completed":
                         done.add(invocation_id)
             await asyncio.sleep(0.1)
-        rng = random.Random(13)
+    rng = random.Random(13)
 
-        async def reconnect() -> float:
-            invocation_id, after = rng.choice(ids), rng.randrange(events)
-            url = f"{base}/api/invocations/{invocation_id}/events?after={after}"
-            started = time.perf_counter()
-            async with http.get(url, headers=owner_headers(OWNER)) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"reconnect answered {r.status}")
-                await r.content.readline()  # the first line of the first replayed frame
-                first = time.perf_counter() - started
-                await r.read()
-            return first
+    def reconnect_path() -> str:
+        return f"/api/invocations/{rng.choice(ids)}/events?after={rng.randrange(events)}"
 
-        alone = [await reconnect() for _ in range(50)]
-        together = await asyncio.wait_for(
-            asyncio.gather(*(reconnect() for _ in range(clients))), timeout=deadline
-        )
-    return alone, list(together)
+    def firsts(streams: list[Stream]) -> list[float]:
+        if any(s.status != 200 or s.last_type != "run.completed" for s in streams):
+            raise RuntimeError(f"reconnects answered {refused(streams)} or ended early")
+        return [s.first_frame_s for s in streams]
+
+    alone = firsts(
+        [await one_stream(base, reconnect_path(), stream_headers(), deadline) for _ in range(50)]
+    )
+    paths = [reconnect_path() for _ in range(clients)]
+    pool = ClientPool(base, paths, stream_headers(), pace=pace)
+    try:
+        await pool.ready()
+        cpu0, client0, started = gateway.cpu_seconds(), pool.cpu_seconds(), time.perf_counter()
+        pool.go()
+        await pool.opened()
+        together = firsts(await pool.streams())
+        span = time.perf_counter() - started
+        cpu, client_cpu = gateway.cpu_seconds() - cpu0, pool.cpu_seconds() - client0
+    finally:
+        pool.close()
+    return Storm(alone, together, span, cpu, client_cpu)
 
 
 def fanout_rows(label: str, got: Fanout, raw: list[float], ticks: int) -> list[Row]:
@@ -204,6 +204,8 @@ def fanout_rows(label: str, got: Fanout, raw: list[float], ticks: int) -> list[R
         "open_s": got.open_s,
         "client_cpu_s": got.client_cpu_s,
         "refused": got.refused,
+        "streams_missing_ticks": got.missed_ticks,
+        "streams_not_ended": got.not_ended,
         "gateway_cpu_per_s_of_window": got.gateway_cpu_s / got.window_s,
         "client_cpu_per_s_of_window": got.client_window_cpu_s / got.window_s,
         "gateway_cpu_ms_per_delivery": got.gateway_cpu_s * 1000 / max(1, len(got.latencies)),
@@ -258,41 +260,80 @@ async def tether(launch: Launcher, concurrency: int) -> tuple[Proc, str]:
 
 
 async def run(sizes: Sizes) -> list[Row]:
+    """The storm first, on a fresh gateway, then one invocation's subscribers, then the
+    connection counts upwards: a count the machine cannot open in time is a row, not a failure
+    of the rows before it."""
     rows: list[Row] = []
     ticks = sizes.fanout_ticks
     with private_database() as db, launcher(db) as launch:
         pg = Pg(db)
         try:
             gateway, base = await tether(launch, 2000)
-            for n in sizes.fanout_connections:
-                m = max(1, n // PER_INVOCATION)
-                raw = await raw_pubsub_latencies(m, ticks, 1.0)
-                got = await fanout(base, gateway, n, m, ticks, sizes.deadline)
-                rows += fanout_rows(f"{n:,} SSE connections, {m} invocations", got, raw, ticks)
+            got_storm = await storm(base, gateway, sizes.storm_clients, *storm_size(sizes))
+            rows += storm_rows(sizes, got_storm, "at once")
+            paced = sizes.storm_rate * sizes.storm_seconds
+            got_storm = await storm(
+                base, gateway, paced, *storm_size(sizes), pace=float(sizes.storm_rate)
+            )
+            rows += storm_rows(
+                sizes, got_storm, f"{sizes.storm_rate:,}/s for {sizes.storm_seconds} s"
+            )
             n = sizes.fanout_subscribers
             raw = await raw_pubsub_latencies(1, ticks, 1.0)
             got = await fanout(base, gateway, n, 1, ticks, sizes.deadline)
             rows += fanout_rows(f"{n:,} subscribers on 1 invocation", got, raw, ticks)[:3]
-            alone, together = await storm(
-                base, sizes.storm_clients, sizes.storm_invocations, sizes.storm_events, 120
-            )
+            for n in sizes.fanout_connections:
+                m = max(1, n // PER_INVOCATION)
+                label = f"{n:,} SSE connections, {m} invocations"
+                raw = await raw_pubsub_latencies(m, ticks, 1.0)
+                try:
+                    got = await fanout(base, gateway, n, m, ticks, sizes.deadline)
+                except (RuntimeError, TimeoutError) as exc:
+                    rows.append(failed_row(label, exc))
+                    break
+                rows += fanout_rows(label, got, raw, ticks)
         finally:
             pg.close()
+    return rows
+
+
+def storm_size(sizes: Sizes) -> tuple[int, int, float]:
+    return sizes.storm_invocations, sizes.storm_events, 120.0
+
+
+def failed_row(label: str, exc: Exception) -> Row:
+    return Row(
+        scenario="fanout",
+        figure=f"{label}: FAILED",
+        value=float("nan"),
+        unit="",
+        better="lower",
+        details={"error": f"{type(exc).__name__}: {exc}"},
+    )
+
+
+def storm_rows(sizes: Sizes, got: Storm, how: str) -> list[Row]:
     label = (
-        f"reconnect storm, {sizes.storm_clients:,} clients at once, after=random "
+        f"reconnect storm, {len(got.together):,} clients {how}, after=random "
         f"({sizes.storm_invocations} finished invocations x {sizes.storm_events} events)"
     )
-    rows += [
+    return [
         Row(
             scenario="fanout",
             figure=f"{label}: first replayed event p{q} ms",
-            value=percentile(together, q) * 1000,
+            value=percentile(got.together, q) * 1000,
             unit="ms",
             better="lower",
-            baseline=percentile(alone, q) * 1000,
+            baseline=percentile(got.alone, q) * 1000,
             baseline_label="the same reconnect alone",
-            details={"clients": sizes.storm_clients, "alone_samples": len(alone)},
+            details={
+                "clients": len(got.together),
+                "alone_samples": len(got.alone),
+                "span_s": got.span_s,
+                "gateway_cpu_s": got.gateway_cpu_s,
+                "gateway_cpu_ms_per_reconnect": got.gateway_cpu_s * 1000 / len(got.together),
+                "client_cpu_s": got.client_cpu_s,
+            },
         )
         for q in (50, 99)
     ]
-    return rows

@@ -24,6 +24,10 @@ from tether.settings import Settings, load_settings
 
 log = logging.getLogger("tether")
 DEFAULT_APP = "tether.examples.hello:app"
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues for the gateway before it accepts them (the kernel caps it at
+``net.core.somaxconn``). A reconnect storm arrives at once: at aiohttp's default of 128 the rest
+were dropped and their clients' SYNs retried 1, 3, 7 s later (``docs/performance.md``)."""
 INSECURE_HELP = (
     "listen on a non-loopback address even with no authentication (every caller is then the "
     "same user; see docs/security.md)"
@@ -89,7 +93,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
         f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
         flush=True,
     )
-    web.run_app(web_app, host=settings.host, port=settings.port, print=None, shutdown_timeout=5)
+    web.run_app(
+        web_app,
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        shutdown_timeout=5,
+        backlog=LISTEN_BACKLOG,
+    )
     return 0
 
 
@@ -105,12 +116,18 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     processes = args.processes
     if processes <= 1:
-        web.run_app(gateway_app(settings, app), host=settings.host, port=settings.port, print=None)
+        web.run_app(
+            gateway_app(settings, app),
+            host=settings.host,
+            port=settings.port,
+            print=None,
+            backlog=LISTEN_BACKLOG,
+        )
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     sock.set_inheritable(True)
     children = []
     for _ in range(processes):

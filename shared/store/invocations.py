@@ -10,7 +10,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tether.events import Event
 from tether.jsonvalue import InvalidJson, check_text, dumps
 from tether.outcomes import cancelled
 from tether.store.batching import write_batch
@@ -30,7 +29,6 @@ from tether.store.schema import (
     Invocation,
     NewInvocation,
     Status,
-    events,
     invocations,
 )
 from tether.store.writes import Accepted, Finished
@@ -145,17 +143,6 @@ class Invocations:
         async with self._db.connection() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [Invocation.from_row(r) for r in rows]
-
-    async def events_after(self, invocation_id: str, after: int, limit: int = 1000) -> list[Event]:
-        query = (
-            sa.select(events.c.cursor, events.c.type, events.c.data)
-            .where(events.c.invocation_id == invocation_id, events.c.cursor > after)
-            .order_by(events.c.cursor)
-            .limit(limit)
-        )
-        async with self._db.connection() as conn:
-            rows = (await conn.execute(query)).all()
-        return [Event(r.cursor, r.type, r.data) for r in rows]
 
     async def count_queued(self) -> int:
         async with self._db.connection() as conn:

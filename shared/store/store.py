@@ -5,8 +5,9 @@ side: :mod:`~tether.store.invocations` (the gateway's accepts, cancels and reads
 :mod:`~tether.store.claims` (which invocation runs next, within caps),
 :mod:`~tether.store.attempts` (a worker's attempt writes), :mod:`~tether.store.maintenance`
 (the reaper's), with :mod:`~tether.store.endings` (terminal transitions),
-:mod:`~tether.store.eventlog` (cursors), :mod:`~tether.store.batching` (the group commit's rules)
-and :mod:`~tether.store.dialect` (everything that differs between the two databases).
+:mod:`~tether.store.eventlog` (cursors), :mod:`~tether.store.eventreads` (what streams read),
+:mod:`~tether.store.batching` (the group commit's rules) and :mod:`~tether.store.dialect`
+(everything that differs between the two databases).
 
 Every batched verb takes a batch and gives one result per item, in order; its single form is a
 batch of one. Every error a driver raises comes out as a :class:`StoreError`.
@@ -38,6 +39,7 @@ from tether.store.errors import (
     ValueRefused,
     wrapped,
 )
+from tether.store.eventreads import EventReads, StreamPage, StreamRead
 from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
 from tether.store.liveness import Registry
@@ -61,6 +63,8 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "StreamPage",
+    "StreamRead",
     "Superseded",
     "TenantLimitReached",
     "ValueRefused",
@@ -79,6 +83,7 @@ class Store:
         self._attempts = Attempts(self.db)
         self._claims = Claims(self.db)
         self._maintenance = Maintenance(self.db)
+        self._reads = EventReads(self.db)
         self.journal = Journal(self.db)
         """Durable execution's steps and waits (:mod:`tether.store.journal`)."""
         self.registry = Registry(self.db)
@@ -175,7 +180,12 @@ class Store:
         )
 
     async def events_after(self, invocation_id: str, after: int, limit: int = 1000) -> list[Event]:
-        return await self._invocations.events_after(invocation_id, after, limit)
+        return await self._reads.events_after(invocation_id, after, limit)
+
+    async def read_streams(self, reads: Sequence[StreamRead]) -> list[StreamPage | None]:
+        """For each read, the invocation's owner, status and last cursor with its events after
+        the read's cursor, all in one statement (:mod:`tether.store.eventreads`)."""
+        return await self._reads.read_streams(reads)
 
     async def count_queued(self) -> int:
         return await self._invocations.count_queued()

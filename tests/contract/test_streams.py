@@ -60,3 +60,25 @@ async def test_bad_after_is_rejected(api: Api) -> None:
     ) as r:
         assert r.status == 422
         assert (await r.json())["error"]["code"] == "invalid_request"
+
+
+async def test_another_owners_stream_and_an_unknown_one_are_both_404(api: Api) -> None:
+    invocation_id = new_id()
+    _, full = await api.stream({"id": invocation_id, "input": {"emit": 2}})
+    assert_clean_log(full)
+    stranger = Api(api.session, api.base)
+    for target in (invocation_id, new_id(), "not-a-uuid"):
+        async with api.session.get(
+            f"{api.base}/api/invocations/{target}/events", headers=stranger.headers
+        ) as r:
+            assert r.status == 404, target
+            body = await r.json()
+            assert body["error"]["code"] == "not_found"
+            assert body == (await stranger.get(new_id()))[1]  # says nothing the unknown does not
+
+
+async def test_a_reader_past_the_end_of_a_finished_run_gets_an_empty_stream(api: Api) -> None:
+    invocation_id = new_id()
+    _, full = await api.stream({"id": invocation_id, "input": {"emit": 2}})
+    assert await api.events(invocation_id, after=len(full)) == []
+    assert await api.events(invocation_id, after=len(full) + 50) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,11 @@ from tests.unit.test_gateway_embedded import ClientFactory, client_for
 from tether import AgentApp, InvocationContext
 from tether.gateway.keys import SERVICES, STREAMS
 from tether.gateway.sse import EventStream, ReaderTooSlow, StreamLimits
+from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import CLOSING, RESYNC, Subscription
 from tether.services import Services
 from tether.store.schema import Status
+from tether.store.store import StreamRead
 
 BOUND = 16 * 1024
 PAD = 1000
@@ -139,7 +141,9 @@ async def test_a_stalled_reader_holds_a_bounded_backlog_then_gets_every_event_on
     services = client.app[SERVICES]
     invocation_id = await start(client, {"before": 3, "after": 300})
     sink, subs = Sink(reading=False), set[Subscription]()
-    stream = EventStream(services.store, services.pubsub, invocation_id, sink, limits())
+    stream = EventStream(
+        StreamReads(services.store), services.pubsub, invocation_id, sink, limits()
+    )
     task = asyncio.create_task(stream.run(subs))
     async with asyncio.timeout(20):
         await sink.blocked.wait()
@@ -165,15 +169,17 @@ async def test_replay_pages_and_chunks_are_sized_to_the_buffer(
     invocation_id = await start(client, {"emit": 100, "pad": 2000})
     await finished(services, invocation_id)
     pages: list[int] = []
-    events_after = services.store.events_after
+    read_streams = services.store.read_streams
 
-    async def recording(invocation_id: str, after: int, limit: int = 1000) -> Any:
-        pages.append(limit)
-        return await events_after(invocation_id, after, limit)
+    async def recording(reads: Sequence[StreamRead]) -> Any:
+        pages.extend(read.limit for read in reads)
+        return await read_streams(reads)
 
-    monkeypatch.setattr(services.store, "events_after", recording)
+    monkeypatch.setattr(services.store, "read_streams", recording)
     sink = Sink()
-    await EventStream(services.store, services.pubsub, invocation_id, sink, limits()).run(set())
+    await EventStream(
+        StreamReads(services.store), services.pubsub, invocation_id, sink, limits()
+    ).run(set())
     assert_clean_log(sink.events())
     frame_size = max(len(c) for c in b"".join(sink.chunks).split(b"\n\n"))
     assert pages[0] <= 16 and all(p <= BOUND // frame_size for p in pages[1:]), pages
@@ -188,9 +194,8 @@ async def test_a_reader_that_takes_nothing_within_the_send_timeout_is_too_slow(
     invocation_id = await start(client, {"emit": 3})
     await finished(services, invocation_id)
     stalled = Sink(reading=False)
-    stream = EventStream(
-        services.store, services.pubsub, invocation_id, stalled, limits(send_timeout=0.2)
-    )
+    reads = StreamReads(services.store)
+    stream = EventStream(reads, services.pubsub, invocation_id, stalled, limits(send_timeout=0.2))
     with pytest.raises(ReaderTooSlow):
         async with asyncio.timeout(20):
             await stream.run(set())
@@ -234,3 +239,16 @@ async def test_a_socket_that_stops_reading_is_closed_and_resumes_with_after_losi
     assert_clean_log(first + rest)
     assert len(first + rest) == 602
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_a_wait_ends_at_its_own_timeout_whatever_earlier_waits_asked() -> None:
+    sub = Subscription("c")
+    loop = asyncio.get_running_loop()
+    loop.call_soon(sub.put, "first")
+    assert await sub.get(3600) == "first"  # left a timer an hour away
+    assert await sub.get(0.01) is None  # an earlier deadline than that timer's
+    loop.call_soon(sub.put, "second")
+    assert await sub.get(0.01) == "second"
+    assert await sub.get(0) is None and await sub.get(0.02) is None
+    loop.call_soon(sub.put, CLOSING)
+    assert await sub.get() is CLOSING

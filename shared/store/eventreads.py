@@ -1,0 +1,150 @@
+"""The event log's reads: a page of an invocation's events after a cursor, with the row's facts a
+stream needs (owner, status, last cursor), for many streams in one statement.
+
+A stream opens, replays and re-checks with this one read: it tells the gateway whether the
+caller owns the invocation, which events follow the stream's cursor, and whether the stream is
+over (terminal, and nothing left after the cursor). The facts and the events come from one
+statement, so they agree with each other.
+
+A page is a range of cursors, ``after < cursor <= after + limit``: cursors are dense (every
+write advances ``last_event_id`` by exactly the events it inserts, :mod:`~tether.store.eventlog`)
+so the range holds exactly the next ``limit`` events, found by a primary-key range scan, and
+reads of different invocations share the statement without a per-invocation ``LIMIT``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from tether.events import Event
+from tether.store.engine import Database
+from tether.store.schema import Status, events, invocations
+
+inv = invocations.c
+ev = events.c
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRead:
+    """The events of ``invocation_id`` after cursor ``after``, at most ``limit`` of them."""
+
+    invocation_id: str
+    after: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPage:
+    """What one :class:`StreamRead` found: the invocation's owner, status and last cursor as
+    they stood when its events were read, and those events in cursor order."""
+
+    owner: str
+    status: Status
+    last_event_id: int
+    events: list[Event]
+
+    def ends_stream(self, sent: int) -> bool:
+        """A reader that has sent up to ``sent`` (this page included) has nothing more to get."""
+        return self.status.is_terminal and sent >= self.last_event_id
+
+    def has_more(self, sent: int) -> bool:
+        """Events past ``sent`` exist already (read the next page now)."""
+        return sent < self.last_event_id
+
+
+class EventReads:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def events_after(self, invocation_id: str, after: int, limit: int = 1000) -> list[Event]:
+        query = (
+            sa.select(ev.cursor, ev.type, ev.data)
+            .where(ev.invocation_id == invocation_id, ev.cursor > after)
+            .order_by(ev.cursor)
+            .limit(limit)
+        )
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(query)).all()
+        return [Event(r.cursor, r.type, r.data) for r in rows]
+
+    async def read_streams(self, reads: Sequence[StreamRead]) -> list[StreamPage | None]:
+        """One page per read, in order, in one statement; None where the invocation does not
+        exist (never was, or deleted by retention)."""
+        if not reads:
+            return []
+        spans: dict[str, tuple[int, int]] = {}  # reads of one invocation share its rows
+        for read in reads:
+            low, high = spans.get(read.invocation_id, (read.after, read.after + read.limit))
+            spans[read.invocation_id] = (min(low, read.after), max(high, read.after + read.limit))
+        found = await self._spans(spans)
+        return [_page_of(found.get(read.invocation_id), read) for read in reads]
+
+    async def _spans(self, spans: dict[str, tuple[int, int]]) -> dict[str, StreamPage]:
+        """Each invocation's facts and its events in ``low < cursor <= high``."""
+        ids = list(spans)
+        size = _padded(len(ids))
+        params: dict[str, object] = {}
+        for n in range(size):
+            invocation_id = ids[n] if n < len(ids) else ""  # padding: an id that no row has
+            low, high = spans.get(invocation_id, (0, 0))
+            params |= {f"n{n}": n, f"id{n}": invocation_id, f"after{n}": low, f"upto{n}": high}
+        async with self._db.connection() as conn:
+            rows = (await conn.execute(_pages_query(size), params)).all()
+        found: dict[str, StreamPage] = {}
+        for row in rows:
+            invocation_id = ids[row.n]
+            page = found.get(invocation_id)
+            if page is None:
+                page = StreamPage(row.owner, Status(row.status), row.last_event_id, [])
+                found[invocation_id] = page
+            if row.cursor is not None:
+                page.events.append(Event(row.cursor, row.type, row.data))
+        return found
+
+
+def _page_of(span: StreamPage | None, read: StreamRead) -> StreamPage | None:
+    """One read's share of its invocation's span (the same Event objects: decoded once)."""
+    if span is None:
+        return None
+    cursors = [e.cursor for e in span.events]
+    first = bisect.bisect_right(cursors, read.after)
+    last = bisect.bisect_right(cursors, read.after + read.limit)
+    return StreamPage(span.owner, span.status, span.last_event_id, span.events[first:last])
+
+
+def _padded(count: int) -> int:
+    """Batch sizes round up to a power of two, so few statements exist and each is compiled
+    once (SQLAlchemy cannot cache a ``VALUES`` of literals: a batch would be compiled anew)."""
+    return 1 << (count - 1).bit_length()
+
+
+@functools.cache
+def _pages_query(size: int) -> sa.TextualSelect:
+    """``size`` reads in one statement: each read's invocation row (owner, status, last cursor)
+    left-joined to its range of events. Plain SQL both databases run as written."""
+    wanted = ", ".join(
+        f"(CAST(:n{n} AS INTEGER), CAST(:id{n} AS TEXT), CAST(:after{n} AS BIGINT),"
+        f" CAST(:upto{n} AS BIGINT))"
+        for n in range(size)
+    )
+    return sa.text(
+        f"WITH wanted (n, id, after_cursor, upto) AS (VALUES {wanted})"
+        f" SELECT wanted.n, i.owner, i.status, i.last_event_id, e.cursor, e.type, e.data"
+        f" FROM wanted JOIN {invocations.name} i ON i.id = wanted.id"
+        f" LEFT JOIN {events.name} e ON e.invocation_id = wanted.id"
+        f" AND e.cursor > wanted.after_cursor AND e.cursor <= wanted.upto"
+        f" ORDER BY wanted.n, e.cursor"
+    ).columns(
+        sa.column("n", sa.Integer),
+        inv.owner,
+        inv.status,
+        inv.last_event_id,
+        ev.cursor,
+        ev.type,
+        ev.data,
+    )
