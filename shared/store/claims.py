@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.outcomes import started_data
@@ -175,39 +177,50 @@ class Claims:
 
     async def _heads(self, conn: AsyncConnection, counts: dict[str, int]) -> dict[str, list[str]]:
         """The first ``counts[t]`` claimable invocations of each tenant ``t``, in its order."""
-        rows = (await conn.execute(self._heads_query(counts))).all()
+        if self._db.dialect.lateral:
+            params = {"tenants": list(counts), "counts": list(counts.values())}
+            rows = (await conn.execute(self._lateral_heads, params)).all()
+        else:
+            rows = (await conn.execute(self._union_heads(counts))).all()
         found: dict[str, list[str]] = {tenant: [] for tenant in counts}
         for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
             found[r.tenant].append(r.id)
         return found
 
-    def _heads_query(self, counts: dict[str, int]) -> sa.Select[Any]:
-        """One index probe per tenant: a ``LATERAL`` join where the database has it (planned
-        once, whatever the number of tenants), else one ``UNION ALL`` branch per tenant."""
-
-        def head(tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
-            return (
-                sa.select(inv.id, inv.tenant, inv.priority, inv.seq)
-                .where(
-                    inv.tenant == tenant,
-                    inv.status == Status.QUEUED.value,
-                    inv.enqueued_at <= self._db.now,
-                    _turn(),
-                )
-                .order_by(inv.priority.desc(), inv.seq)
-                .limit(limit)
-                .with_for_update(skip_locked=True, of=invocations)
+    def _head(self, tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
+        return (
+            sa.select(inv.id, inv.tenant, inv.priority, inv.seq)
+            .where(
+                inv.tenant == tenant,
+                inv.status == Status.QUEUED.value,
+                inv.enqueued_at <= self._db.now,
+                _turn(),
             )
+            .order_by(inv.priority.desc(), inv.seq)
+            .limit(limit)
+            .with_for_update(skip_locked=True, of=invocations)
+        )
 
-        if self._db.dialect.lateral:
-            wanted = sa.values(
-                sa.column("tenant", sa.Text), sa.column("n", sa.Integer), name="wanted"
-            ).data(list(counts.items()))
-            heads = head(wanted.c.tenant, wanted.c.n).lateral("heads")
-            return sa.select(heads.c.id, heads.c.tenant, heads.c.priority, heads.c.seq).select_from(
-                wanted.join(heads, sa.true())
+    @cached_property
+    def _lateral_heads(self) -> sa.Select[Any]:
+        """One index probe per tenant in one plan: a ``LATERAL`` join over the tenants and
+        counts given as two arrays, so the statement is compiled once whatever they hold."""
+        wanted = (
+            sa.func.unnest(
+                sa.bindparam("tenants", type_=ARRAY(sa.Text)),
+                sa.bindparam("counts", type_=ARRAY(sa.Integer)),
             )
-        parts = [head(sa.literal(t, sa.Text), n).subquery() for t, n in counts.items()]
+            .table_valued("tenant", "n")
+            .render_derived(name="wanted")
+        )
+        heads = self._head(wanted.c.tenant, wanted.c.n).lateral("heads")
+        return sa.select(heads.c.id, heads.c.tenant, heads.c.priority, heads.c.seq).select_from(
+            wanted.join(heads, sa.true())
+        )
+
+    def _union_heads(self, counts: dict[str, int]) -> sa.Select[Any]:
+        """Where there is no ``LATERAL`` (SQLite): one ``UNION ALL`` branch per tenant."""
+        parts = [self._head(sa.literal(t, sa.Text), n).subquery() for t, n in counts.items()]
         return sa.select(
             sa.union_all(
                 *[sa.select(p.c.id, p.c.tenant, p.c.priority, p.c.seq) for p in parts]
@@ -254,10 +267,10 @@ class Claims:
         take these row locks in one order) and the virtual time, if it moved."""
         if served:
             rows = [{"tenant": t, "pass": allocation.passes[t]} for t in sorted(set(served))]
-            await conn.execute(self._db.dialect.upsert_rows(tenant_passes, "tenant", rows))
+            await conn.execute(self._db.dialect.upsert_on(tenant_passes, "tenant"), rows)
         if allocation.vtime != vtime:
             clock = [{"id": 1, "vtime": allocation.vtime}]
-            await conn.execute(self._db.dialect.upsert_rows(claim_clock, "id", clock))
+            await conn.execute(self._db.dialect.upsert_on(claim_clock, "id"), clock)
 
 
 def _turn() -> sa.ColumnElement[bool]:

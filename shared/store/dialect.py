@@ -51,9 +51,10 @@ class Dialect(ABC):
     def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
         """The largest whole number at most ``value`` (``value`` >= 0)."""
 
-    def upsert_rows(self, table: sa.Table, key: str, rows: list[dict[str, Any]]) -> Any:
-        """``INSERT rows … ON CONFLICT (key) DO UPDATE`` every other column to the new value."""
-        insert = self.upsert(table).values(rows)
+    def upsert_on(self, table: sa.Table, key: str) -> Any:
+        """``INSERT … ON CONFLICT (key) DO UPDATE`` every other column to the new value; the rows
+        are the execute's parameters, so the statement compiles once whatever their number."""
+        insert = self.upsert(table)
         others = {c.name: insert.excluded[c.name] for c in table.c if c.name != key}
         return insert.on_conflict_do_update(index_elements=[key], set_=others)
 
