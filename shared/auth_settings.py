@@ -102,19 +102,10 @@ class AuthSettings(BaseModel):
         ),
     )
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "admins", mode="before")
     @classmethod
     def comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
-
-    @field_validator("admins", mode="before")
-    @classmethod
-    def comma_separated_admins(cls, value: Any) -> Any:
+        """A list from the environment: JSON, or comma-separated."""
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):

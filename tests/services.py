@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import os
 import socket
 import uuid
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -50,3 +54,28 @@ def drop_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def private_migrated_database() -> Iterator[str]:
+    """A migrated PostgreSQL database of the caller's own, dropped afterwards: for tests whose
+    rows the session's shared workers must not see (they claim whatever is queued and reap
+    whatever is stale in their database) or whose scans must not see those workers."""
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # clear of any running loop
+            pool.submit(asyncio.run, _migrate(url)).result()
+        yield url
+    finally:
+        drop_database(url)
+
+
+async def _migrate(url: str) -> None:
+    from tether.store.store import Store
+
+    store = Store.postgres(url, pool_size=1)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()

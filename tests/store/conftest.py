@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,23 +16,10 @@ def migrated_pg() -> Iterator[str]:
     """A database of the store tests' own. Workers claim whatever is queued in their database
     (a message is only a token), so the session's shared cluster, on the shared database, would
     claim these tests' invocations from under them."""
-    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+    from tests.services import private_migrated_database
 
-    async def migrate(url: str) -> None:
-        store = Store.postgres(url, pool_size=1)
-        try:
-            await store.migrate()
-        finally:
-            await store.close()
-
-    require(PG_ADMIN_URL, 5432, "PostgreSQL")
-    url = create_database()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # clear of any running loop
-            pool.submit(asyncio.run, migrate(url)).result()
+    with private_migrated_database() as url:
         yield url
-    finally:
-        drop_database(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

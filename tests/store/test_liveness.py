@@ -26,25 +26,10 @@ GRACE = 1.0
 def migrated_pg() -> Iterator[str]:
     """A database of this module's own: the workers of other suites register in the shared
     one, take lock ids from its sequence and would show up in these tests' scans."""
-    import concurrent.futures
+    from tests.services import private_migrated_database
 
-    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
-
-    async def migrate(url: str) -> None:
-        store = Store.postgres(url, pool_size=1)
-        try:
-            await store.migrate()
-        finally:
-            await store.close()
-
-    require(PG_ADMIN_URL, 5432, "PostgreSQL")
-    url = create_database()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # clear of any running loop
-            pool.submit(asyncio.run, migrate(url)).result()
+    with private_migrated_database() as url:
         yield url
-    finally:
-        drop_database(url)
 
 
 @pytest.fixture
