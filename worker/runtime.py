@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from enum import Enum
 
 from tether.app import AgentApp, Handler
-from tether.budgets import StoreMeter
-from tether.context import InvocationContext
-from tether.credentials import WorkspaceAuth
 from tether.durable import Suspend
 from tether.errors import ErrorCode
 from tether.events import Event
@@ -27,7 +22,6 @@ from tether.jsonvalue import InvalidJson, dumps
 from tether.outcomes import Outcome, cancelled, completed, failed
 from tether.pubsub import publish_events
 from tether.services import Services
-from tether.store.journal import Recorded
 from tether.store.schema import Claim
 from tether.store.store import (
     AppendRequest,
@@ -39,13 +33,14 @@ from tether.store.store import (
     Superseded,
     ValueRefused,
 )
-from tether.thread import SessionThread
-from tether.usage import BudgetExceeded
 from tether.worker.attempt import EventWriter
+from tether.worker.contexts import AttemptContexts
 from tether.worker.run_limits import AttemptLimits, RunLimits
+from tether.worker.running import RunningAttempt, StopReason, handler_failed, stopped_outcome
 from tether.worker.slots import Slots
 
 log = logging.getLogger(__name__)
+__all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
 CLAIMS_IN_FLIGHT = 2
 """Claim transactions a process runs at once: a claim reads more than it writes (the tenants
@@ -53,24 +48,6 @@ with queued work, their limits, the heads), so a second one overlaps the first's
 With a cap they take turns on the claim lock anyway."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
-
-
-class StopReason(Enum):
-    CANCEL = "cancel"
-    SUPERSEDED = "superseded"
-    SHUTDOWN = "shutdown"
-    LIMIT = "limit"
-
-
-@dataclass
-class RunningAttempt:
-    claim: Claim
-    writer: EventWriter
-    limits: AttemptLimits
-    ctx: InvocationContext | None = None
-    task: asyncio.Task[None] | None = None
-    stop_reason: StopReason | None = None
-    in_handler: bool = False
 
 
 class Runtime:
@@ -110,11 +87,15 @@ class Runtime:
         self._appends: GroupCommit[AppendRequest, list[Event]] = GroupCommit(
             services.store.append_many
         )
-        self._max_event_bytes = max_event_bytes
+        self._contexts = AttemptContexts(
+            services,
+            app,
+            max_event_bytes=max_event_bytes,
+            inline_sleep_max=inline_sleep_max,
+            thread_keep=thread_keep,
+        )
         self._finish_retry = finish_retry
-        self._inline_sleep_max = inline_sleep_max
         self._limits = limits or RunLimits()
-        self._thread_keep = thread_keep
         self._closing = False
 
     async def start(self, hint: str = "") -> bool:
@@ -202,65 +183,12 @@ class Runtime:
         except Exception as exc:  # the periodic pass tries again
             log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)
 
-    def _request_auth(self, claim: Claim) -> WorkspaceAuth | None | bool:
-        """The caller's credentials where this process holds them; ``None`` for an invocation
-        that never had any; ``False`` when it had them, they are not here (another process, or
-        lost with a dead one), and the app cannot go on without the user."""
-        vault = self.services.credentials
-        credential = vault.get(claim.invocation_id) if vault is not None else None
-        if credential is not None:
-            return WorkspaceAuth(credential)
-        if not claim.user_auth:
-            return None
-        try:
-            resumable = self.app.check_input(claim.input).resumes_without_user
-        except Exception:  # an input it no longer accepts: it cannot vouch for it either
-            resumable = False
-        return WorkspaceAuth(None) if resumable else False
-
-    async def _context(self, running: RunningAttempt) -> InvocationContext | None:
-        """The handler's context; a resumed or replacement attempt first reads what earlier
-        attempts recorded, to replay it. None: the run needs the user's token and it is not in
-        this process."""
-        claim = running.claim
-        found = self._request_auth(claim)
-        if found is False:
-            return None
-        request_auth = found if isinstance(found, WorkspaceAuth) else None
-        thread = None
-        if claim.session_id is not None:
-            thread = SessionThread(
-                self.store.threads,
-                claim.owner,
-                claim.session_id,
-                claim.invocation_id,
-                self._thread_keep,
-            )
-        recorded = Recorded()
-        if claim.resumed_by is not None:
-            recorded = await self.store.journal.load(claim.invocation_id)
-        return InvocationContext(
-            invocation_id=claim.invocation_id,
-            session_id=claim.session_id,
-            attempt=claim.attempt,
-            sink=running.writer,
-            max_event_bytes=self._max_event_bytes,
-            is_recovery=claim.is_recovery,
-            recorded=recorded,
-            inline_sleep_max=self._inline_sleep_max,
-            budget=running.limits,
-            request_auth=request_auth,
-            thread=thread,
-            tenant=claim.tenant,
-            usage=StoreMeter(self.store.usage, claim.invocation_id, claim.tenant),
-        )
-
     async def _run(self, running: RunningAttempt) -> None:
         claim = running.claim
         try:
             await publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
             log.info("invocation %s: attempt %d started", claim.invocation_id, claim.attempt)
-            running.ctx = await self._context(running)
+            running.ctx = await self._contexts.build(running)
             if running.ctx is None:
                 log.warning(
                     "invocation %s: attempt %d needs the caller's credentials, which this "
@@ -317,7 +245,7 @@ class Runtime:
         if handler is None:
             return failed(ErrorCode.WORKER_LOST)
         if running.stop_reason is not None or ctx is None:  # stopped before its handler began
-            return None if running.stop_reason is None else _stopped(running.stop_reason)
+            return None if running.stop_reason is None else stopped_outcome(running.stop_reason)
         running.in_handler = True
         running.limits.start()
         try:
@@ -329,12 +257,12 @@ class Runtime:
                 return cancelled()
             if running.stop_reason is None:
                 raise
-            return _stopped(running.stop_reason)
+            return stopped_outcome(running.stop_reason)
         except Superseded:
             return None
         except Exception as exc:
             if running.limits.exceeded is None:
-                return _handler_failed(claim.invocation_id, exc)
+                return handler_failed(claim.invocation_id, exc)
         finally:
             running.in_handler = False
             running.limits.finish()
@@ -460,22 +388,3 @@ class Runtime:
                 log.warning(
                     "could not hand invocation %s back (%s)", running.claim.invocation_id, exc
                 )
-
-
-def _handler_failed(invocation_id: str, exc: Exception) -> Outcome:
-    """How a handler that raised ends (called in its ``except`` block, to log the traceback)."""
-    if isinstance(exc, BudgetExceeded):
-        log.info("invocation %s: %s", invocation_id, exc)
-        return failed(ErrorCode.BUDGET_EXCEEDED)
-    log.exception("invocation %s: handler raised", invocation_id)
-    return failed(ErrorCode.INVOCATION_FAILED)
-
-
-def _stopped(reason: StopReason) -> Outcome | None:
-    """How an attempt stopped from outside ends: cancelled, failed past a run limit, or not at
-    all (superseded, or shutting down: recovery owns it now)."""
-    if reason is StopReason.CANCEL:
-        return cancelled()
-    if reason is StopReason.LIMIT:
-        return failed(ErrorCode.LIMIT_EXCEEDED)
-    return None

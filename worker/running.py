@@ -1,0 +1,55 @@
+"""One running attempt as the runtime holds it, and how an attempt that did not return ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from enum import Enum
+
+from tether.context import InvocationContext
+from tether.errors import ErrorCode
+from tether.outcomes import Outcome, cancelled, failed
+from tether.store.schema import Claim
+from tether.usage import BudgetExceeded
+from tether.worker.attempt import EventWriter
+from tether.worker.run_limits import AttemptLimits
+
+log = logging.getLogger("tether.worker.runtime")
+
+
+class StopReason(Enum):
+    CANCEL = "cancel"
+    SUPERSEDED = "superseded"
+    SHUTDOWN = "shutdown"
+    LIMIT = "limit"
+
+
+@dataclass
+class RunningAttempt:
+    claim: Claim
+    writer: EventWriter
+    limits: AttemptLimits
+    ctx: InvocationContext | None = None
+    task: asyncio.Task[None] | None = None
+    stop_reason: StopReason | None = None
+    in_handler: bool = False
+
+
+def handler_failed(invocation_id: str, exc: Exception) -> Outcome:
+    """How a handler that raised ends (called in its ``except`` block, to log the traceback)."""
+    if isinstance(exc, BudgetExceeded):
+        log.info("invocation %s: %s", invocation_id, exc)
+        return failed(ErrorCode.BUDGET_EXCEEDED)
+    log.exception("invocation %s: handler raised", invocation_id)
+    return failed(ErrorCode.INVOCATION_FAILED)
+
+
+def stopped_outcome(reason: StopReason) -> Outcome | None:
+    """How an attempt stopped from outside ends: cancelled, failed past a run limit, or not at
+    all (superseded, or shutting down: recovery owns it now)."""
+    if reason is StopReason.CANCEL:
+        return cancelled()
+    if reason is StopReason.LIMIT:
+        return failed(ErrorCode.LIMIT_EXCEEDED)
+    return None
