@@ -7,6 +7,7 @@ attempt's number. A superseded attempt gets :class:`Superseded` and must stop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
 from tether.store.batching import write_batch
+from tether.store.bound import bound_rows, bound_values, padded
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
 from tether.store.errors import StoreError, Superseded
@@ -145,19 +147,25 @@ def _invocation_id(request: AppendRequest | FinishRequest) -> str:
     return request.invocation_id
 
 
+COUNTS = (
+    sa.column("id", sa.Text),
+    sa.column("attempt", sa.Integer),
+    sa.column("events", sa.Integer),
+)
+
+
 async def _advance_logs(conn: AsyncConnection, requests: Sequence[AppendRequest]) -> dict[str, int]:
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
-    counts = (
-        sa.values(
-            sa.column("id", sa.Text),
-            sa.column("attempt", sa.Integer),
-            sa.column("events", sa.Integer),
-            name="counts",
-        )
-        .data([(r.invocation_id, r.attempt, len(r.events)) for r in requests])
-        .cte("counts")
-    )
-    advance = (
+    rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
+    params = bound_rows("counts", COUNTS, rows, filler=("", 0, 0))  # no invocation has id ""
+    advance = _advance_statement(padded(len(rows)))
+    return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
+
+
+@functools.cache
+def _advance_statement(size: int) -> sa.Update:
+    counts = bound_values("counts", COUNTS, size)
+    return (
         sa.update(invocations)
         .where(
             inv.id == counts.c.id,
@@ -167,4 +175,3 @@ async def _advance_logs(conn: AsyncConnection, requests: Sequence[AppendRequest]
         .values(last_event_id=advanced(counts.c.events))
         .returning(inv.id, inv.last_event_id)
     )
-    return {row.id: row.last_event_id for row in await conn.execute(advance)}

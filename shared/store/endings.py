@@ -8,6 +8,7 @@ queued invocation, which may run now.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
 from tether.outcomes import Outcome
+from tether.store.bound import bound_rows, bound_values, padded
 from tether.store.dialect import Dialect
 from tether.store.eventlog import advanced, insert_events, numbered
 from tether.store.schema import Json, Status, invocations
@@ -57,7 +59,7 @@ async def write_endings(
     """End every invocation whose condition holds; None for the others. Ids are distinct."""
     if not endings:
         return []
-    ended = {row.id: row for row in await conn.execute(_end_all(dialect, endings))}
+    ended = {row.id: row for row in await conn.execute(*_end_all(dialect, endings))}
     results: list[Finished | None] = []
     logged: dict[str, list[Event]] = {}
     for ending in endings:
@@ -72,38 +74,43 @@ async def write_endings(
     return results
 
 
-def _end_all(dialect: Dialect, endings: Sequence[Ending]) -> sa.Update:
-    ends = (
-        sa.values(
-            sa.column("id", sa.Text),
-            sa.column("from_status", sa.Text),
-            sa.column("attempt", sa.Integer),
-            sa.column("stale_after", sa.Float),
-            sa.column("status", sa.Text),
-            sa.column("output", Json),
-            sa.column("error_code", sa.Text),
-            sa.column("error_message", sa.Text),
-            sa.column("events", sa.Integer),
-            name="ends",
+ENDS = (
+    sa.column("id", sa.Text),
+    sa.column("from_status", sa.Text),
+    sa.column("attempt", sa.Integer),
+    sa.column("stale_after", sa.Float),
+    sa.column("status", sa.Text),
+    sa.column("output", Json),
+    sa.column("error_code", sa.Text),
+    sa.column("error_message", sa.Text),
+    sa.column("events", sa.Integer),
+)
+NO_ENDING = ("", "", None, None, "", None, None, None, 0)
+"""A filler row: no invocation has the id ``""``."""
+
+
+def _end_all(dialect: Dialect, endings: Sequence[Ending]) -> tuple[sa.Update, dict[str, object]]:
+    rows = [
+        (
+            e.invocation_id,
+            e.from_status.value,
+            e.attempt,
+            e.stale_after,
+            e.outcome.status.value,
+            e.outcome.output,
+            e.outcome.code,
+            e.outcome.error_message,
+            len(e.events),
         )
-        .data(
-            [
-                (
-                    e.invocation_id,
-                    e.from_status.value,
-                    e.attempt,
-                    e.stale_after,
-                    e.outcome.status.value,
-                    e.outcome.output,
-                    e.outcome.code,
-                    e.outcome.error_message,
-                    len(e.events),
-                )
-                for e in endings
-            ]
-        )
-        .cte("ends")
-    )
+        for e in endings
+    ]
+    params = bound_rows("ends", ENDS, rows, NO_ENDING)
+    return _end_statement(dialect, padded(len(rows))), params
+
+
+@functools.cache
+def _end_statement(dialect: Dialect, size: int) -> sa.Update:
+    ends = bound_values("ends", ENDS, size)
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a VALUES column all NULL comes out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     return (

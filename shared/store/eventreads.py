@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from tether.events import Event
+from tether.store.bound import padded
 from tether.store.engine import Database
 from tether.store.schema import Status, events, invocations
 
@@ -87,7 +88,7 @@ class EventReads:
     async def _spans(self, spans: dict[str, tuple[int, int]]) -> dict[str, StreamPage]:
         """Each invocation's facts and its events in ``low < cursor <= high``."""
         ids = list(spans)
-        size = _padded(len(ids))
+        size = padded(len(ids))
         params: dict[str, object] = {}
         for n in range(size):
             invocation_id = ids[n] if n < len(ids) else ""  # padding: an id that no row has
@@ -115,12 +116,6 @@ def _page_of(span: StreamPage | None, read: StreamRead) -> StreamPage | None:
     first = bisect.bisect_right(cursors, read.after)
     last = bisect.bisect_right(cursors, read.after + read.limit)
     return StreamPage(span.owner, span.status, span.last_event_id, span.events[first:last])
-
-
-def _padded(count: int) -> int:
-    """Batch sizes round up to a power of two, so few statements exist and each is compiled
-    once (SQLAlchemy cannot cache a ``VALUES`` of literals: a batch would be compiled anew)."""
-    return 1 << (count - 1).bit_length()
 
 
 @functools.cache
