@@ -14,6 +14,7 @@ from tether.gateway.admin_models import (
     TenantView,
 )
 from tether.gateway.refusals import Json, answer, json_content, ref, refusals
+from tether.store.tenants import MAX_NAME
 
 ADMIN_REQUESTS: list[type[BaseModel]] = [LimitsChange, GlobalChange]
 ADMIN_ANSWERS: list[type[BaseModel]] = [
@@ -27,7 +28,7 @@ TENANT = {
     "name": "tenant",
     "in": "path",
     "required": True,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_NAME},
     "description": "The tenant's name ('*' is refused: the defaults are /api/admin/defaults)",
 }
 READ_REFUSALS = ("BadIdentity", "Unauthorized", "Forbidden", "InternalError")
