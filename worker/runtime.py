@@ -77,7 +77,8 @@ class Runtime:
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
         self._abandoned: set[tuple[str, int]] = set()
-        """Attempts left ``active`` for recovery (their finish failed): never beaten again."""
+        """Attempts left ``active`` for recovery (handed back, or their finish failed): never
+        beaten again, not even by a beat by worker name while a claim is in flight."""
         self._claims: GroupCommit[str, Claim | None] = GroupCommit(
             self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
         )
@@ -382,6 +383,8 @@ class Runtime:
         for running in attempts:
             if running.task is not None:
                 await asyncio.gather(running.task, return_exceptions=True)
+            # before the release: a beat by this worker's name would make the row fresh again
+            self._abandoned.add((running.claim.invocation_id, running.claim.attempt))
             try:
                 await self.store.release(running.claim.invocation_id, running.claim.attempt)
             except StoreError as exc:
