@@ -11,6 +11,10 @@ Each worker process checks every ``timers.broker_check`` seconds:
   or a fail-over to a replica, which may have lost the last writes. The watcher that takes
   :func:`tether.channels.broker_resync` for that run_id re-sends.
 
+A re-send cut short (Redis still coming back: a send or a read failed) stays owed by the
+watcher that took the turn: its next check re-sends what is still missing, rather than leaving
+the backlog to ``timers.requeue_after``.
+
 Re-sending is once, and only what is missing: the queued invocations (in order) whose message
 is not in the queue's hashes (:func:`tether.worker.dramatiq_private.message_hashes`). A
 duplicate would be harmless (claiming is conditional) but a backlog re-sent whole would flood.
@@ -49,47 +53,70 @@ class BrokerWatch:
         self._send = send
         self._seen: tuple[str, str] | None = None
         """(run_id, marker token) at the last check."""
+        self._owed: str | None = None
+        """Why this watcher took the turn to re-send, until a re-send goes through whole."""
 
     async def check(self) -> int | None:
-        """Look once; re-send what was lost if this watcher is the one to. The number re-sent,
-        or None when nothing was to be re-sent by this watcher."""
+        """Look once; re-send what was lost if this watcher is the one to (or still owes a
+        re-send cut short). The number re-sent, or None when this watcher had nothing to re-send
+        or its re-send was cut short again."""
         run_id = str((await self._redis.info("server"))["run_id"])
         marker = broker_marker(self._queue)
         token = _text(await self._redis.get(marker))
-        mine = False
+        first = self._seen is None
         if token is None:  # the data went: whoever sets the marker again re-sends
             fresh = uuid.uuid4().hex
-            mine = bool(await self._redis.set(marker, fresh, nx=True))
-            token = fresh if mine else _text(await self._redis.get(marker)) or ""
+            if await self._redis.set(marker, fresh, nx=True):
+                token = fresh
+                self._owed = "Redis has no marker" if first else "Redis lost or changed its data"
+            else:
+                token = _text(await self._redis.get(marker)) or ""
         elif self._seen is not None and self._seen[0] != run_id and self._seen[1] == token:
             # a new server that kept the marker: the last writes before it took over may be lost
             claim = broker_resync(self._queue, run_id)
-            mine = bool(await self._redis.set(claim, "1", nx=True, ex=RESYNC_KEY_TTL))
-        first, self._seen = self._seen is None, (run_id, token)
-        if not mine:
+            if await self._redis.set(claim, "1", nx=True, ex=RESYNC_KEY_TTL):
+                self._owed = "Redis lost or changed its data"
+        self._seen = (run_id, token)
+        why = self._owed
+        if why is None:
             return None
-        why = "Redis has no marker" if first else "Redis lost or changed its data"
-        sent = await self.resync()
+        sent, whole = await self.resync()
+        if not whole:
+            log.warning(
+                "%s (queue %s): re-sent %d queued invocations, then a send failed; "
+                "the next check sends the rest",
+                why,
+                self._queue,
+                sent,
+            )
+            return None
+        self._owed = None
         level = logging.WARNING if sent else logging.INFO
         log.log(level, "%s (queue %s): re-sent %d queued invocations", why, self._queue, sent)
         return sent
 
-    async def resync(self) -> int:
-        """Send every queued invocation whose message is not in Redis; the number sent."""
+    async def resync(self) -> tuple[int, bool]:
+        """Send every queued invocation whose message is not in Redis: the number sent, and
+        whether every send went through."""
         present = await self._waiting_messages()
-        sent, after = 0, 0
+        sent, after, whole = 0, 0, True
         while True:
             page = await self._store.queued_page(after, PAGE)
             if not page:
-                return sent
+                return sent, whole
             after = page[-1].seq
             missing = [q for q in page if q.invocation_id not in present]
             due = await self._store.mark_resent([q.invocation_id for q in missing if not q.delay])
-            if due and await self._send(due, 0.0):
-                sent += len(due)
+            if due:
+                if await self._send(due, 0.0):
+                    sent += len(due)
+                else:
+                    whole = False
             for waiting in (q for q in missing if q.delay):
                 if await self._send([waiting.invocation_id], waiting.delay):
                     sent += 1
+                else:
+                    whole = False
 
     async def _waiting_messages(self) -> set[str]:
         """Ids of the invocations with a message in Redis, due or delayed."""

@@ -170,3 +170,46 @@ async def test_dramatiqs_own_enqueue_lands_where_the_watch_looks(
     sent = Sent()
     assert await BrokerWatch(client=client, queue=queue, store=store, send=sent).check() == 1
     assert sent.ids == [ids[2]]
+
+
+class FailingOnce(Sent):
+    """A ``Queue.send`` whose first call fails, as while Redis is still coming back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def __call__(self, invocation_ids: Sequence[str], delay: float = 0.0) -> bool:
+        if not self.failed:
+            self.failed = True
+            return False
+        return await super().__call__(invocation_ids, delay)
+
+
+async def test_a_resend_cut_short_is_finished_by_the_next_check_of_the_watcher_that_owes_it(
+    store: Store, client: aioredis.Redis, queue: str
+) -> None:
+    sent = FailingOnce()
+    owner = BrokerWatch(client=client, queue=queue, store=store, send=sent)
+    other = BrokerWatch(client=client, queue=queue, store=store, send=sent)
+    ids = await queued(store, 1)
+    assert await owner.check() is None  # took the turn (no marker), and its send failed
+    assert await other.check() is None  # the marker is there: not the other's to do
+    ids += await queued(store, 2)
+    assert await other.check() is None
+    assert await owner.check() == 3  # still owed: sends what is missing now
+    assert sorted(sent.ids) == sorted(ids)
+    assert await owner.check() is None
+
+
+async def test_queued_work_lost_while_the_send_fails_is_all_sent_on_the_next_check(
+    store: Store, client: aioredis.Redis, queue: str
+) -> None:
+    ids = await queued(store, 3)
+    sent = FailingOnce()
+    watch = BrokerWatch(client=client, queue=queue, store=store, send=sent)
+    assert await watch.check() is None
+    assert sent.ids == []
+    assert await watch.check() == 3
+    assert sorted(sent.ids) == sorted(ids)
+    assert await watch.check() is None
