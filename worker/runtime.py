@@ -159,7 +159,8 @@ class Runtime:
 
     async def _claim_batch(self, hints: list[str]) -> list[Claim | None]:
         """N tokens, one claim transaction choosing up to N invocations."""
-        won: list[Claim | None] = list(await self.store.claim_next(len(hints), self.name))
+        named = [h for h in hints if h]
+        won: list[Claim | None] = list(await self.store.claim_next(len(hints), self.name, named))
         for hint, claim in zip(hints, won, strict=False):
             if hint and claim is not None and claim.invocation_id != hint:
                 log.debug("token for invocation %s claimed %s", hint, claim.invocation_id)

@@ -1,17 +1,17 @@
 """The claim: the one way an invocation becomes ``active``, within every cap.
 
-PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). Without
-any lock, a claim lists the tenants with queued work by a loose index scan of ``tenant_queue``
-(one probe per tenant, whatever the backlog) with their limits and stride passes, and the global
-cap. When a cap applies to any of them it then takes the claim lock
-(:meth:`Dialect.begin_claim`: a transaction advisory lock on PostgreSQL, the single writer on
-SQLite), so claims take turns across every process and host and each counts the running attempts
-every earlier claim left (the ``tenant_active`` partial index: as many entries as running
-attempts); with no cap anywhere there is nothing to serialize, and concurrent claims only spread
-over different rows (``FOR UPDATE SKIP LOCKED`` on the heads). It then allocates the free
-slots fairly (:mod:`tether.store.fairness`), reads each chosen tenant's heads (``priority
-DESC, seq``, skipping invocations whose session has an older open one and replacements still in
-their backoff), flips them to ``active`` and stores the passes. Limits are read by every claim, so a
+PostgreSQL decides which invocation runs next (docs/architecture.md, "Who runs next"). Without any
+lock, a claim reads the tenants that may have queued work with their limits and stride passes, and
+the global cap, in one statement (:mod:`tether.store.candidates`: a loose index scan of
+``tenant_queue``, or this process's last list of them). When a cap applies to any of them it then
+takes the claim lock (:meth:`Dialect.begin_claim`: a transaction advisory lock on PostgreSQL, the
+single writer on SQLite), so claims take turns across every process and host and each counts the
+running attempts every earlier claim left (the ``tenant_active`` partial index: as many entries as
+running attempts); with no cap anywhere there is nothing to serialize, and concurrent claims only
+spread over different rows (``FOR UPDATE SKIP LOCKED`` on the heads). It then allocates the free
+slots fairly (:mod:`tether.store.fairness`), reads each chosen tenant's heads (``priority DESC,
+seq``, skipping invocations whose session has an older open one and replacements still in their
+backoff), flips them to ``active`` and stores the passes. Limits are read by every claim, so a
 change applies at the next one.
 
 Finishing, parking and handing back never take the lock: they only lower the counts, so a claim
@@ -21,7 +21,6 @@ that raced them under-admits for a moment, never over-admits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +29,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.outcomes import started_data
+from tether.store.candidates import CandidateReads, QueuedTenants
 from tether.store.engine import Database
 from tether.store.eventlog import advanced, insert_events, numbered
 from tether.store.fairness import Allocation, TenantLoad, allocate, wanted
@@ -42,14 +42,9 @@ from tether.store.schema import (
     global_limits,
     invocations,
     tenant_passes,
-    tenants,
 )
 from tether.store.tenants import (
-    DEFAULTS,
-    TenantLimits,
-    effective_from,
     effective_limits,
-    limits_from,
 )
 from tether.store.writes import NewEvent
 
@@ -57,28 +52,6 @@ inv = invocations.c
 MAX_ROUNDS = 8
 """Allocation rounds per claim: a round repeats only when a chosen tenant had fewer claimable
 invocations than it was given (session-blocked, or in backoff), with the slots it left over."""
-
-QUEUED_TENANTS = sa.text(
-    """
-    WITH RECURSIVE queued(tenant) AS (
-        SELECT min(tenant) FROM tether_invocations WHERE status = 'queued'
-        UNION ALL
-        SELECT (SELECT min(i.tenant) FROM tether_invocations i
-                WHERE i.status = 'queued' AND i.tenant > queued.tenant)
-        FROM queued WHERE queued.tenant IS NOT NULL
-    )
-    SELECT queued.tenant AS queued_tenant, p.pass AS stored_pass, r.running, t.* FROM queued
-    LEFT JOIN tether_tenant_passes p ON p.tenant = queued.tenant
-    LEFT JOIN (SELECT tenant, count(*) AS running FROM tether_invocations
-               WHERE status = 'active' GROUP BY tenant) r ON r.tenant = queued.tenant
-    LEFT JOIN tether_tenants t ON t.tenant = queued.tenant
-    WHERE queued.tenant IS NOT NULL
-    """
-)
-"""Tenants with queued work, with their passes, running attempts and their own limits
-(``t.tenant`` is NULL for a tenant without a row): a loose index scan of
-``tether_invocations_tenant_queue``, one probe per tenant (a ``DISTINCT`` would read the whole
-backlog)."""
 
 
 def opening(won: Any) -> NewEvent:
@@ -90,15 +63,35 @@ def opening(won: Any) -> NewEvent:
 class Claims:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._reads = CandidateReads(db.dialect)
+        self._queued = QueuedTenants()
 
-    async def claim_next(self, count: int, worker: str) -> list[Claim]:
-        """Start up to ``count`` attempts: the next invocations in fair order, within caps."""
+    async def claim_next(self, count: int, worker: str, hints: Sequence[str] = ()) -> list[Claim]:
+        """Start up to ``count`` attempts: the next invocations in fair order, within caps.
+        ``hints``: the invocation ids the tokens in hand carry (their tenants are read even
+        when this process's tenant list lacks them, :mod:`tether.store.candidates`)."""
         if count <= 0:
             return []
-        # Read before the lock (it serializes only what caps need): the tenants with queued
-        # work, their limits and passes. Nothing queued: the lock is left to the others.
+        scan = not self._queued.fresh()
+        won = await self._claim(count, worker, hints, scan=scan)
+        if len(won) < count and not scan:  # the list may lack a tenant with work: scan now
+            won += await self._claim(count - len(won), worker, (), scan=True)
+        self._queued.claimed(count, len(won))
+        return won
+
+    async def _claim(
+        self, count: int, worker: str, hints: Sequence[str], *, scan: bool
+    ) -> list[Claim]:
+        # Read before the lock (it serializes only what caps need): the tenants that may have
+        # queued work, their limits and passes. None: the lock is left to the others.
         async with self._db.connection() as conn:
-            candidates = await _candidates(conn)
+            if scan:
+                candidates = await self._reads.scan(conn)
+                self._queued.scanned([] if candidates is None else candidates.names)
+            else:
+                candidates = await self._reads.known(conn, self._queued.names, hints)
+                if candidates is not None:
+                    self._queued.joined(candidates.names)
         if candidates is None:
             return []
         async with self._db.transaction() as conn:
@@ -298,76 +291,6 @@ async def _running(conn: AsyncConnection) -> dict[str, int]:
 async def _global_cap(conn: AsyncConnection) -> int | None:
     cap = await conn.scalar(sa.select(global_limits.c.max_active))
     return None if cap is None else int(cap)
-
-
-@dataclass(frozen=True, slots=True)
-class Candidates:
-    """The tenants with queued work, with their limits and passes, and the global cap."""
-
-    names: list[str]
-    limits: dict[str, TenantLimits]
-    passes: dict[str, float]
-    running: dict[str, int]
-    vtime: float
-    global_cap: int | None
-
-    @property
-    def capped(self) -> bool:
-        """Whether a cap applies to any of them: only then must claims take turns."""
-        return self.global_cap is not None or any(
-            self.limits[t].max_active is not None for t in self.names
-        )
-
-    def loads(self, running: dict[str, int]) -> list[TenantLoad]:
-        return [
-            TenantLoad(
-                t,
-                running.get(t, 0),
-                self.limits[t].weight,
-                self.limits[t].max_active,
-                self.passes.get(t),
-            )
-            for t in self.names
-        ]
-
-
-async def _candidates(conn: AsyncConnection) -> Candidates | None:
-    """None when nothing is queued."""
-    queued = (await conn.execute(QUEUED_TENANTS)).mappings().all()
-    if not queued:
-        return None
-    names = [r["queued_tenant"] for r in queued]
-    passes = {
-        r["queued_tenant"]: float(r["stored_pass"]) for r in queued if r["stored_pass"] is not None
-    }
-    running = {r["queued_tenant"]: int(r["running"]) for r in queued if r["running"]}
-    own = {r["tenant"]: limits_from(r) for r in queued if r["tenant"] is not None}
-    # the defaults row, the virtual time and the global cap, in one read
-    clock = sa.select(claim_clock.c.vtime).scalar_subquery().label("vtime")
-    cap = sa.select(global_limits.c.max_active).scalar_subquery().label("global_cap")
-    one = sa.select(sa.literal(1).label("one")).subquery()
-    rest = (
-        (
-            await conn.execute(
-                sa.select(clock, cap, tenants).select_from(
-                    one.outerjoin(tenants, tenants.c.tenant == DEFAULTS)
-                )
-            )
-        )
-        .mappings()
-        .one()
-    )
-    fallback = limits_from(rest) if rest["tenant"] is not None else None
-    limits = effective_from(names, own, fallback)
-    vtime, global_cap = rest["vtime"], rest["global_cap"]
-    return Candidates(
-        names,
-        limits,
-        passes,
-        running,
-        float(vtime or 0.0),
-        None if global_cap is None else int(global_cap),
-    )
 
 
 def _claim(r: Any) -> Claim:

@@ -32,6 +32,11 @@ class Dialect(ABC):
     on it, never on a worker's clock."""
 
     @abstractmethod
+    def json_texts(self, param: str) -> str:
+        """SQL for the strings of the JSON array bound to ``:param``, one row each (a list of
+        any length as one parameter, in text SQL)."""
+
+    @abstractmethod
     def engine_options(self, pool_size: int) -> dict[str, Any]:
         """Keyword arguments for ``create_async_engine``."""
 
@@ -85,6 +90,9 @@ class PostgreSQL(Dialect):
     lateral = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
     autocommits = True
+
+    def json_texts(self, param: str) -> str:
+        return f"SELECT jsonb_array_elements_text(CAST(:{param} AS jsonb))"
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
         return {
@@ -142,6 +150,9 @@ class SQLite(Dialect):
     name = "sqlite"
     lateral = False
     now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+
+    def json_texts(self, param: str) -> str:
+        return f"SELECT value FROM json_each(:{param})"
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
         return {

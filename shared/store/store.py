@@ -192,10 +192,11 @@ class Store:
 
     # -- the worker's side: an attempt's writes ---------------------------------------------
 
-    async def claim_next(self, count: int, worker: str) -> list[Claim]:
+    async def claim_next(self, count: int, worker: str, hints: Sequence[str] = ()) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within every cap
-        (:mod:`tether.store.claims`); fewer, or none, when nothing more may run now."""
-        return await self._claims.claim_next(count, worker)
+        (:mod:`tether.store.claims`); fewer, or none, when nothing more may run now. ``hints``:
+        the invocation ids the tokens in hand carry."""
+        return await self._claims.claim_next(count, worker, hints)
 
     async def claim(self, invocation_id: str, worker: str) -> Claim | None:
         """Start this invocation's next attempt if it is queued, heads its session and its

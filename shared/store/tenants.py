@@ -236,7 +236,7 @@ def effective_from(
     return {name: own.get(name, default) for name in names}
 
 
-def limits_from(row: sa.RowMapping) -> TenantLimits:
+def limits_from(row: Mapping[str, Any] | sa.RowMapping) -> TenantLimits:
     """The limits in a row of ``tether_tenants`` (or a query's columns named like it)."""
     values = {name: row[name] for name in FIELDS}
     for name in ("max_active", "max_queued", "burst", "tokens_per_invocation", "tokens_per_period"):

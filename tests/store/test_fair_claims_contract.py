@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from tether.outcomes import completed
+from tether.store.candidates import RESCAN, QueuedTenants
 from tether.store.schema import Claim, NewInvocation
 from tether.store.store import FinishRequest, Store
 
@@ -117,10 +118,10 @@ async def test_a_tenant_back_from_an_empty_queue_banks_no_credit(store: Store) -
     for _ in range(10):
         [claim] = await store.claim_next(1, "w")
         await finish(store, claim)
-    await queued(store, "c", 10)  # c was idle while a ran ten
+    tokens = await queued(store, "c", 10)  # c was idle while a ran ten
     order = []
-    for _ in range(6):
-        [claim] = await store.claim_next(1, "w")
+    for token in tokens[:6]:  # each claim with the token of one of c's, as a worker's would
+        [claim] = await store.claim_next(1, "w", [token])
         order.append(claim.tenant)
         await finish(store, claim)
     assert order == ["c", "a", "c", "a", "c", "a"]
@@ -179,3 +180,32 @@ async def test_nothing_queued_claims_nothing(store: Store) -> None:
     await store.tenants.set("a", {"max_active": 0})
     await queued(store, "a", 2)
     assert await store.claim_next(5, "w") == []
+
+
+async def test_a_tenant_whose_tokens_went_elsewhere_is_claimed_once_the_list_is_rescanned(
+    store: Store,
+) -> None:
+    """A process claims from the tenant list it last scanned while that fills its claims; a
+    tenant it never got a token for joins at the next scan (``candidates.RESCAN``)."""
+    now = [0.0]
+    store._claims._queued = QueuedTenants(clock=lambda: now[0])
+    await queued(store, "a", 30)
+    for _ in range(3):
+        [claim] = await store.claim_next(1, "w")
+        await finish(store, claim)
+    await queued(store, "c", 3)
+    [claim] = await store.claim_next(1, "w")
+    assert claim.tenant == "a"  # the list, still fresh, lacks c
+    await finish(store, claim)
+    now[0] += RESCAN
+    [claim] = await store.claim_next(1, "w")
+    assert claim.tenant == "c"
+
+
+async def test_a_claim_the_list_cannot_fill_scans_at_once(store: Store) -> None:
+    await queued(store, "a", 2)
+    [claim] = await store.claim_next(1, "w")
+    await finish(store, claim)
+    await queued(store, "c", 2)
+    claims = await store.claim_next(3, "w")  # a has one left: the claim scans and finds c
+    assert sorted(tenants_of(claims)) == ["a", "c", "c"]
