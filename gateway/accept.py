@@ -1,5 +1,7 @@
 """New invocations, accepted in groups: the requests that arrive together share one transaction,
-and their messages go out together after it commits (never before: a worker must find the row).
+and their messages go out together after it commits (never before: a worker must find the row),
+with one announcement of the batch's tenants to every worker
+(:func:`tether.pubsub.announce_queued`).
 
 Before anything is written, each rate-limited tenant of a batch takes its requests' tokens
 from its bucket (one statement per tenant and batch, :mod:`tether.store.buckets`); the requests
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from tether.credentials import CredentialVault, UserCredential
 from tether.gateway.tenant_limits import Fresh, LimitsCache, LimitsSnapshot
 from tether.groupcommit import GroupCommit
+from tether.pubsub import PubSub, announce_queued
 from tether.queue import Queue
 from tether.store.buckets import Grant, Want
 from tether.store.schema import NewInvocation
@@ -45,9 +48,11 @@ class Acceptor:
         max_open_per_owner: int,
         credentials: CredentialVault | None = None,
         limits: LimitsCache | None = None,
+        pubsub: PubSub | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
+        self._pubsub = pubsub
         self._max_open_per_owner = max_open_per_owner
         self.limits = limits or LimitsCache(store.tenants)
         """Tenants' limits as this process knows them (at most a second old)."""
@@ -89,9 +94,10 @@ class Acceptor:
                 credential = self._carried.get(result.invocation.id)
                 if credential is not None and result.invocation.owner == credential.user:
                     self._credentials.put(result.invocation.id, credential)
-        await self._queue.send(
-            [r.invocation.id for r in results if isinstance(r, Accepted) and r.created]
-        )
+        created = [r.invocation for r in results if isinstance(r, Accepted) and r.created]
+        await self._queue.send([new.id for new in created])
+        if self._pubsub is not None:  # ahead of the tokens, which may queue behind a flood
+            await announce_queued(self._pubsub, sorted({new.tenant for new in created}))
         return done
 
     async def _rate_limited(

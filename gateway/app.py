@@ -158,7 +158,13 @@ def create_app(
         async with open_services() as services:
             app[SERVICES] = services
             max_open = settings.limits.max_active_per_owner
-            app[ACCEPTOR] = Acceptor(services.store, services.queue, max_open, services.credentials)
+            app[ACCEPTOR] = Acceptor(
+                services.store,
+                services.queue,
+                max_open,
+                services.credentials,
+                pubsub=services.pubsub,
+            )
             app[QUEUED] = QueuedGauge(services.store)
             app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
             app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)

@@ -6,6 +6,11 @@ CANCEL_CHANNEL = "tether:cancel"
 """Invocation ids whose cancellation was requested; every worker listens."""
 
 
+QUEUED_CHANNEL = "tether:queued"
+"""Tenants with newly accepted work, one name a message; every worker process adds them to the
+tenants its claims read (:mod:`tether.store.candidates`)."""
+
+
 def events_channel(invocation_id: str) -> str:
     """New events of one invocation, published after they are durable."""
     return f"tether:events:{invocation_id}"

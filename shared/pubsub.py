@@ -23,7 +23,7 @@ from typing import Any, Final, Protocol, TypeVar, cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from tether.channels import events_channel
+from tether.channels import QUEUED_CHANNEL, events_channel
 from tether.events import Event, decode_batch, encode_batch
 from tether.groupcommit import GroupCommit
 from tether.settings import STREAM_BUFFER_BYTES
@@ -355,6 +355,17 @@ class RedisPubSub(MemoryPubSub):
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def announce_queued(pubsub: PubSub, tenants: list[str]) -> None:
+    """Tell every worker that these tenants have new queued work; a failure only delays their
+    work until a worker's next scan (:data:`tether.store.candidates.RESCAN`)."""
+    if not tenants:
+        return
+    try:
+        await pubsub.publish(QUEUED_CHANNEL, tenants)
+    except (RedisError, OSError) as exc:
+        log.warning("queued-work announcement failed (%s)", type(exc).__name__)
 
 
 async def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:

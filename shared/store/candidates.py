@@ -5,8 +5,10 @@ Finding the tenants with queued work is a loose index scan of ``tenant_queue``: 
 such tenant, whatever the backlog, but still a cost that grows with the tenants (about 1 ms per
 200 on the reference machine, a claim's largest statement). So each process keeps the list it
 last found (:class:`QueuedTenants`) and, while its claims fill every slot they ask for from it,
-reads only those tenants and the tenants of the tokens in hand (``hints``: the invocation ids the
-Dramatiq messages carry) for up to :data:`RESCAN` seconds. A claim that scans again:
+reads only those tenants, the tenants of the tokens in hand (``hints``: the invocation ids the
+Dramatiq messages carry) and the tenants the gateways announced
+(:func:`tether.pubsub.announce_queued`: a token may wait behind another tenant's flood in the
+broker's FIFO, an announcement does not) for up to :data:`RESCAN` seconds. A claim scans again:
 
 - when the list is older than :data:`RESCAN`, so a tenant whose every token went to other
   processes is seen by this one within that time;
@@ -14,8 +16,10 @@ Dramatiq messages carry) for up to :data:`RESCAN` seconds. A claim that scans ag
   scan is cheap there and finds what the list lacks;
 - and at once, within the same claim, when a claim from the list comes up short.
 
-A tenant's new work is therefore claimed as soon as its token reaches any process, as before;
-limits, passes and running counts are read by every claim, so a change applies at the next one.
+A tenant's new work is therefore seen at the next claim of every process once it is announced
+(or its token arrives), and within :data:`RESCAN` when the announcement was lost (pub/sub is never
+the truth; work queued again by a resume or the reaper is not announced). Limits, passes and
+running counts are read by every claim, so a change applies at the next one.
 """
 
 from __future__ import annotations
@@ -124,6 +128,9 @@ class QueuedTenants:
         self._clock = clock
         self._names: list[str] = []
         self._scanned_at = float("-inf")
+        self._announced: dict[str, float] = {}
+        """Tenants announced since the last scan began, with when: a scan that read the
+        database before their work was committed must not drop them."""
         self._deep = False
         """Whether the last claim started as many as it asked for."""
 
@@ -135,13 +142,30 @@ class QueuedTenants:
         """Whether a claim may read the list instead of scanning."""
         return self._deep and self._clock() - self._scanned_at < self._rescan
 
-    def scanned(self, names: list[str]) -> None:
-        self._names, self._scanned_at = names, self._clock()
+    def scanning(self) -> float:
+        """A scan begins: when, for :meth:`scanned`."""
+        return self._clock()
+
+    def scanned(self, names: list[str], began: float) -> None:
+        """The scan that began at ``began`` found ``names``; announcements since it began stay."""
+        self._announced = {t: at for t, at in self._announced.items() if at >= began}
+        self._names, self._scanned_at = names, began
+        self.joined(list(self._announced))
 
     def joined(self, names: list[str]) -> None:
         """Tenants read through hints: kept until the next scan."""
         known = set(self._names)
         self._names = self._names + [n for n in names if n not in known]
+
+    def announced(self, names: list[str]) -> None:
+        """Tenants a gateway announced new work for: kept until the next scan after this."""
+        now = self._clock()
+        self._announced.update(dict.fromkeys(names, now))
+        self.joined(names)
+
+    def expire(self) -> None:
+        """Announcements may have been missed (pub/sub reconnected): the next claim scans."""
+        self._scanned_at = float("-inf")
 
     def claimed(self, asked: int, started: int) -> None:
         self._deep = started >= asked

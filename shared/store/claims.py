@@ -86,8 +86,9 @@ class Claims:
         # queued work, their limits and passes. None: the lock is left to the others.
         async with self._db.connection() as conn:
             if scan:
+                began = self._queued.scanning()
                 candidates = await self._reads.scan(conn)
-                self._queued.scanned([] if candidates is None else candidates.names)
+                self._queued.scanned([] if candidates is None else candidates.names, began)
             else:
                 candidates = await self._reads.known(conn, self._queued.names, hints)
                 if candidates is not None:
@@ -109,6 +110,14 @@ class Claims:
             won = await self._start(conn, ids, worker)
             await self._advance(conn, allocation, candidates.vtime, [w.tenant for w in won])
         return won
+
+    def announced(self, tenants: list[str] | None) -> None:
+        """Tenants with new queued work, as a gateway announced them; None: announcements may
+        have been lost, so the next claim scans."""
+        if tenants is None:
+            self._queued.expire()
+        else:
+            self._queued.announced(tenants)
 
     async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
         """Start these invocations where each is queued, heads its session and its tenant and

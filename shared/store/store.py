@@ -198,6 +198,11 @@ class Store:
         the invocation ids the tokens in hand carry."""
         return await self._claims.claim_next(count, worker, hints)
 
+    def announced(self, tenants: list[str] | None) -> None:
+        """Tenants with new queued work, as a gateway announced them, for this process's next
+        claims (:mod:`tether.store.candidates`); None: some may have been missed."""
+        self._claims.announced(tenants)
+
     async def claim(self, invocation_id: str, worker: str) -> Claim | None:
         """Start this invocation's next attempt if it is queued, heads its session and its
         tenant and the deployment are under their caps."""

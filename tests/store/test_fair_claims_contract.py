@@ -209,3 +209,45 @@ async def test_a_claim_the_list_cannot_fill_scans_at_once(store: Store) -> None:
     await queued(store, "c", 2)
     claims = await store.claim_next(3, "w")  # a has one left: the claim scans and finds c
     assert sorted(tenants_of(claims)) == ["a", "c", "c"]
+
+
+async def test_an_announced_tenant_is_claimed_at_the_next_claim_without_a_scan(
+    store: Store,
+) -> None:
+    now = [0.0]
+    store._claims._queued = QueuedTenants(clock=lambda: now[0])
+    await queued(store, "a", 30)
+    for _ in range(3):
+        [claim] = await store.claim_next(1, "w")
+        await finish(store, claim)
+    await queued(store, "c", 3)
+    store.announced(["c"])  # a gateway's announcement, ahead of c's tokens
+    [claim] = await store.claim_next(1, "w")
+    assert claim.tenant == "c"
+
+
+async def test_announcements_possibly_missed_make_the_next_claim_scan(store: Store) -> None:
+    now = [0.0]
+    store._claims._queued = QueuedTenants(clock=lambda: now[0])
+    await queued(store, "a", 30)
+    for _ in range(3):
+        [claim] = await store.claim_next(1, "w")
+        await finish(store, claim)
+    await queued(store, "c", 3)
+    store.announced(None)  # pub/sub reconnected
+    [claim] = await store.claim_next(1, "w")
+    assert claim.tenant == "c"
+
+
+def test_an_announcement_during_a_scan_survives_the_scan_that_missed_it() -> None:
+    now = [10.0]
+    tenants = QueuedTenants(clock=lambda: now[0])
+    began = tenants.scanning()
+    now[0] += 0.001
+    tenants.announced(["late"])  # committed after the scan read the database
+    tenants.scanned(["a"], began)
+    assert tenants.names == ["a", "late"]
+    now[0] += 0.001
+    began = tenants.scanning()
+    tenants.scanned(["a"], began)  # a later scan is the truth again
+    assert tenants.names == ["a"]

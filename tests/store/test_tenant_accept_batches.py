@@ -11,7 +11,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tether.channels import QUEUED_CHANNEL
 from tether.gateway.accept import Acceptor, TenantRateLimited
+from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.store.schema import NewInvocation
 from tether.store.store import Accepted, Store
@@ -86,3 +88,23 @@ async def test_a_group_of_accepts_takes_each_tenants_tokens_in_one_statement(
     for item, result in zip(requests, results, strict=True):
         if isinstance(result, TenantRateLimited):
             assert await store.get(item.id) is None
+
+
+async def test_a_group_of_accepts_announces_its_tenants_once_after_sending_their_tokens(
+    store: Store,
+) -> None:
+    """Workers learn of a tenant's new work from the announcement, not only from its tokens,
+    which may wait behind another tenant's flood in the broker."""
+    pubsub = MemoryPubSub()
+    sent = Sent()
+    acceptor = Acceptor(store, Queue(sent), 0, pubsub=pubsub)
+    async with pubsub.subscribe(QUEUED_CHANNEL) as sub:
+        requests = [new("acme") for _ in range(3)] + [new("globex") for _ in range(2)]
+        await asyncio.gather(*[acceptor.accept(item) for item in requests])
+        heard = []
+        while (message := await sub.get(timeout=0.05)) is not None:
+            heard.append(message)
+        await acceptor.accept(requests[0])  # a repeat creates nothing: nothing announced
+        assert await sub.get(timeout=0.05) is None
+    assert set(heard) == {"acme", "globex"}  # once a group (concurrent accepts: one or two)
+    assert len(sent.ids) == 5
