@@ -106,8 +106,8 @@ class Claims:
             if budget <= 0:
                 return []
             loads = candidates.loads(running)
-            allocation, ids = await self._choose(conn, loads, budget, candidates.vtime)
-            won = await self._start(conn, ids, worker)
+            allocation, rows = await self._choose(conn, loads, budget, candidates.vtime, worker)
+            won = await self._open(conn, rows)
             await self._advance(conn, allocation, candidates.vtime, [w.tenant for w in won])
         return won
 
@@ -146,7 +146,11 @@ class Claims:
                 running[tenant] = running.get(tenant, 0) + 1
                 total += 1
                 admitted.append(invocation_id)
-            won = {c.invocation_id: c for c in await self._start(conn, admitted, worker)}
+            flip = self._flip(inv.id.in_(admitted)) if admitted else None
+            flipped = (
+                (await conn.execute(flip, {"worker": worker})).all() if flip is not None else []
+            )
+            won = {c.invocation_id: c for c in await self._open(conn, flipped)}
         seen: set[str] = set()
         results: list[Claim | None] = []
         for invocation_id in invocation_ids:
@@ -155,43 +159,63 @@ class Claims:
         return results
 
     async def _choose(
-        self, conn: AsyncConnection, loads: list[TenantLoad], budget: int, vtime: float
-    ) -> tuple[Allocation, list[str]]:
-        """The fair allocation, and the invocations that fill it, in order."""
+        self,
+        conn: AsyncConnection,
+        loads: list[TenantLoad],
+        budget: int,
+        vtime: float,
+        worker: str,
+    ) -> tuple[Allocation, list[Any]]:
+        """The fair allocation, and the rows it started (flipped to ``active``), in its order.
+        Each round flips the heads the allocation wants in one statement; a tenant that had
+        fewer than it was given (session-blocked, in backoff, drained) is known to have only
+        what it gave, and the allocation is made again for the slots left."""
         known: dict[str, int] = {}
-        heads: dict[str, list[str]] = {}
+        started: dict[str, list[Any]] = {}
         allocation = allocate(loads, budget, vtime, known)
         for _ in range(MAX_ROUNDS):
-            short = {t: n for t, n in wanted(allocation).items() if n > len(heads.get(t, []))}
-            if not short:
+            more = {
+                t: n - len(started.get(t, ()))
+                for t, n in wanted(allocation).items()
+                if n > len(started.get(t, ()))
+            }
+            if not more:
                 break
-            heads.update(await self._heads(conn, short))
-            known.update({t: len(heads[t]) for t in short if len(heads[t]) < short[t]})
+            found = await self._start_heads(conn, more, worker)
+            for tenant, n in more.items():
+                rows = started.setdefault(tenant, [])
+                rows += found.get(tenant, [])
+                if len(found.get(tenant, ())) < n:
+                    known[tenant] = len(rows)
             allocation = allocate(loads, budget, vtime, known)
         taken: dict[str, int] = {}
-        ids: list[str] = []
+        ordered: list[Any] = []
         for tenant in allocation.picks:
             n = taken.get(tenant, 0)
-            if n < len(heads.get(tenant, [])):
-                ids.append(heads[tenant][n])
+            if n < len(started.get(tenant, ())):
+                ordered.append(started[tenant][n])
                 taken[tenant] = n + 1
-        return allocation, ids
+        return allocation, ordered
 
-    async def _heads(self, conn: AsyncConnection, counts: dict[str, int]) -> dict[str, list[str]]:
-        """The first ``counts[t]`` claimable invocations of each tenant ``t``, in its order."""
+    async def _start_heads(
+        self, conn: AsyncConnection, counts: dict[str, int], worker: str
+    ) -> dict[str, list[Any]]:
+        """Flip the first ``counts[t]`` claimable invocations of each tenant ``t`` to
+        ``active``, in one statement; the rows flipped, per tenant in its order."""
         if self._db.dialect.lateral:
-            params = {"tenants": list(counts), "counts": list(counts.values())}
-            rows = (await conn.execute(self._lateral_heads, params)).all()
+            params = {"tenants": list(counts), "counts": list(counts.values()), "worker": worker}
+            rows = (await conn.execute(self._lateral_start, params)).all()
         else:
-            rows = (await conn.execute(self._union_heads(counts))).all()
-        found: dict[str, list[str]] = {tenant: [] for tenant in counts}
+            start = self._flip(inv.id.in_(self._union_heads(counts)))
+            rows = (await conn.execute(start, {"worker": worker})).all()
+        found: dict[str, list[Any]] = {}
         for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
-            found[r.tenant].append(r.id)
+            found.setdefault(r.tenant, []).append(r)
         return found
 
     def _head(self, tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
         return (
-            sa.select(inv.id, inv.tenant, inv.priority, inv.seq)
+            sa.select(inv.id)
             .where(
                 inv.tenant == tenant,
                 inv.status == Status.QUEUED.value,
@@ -204,9 +228,10 @@ class Claims:
         )
 
     @cached_property
-    def _lateral_heads(self) -> sa.Select[Any]:
-        """One index probe per tenant in one plan: a ``LATERAL`` join over the tenants and
-        counts given as two arrays, so the statement is compiled once whatever they hold."""
+    def _lateral_start(self) -> sa.Update:
+        """One index probe per tenant in one plan (a ``LATERAL`` join over the tenants and
+        counts given as two arrays), flipped by the same statement, so it is compiled once
+        whatever they hold."""
         wanted = (
             sa.func.unnest(
                 sa.bindparam("tenants", type_=ARRAY(sa.Text)),
@@ -216,32 +241,33 @@ class Claims:
             .render_derived(name="wanted")
         )
         heads = self._head(wanted.c.tenant, wanted.c.n).lateral("heads")
-        return sa.select(heads.c.id, heads.c.tenant, heads.c.priority, heads.c.seq).select_from(
-            wanted.join(heads, sa.true())
+        # MATERIALIZED: chosen once. Inlined, the planner may run the locking probe again for
+        # each row it updates, and each run skips the rows locked so far and takes more.
+        chosen = (
+            sa.select(heads.c.id)
+            .select_from(wanted.join(heads, sa.true()))
+            .cte("chosen")
+            .prefix_with("MATERIALIZED")
         )
+        return self._flip(inv.id.in_(sa.select(chosen.c.id)))
 
     def _union_heads(self, counts: dict[str, int]) -> sa.Select[Any]:
         """Where there is no ``LATERAL`` (SQLite): one ``UNION ALL`` branch per tenant."""
         parts = [self._head(sa.literal(t, sa.Text), n).subquery() for t, n in counts.items()]
-        return sa.select(
-            sa.union_all(
-                *[sa.select(p.c.id, p.c.tenant, p.c.priority, p.c.seq) for p in parts]
-            ).subquery()
-        )
+        return sa.select(sa.union_all(*[sa.select(p.c.id) for p in parts]).subquery())
 
-    async def _start(self, conn: AsyncConnection, ids: list[str], worker: str) -> list[Claim]:
-        """Flip these (still queued) invocations to ``active`` and open their attempts' logs."""
-        if not ids:
-            return []
-        claim = (
+    def _flip(self, which: sa.ColumnElement[bool]) -> sa.Update:
+        """Flip the (still queued) invocations ``which`` selects to ``active`` for the worker
+        bound as ``:worker``, returning what their attempts need."""
+        return (
             sa.update(invocations)
-            .where(inv.id.in_(ids), inv.status == Status.QUEUED.value)
+            .where(which, inv.status == Status.QUEUED.value)
             .values(
                 status=Status.ACTIVE.value,
                 attempt=inv.attempt + 1,
                 started_at=sa.func.coalesce(inv.started_at, self._db.now),
                 heartbeat_at=self._db.now,
-                worker=worker,
+                worker=sa.bindparam("worker", type_=sa.Text),
                 last_event_id=advanced(1),
             )
             .returning(
@@ -255,12 +281,19 @@ class Claims:
                 inv.owner,
                 inv.user_auth,
                 inv.tenant,
+                inv.priority,
+                inv.seq,
             )
         )
-        won = {r.id: r for r in await conn.execute(claim)}
-        started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in won.values()}
+
+    async def _open(self, conn: AsyncConnection, rows: Sequence[Any]) -> list[Claim]:
+        """Open the logs of the attempts just started: their ``run.started`` (or
+        ``run.resumed``) events, in one statement."""
+        if not rows:
+            return []
+        started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in rows}
         await insert_events(conn, self._db.now, started)
-        return [_claim(won[i]) for i in ids if i in won]
+        return [_claim(r) for r in rows]
 
     async def _advance(
         self, conn: AsyncConnection, allocation: Allocation, vtime: float, served: list[str]
