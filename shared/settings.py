@@ -191,6 +191,21 @@ class WorkerSettings(BaseModel):
     concurrency: int = Field(
         200, ge=1, description="Invocations one worker process runs at once (async handlers)."
     )
+    reserve: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Slots per worker process kept for tenants with nothing running (at most all but "
+            "one): under another tenant's flood, a tenant's first invocation starts as soon as "
+            "a gateway announces it instead of waiting for a slot to free. Unset: one slot in "
+            "20 (`concurrency // 20`, so none below 20); 0: none kept."
+        ),
+    )
+
+    @property
+    def reserved_slots(self) -> int:
+        """``reserve``, or its default for ``concurrency``."""
+        return self.concurrency // 20 if self.reserve is None else self.reserve
     processes: int = Field(1, ge=1, description="Worker processes started by `tether worker`.")
     threads: int = Field(4, ge=1, description="Dramatiq threads per worker process.")
     poll_timeout_ms: int = Field(

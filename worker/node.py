@@ -20,7 +20,7 @@ from tether.channels import CANCEL_CHANNEL, QUEUED_CHANNEL
 from tether.pubsub import CLOSING, PubSub
 from tether.services import Services
 from tether.settings import Settings
-from tether.store.store import Store, StoreError
+from tether.store.store import StoreError
 from tether.worker.heartbeat import Heartbeat
 from tether.worker.liveness import Liveness
 from tether.worker.reaper import Reaper
@@ -45,6 +45,7 @@ async def run_node(
         app=app,
         name=node_name(),
         concurrency=settings.worker.concurrency,
+        reserve=settings.worker.reserved_slots,
         max_event_bytes=settings.limits.max_event_bytes,
         finish_retry=settings.timers.stale_after,
         inline_sleep_max=settings.timers.inline_sleep_max,
@@ -69,7 +70,7 @@ async def run_node(
             _reap_forever(reaper, settings.timers.reaper_interval, reap_now), name="reaper"
         ),
         asyncio.create_task(_listen_for_cancels(pubsub, runtime), name="cancel-listener"),
-        asyncio.create_task(_listen_for_queued(pubsub, store), name="queued-listener"),
+        asyncio.create_task(_listen_for_queued(pubsub, runtime), name="queued-listener"),
         asyncio.create_task(_fire_timers(services, settings.timers.timer_poll), name="timers"),
         asyncio.create_task(_claim_forever(runtime, settings.timers.claim_poll), name="claims"),
     ]
@@ -168,19 +169,20 @@ async def _claim_forever(runtime: Runtime, interval: float) -> None:
             log.debug("periodic claim started %d attempt(s)", started)
 
 
-async def _listen_for_queued(pubsub: PubSub, store: Store) -> None:
+async def _listen_for_queued(pubsub: PubSub, runtime: Runtime) -> None:
     """Gateways announce tenants with new work (ahead of their tokens, which may wait behind
-    another tenant's flood in the broker): the next claim reads them."""
+    another tenant's flood in the broker): the next claim reads them, and a reserved slot
+    starts a tenant's work at once if it has nothing running."""
     while True:
         try:
             async with pubsub.subscribe(QUEUED_CHANNEL) as sub:
                 while (message := await sub.get()) is not CLOSING:
-                    store.announced([message] if isinstance(message, str) else None)
+                    runtime.announced([message] if isinstance(message, str) else None)
                 return
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the claims' own scans find the work meanwhile
-            store.announced(None)
+            runtime.announced(None)
             log.warning("queued-work listener failed (%s); retrying", type(exc).__name__)
             await asyncio.sleep(1.0)
 

@@ -61,6 +61,7 @@ class Runtime:
         name: str,
         concurrency: int,
         max_event_bytes: int,
+        reserve: int = 0,
         finish_retry: float = 0.0,
         inline_sleep_max: float = 5.0,
         limits: RunLimits | None = None,
@@ -73,9 +74,11 @@ class Runtime:
         self.name = name
         self.attempts: dict[str, RunningAttempt] = {}
         self._claims_in_flight = 0
-        self.slots = Slots(concurrency)
+        self.slots = Slots(concurrency, reserve)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
+        self._newcomers: asyncio.Task[int] | None = None
+        """The claim for reserved slots in flight, if any (one at a time)."""
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never
         beaten again, not even by a beat by worker name while a claim is in flight."""
@@ -128,8 +131,46 @@ class Runtime:
             self._claims_in_flight -= 1
         return True
 
+    def announced(self, tenants: list[str] | None) -> None:
+        """A gateway announced new work of these tenants (None: announcements may have been
+        missed). The store's next claims read them; if one has nothing running here and a
+        slot is free, reserved or not, a claim for tenants with nothing running starts now."""
+        self.store.announced(tenants)
+        if self._closing or tenants is None or self.slots.open_to_tokens:
+            return  # with an unreserved slot free, the tokens' own claims take the work
+        here = {running.claim.tenant for running in self.attempts.values()}
+        if all(tenant in here for tenant in tenants):
+            return
+        self.claim_newcomers()
+
+    def claim_newcomers(self) -> None:
+        """Claim the free slots, reserved ones too, for tenants with nothing running (at most
+        one such claim in flight)."""
+        if self._closing or (self._newcomers is not None and not self._newcomers.done()):
+            return
+        self._newcomers = asyncio.create_task(self._claim_newcomers(), name="newcomers")
+
+    async def _claim_newcomers(self) -> int:
+        started = 0
+        while not self._closing and self.slots.try_take_reserved():
+            try:
+                won = await self.store.claim_next(1, self.name, newcomers=True)
+            except Exception as exc:  # the periodic pass tries again
+                self.slots.give()
+                log.warning(
+                    "claiming for a tenant with nothing running failed (%s)", type(exc).__name__
+                )
+                break
+            if not won:
+                self.slots.give()
+                break
+            self._begin(won[0])
+            started += 1
+        return started
+
     async def claim_free(self) -> int:
-        """Claim for every free slot (the node's periodic pass); the attempts started."""
+        """Claim for every free slot (the node's periodic pass); the attempts started. The
+        reserved slots claim for tenants with nothing running."""
         taken = 0
         while not self._closing and self.slots.try_take():
             taken += 1
@@ -139,6 +180,7 @@ class Runtime:
         failed = [r for r in started if isinstance(r, BaseException)]
         if failed:
             log.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
+        self.claim_newcomers()
         return sum(1 for r in started if r is True)
 
     def _begin(self, claim: Claim) -> None:

@@ -140,7 +140,11 @@ class QueuedTenants:
 
     def fresh(self) -> bool:
         """Whether a claim may read the list instead of scanning."""
-        return self._deep and self._clock() - self._scanned_at < self._rescan
+        return self._deep and not self.stale()
+
+    def stale(self) -> bool:
+        """Whether the last scan is older than the rescan interval."""
+        return self._clock() - self._scanned_at >= self._rescan
 
     def scanning(self) -> float:
         """A scan begins: when, for :meth:`scanned`."""

@@ -21,6 +21,7 @@ that raced them under-admits for a moment, never over-admits.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -66,12 +67,19 @@ class Claims:
         self._reads = CandidateReads(db.dialect)
         self._queued = QueuedTenants()
 
-    async def claim_next(self, count: int, worker: str, hints: Sequence[str] = ()) -> list[Claim]:
+    async def claim_next(
+        self, count: int, worker: str, hints: Sequence[str] = (), *, newcomers: bool = False
+    ) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within caps.
         ``hints``: the invocation ids the tokens in hand carry (their tenants are read even
-        when this process's tenant list lacks them, :mod:`tether.store.candidates`)."""
+        when this process's tenant list lacks them, :mod:`tether.store.candidates`).
+        ``newcomers``: only of tenants with nothing running anywhere (a reserved slot's claim:
+        it reads the list unless that is stale, and leaves the list's state as it was)."""
         if count <= 0:
             return []
+        if newcomers:
+            stale = self._queued.stale()
+            return await self._claim(count, worker, hints, scan=stale, newcomers=True)
         scan = not self._queued.fresh()
         won = await self._claim(count, worker, hints, scan=scan)
         if len(won) < count and not scan:  # the list may lack a tenant with work: scan now
@@ -80,7 +88,13 @@ class Claims:
         return won
 
     async def _claim(
-        self, count: int, worker: str, hints: Sequence[str], *, scan: bool
+        self,
+        count: int,
+        worker: str,
+        hints: Sequence[str],
+        *,
+        scan: bool,
+        newcomers: bool = False,
     ) -> list[Claim]:
         # Read before the lock (it serializes only what caps need): the tenants that may have
         # queued work, their limits and passes. None: the lock is left to the others.
@@ -106,6 +120,14 @@ class Claims:
             if budget <= 0:
                 return []
             loads = candidates.loads(running)
+            if newcomers:  # one each: then it has something running
+                loads = [
+                    replace(
+                        load, max_active=1 if load.max_active is None else min(load.max_active, 1)
+                    )
+                    for load in loads
+                    if load.running == 0
+                ]
             allocation, rows = await self._choose(conn, loads, budget, candidates.vtime, worker)
             won = await self._open(conn, rows)
             await self._advance(conn, allocation, candidates.vtime, [w.tenant for w in won])

@@ -251,3 +251,17 @@ def test_an_announcement_during_a_scan_survives_the_scan_that_missed_it() -> Non
     began = tenants.scanning()
     tenants.scanned(["a"], began)  # a later scan is the truth again
     assert tenants.names == ["a"]
+
+
+async def test_a_newcomers_claim_starts_only_tenants_with_nothing_running(store: Store) -> None:
+    await queued(store, "a", 3)
+    [running] = await store.claim_next(1, "w")
+    await queued(store, "b", 2)
+    store.announced(["b"])  # as the gateway that accepted them does
+    claims = await store.claim_next(5, "w", newcomers=True)
+    assert tenants_of(claims) == ["b"]  # one: b then has something running
+    assert await store.claim_next(5, "w", newcomers=True) == []
+    await finish(store, running)
+    await finish(store, claims[0])
+    again = await store.claim_next(5, "w", newcomers=True)
+    assert sorted(tenants_of(again)) == ["a", "b"]  # both run nothing now: one each

@@ -1,0 +1,110 @@
+"""Reserved slots (``worker.reserve``): tokens and refills never take them, and a gateway's
+announcement of a tenant with nothing running starts its work in one at once, so another
+tenant's flood does not make it wait for a slot to free."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import AgentApp, InvocationContext
+from tether.pubsub import MemoryPubSub
+from tether.queue import Queue
+from tether.services import Services
+from tether.store.schema import NewInvocation, Status
+from tether.store.store import Store
+from tether.worker.runtime import Runtime
+from tether.worker.slots import Slots
+
+
+class NoQueue:
+    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = Store.embedded(str(tmp_path / "tether.db"))
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def test_tokens_never_take_a_reserved_slot_and_a_newcomer_claim_takes_any() -> None:
+    slots = Slots(3, reserve=1)
+    assert slots.try_take() and slots.try_take()
+    assert not slots.try_take()  # the last one is reserved
+    assert not slots.take(timeout=0.01)
+    assert not slots.open_to_tokens
+    assert slots.try_take_reserved()
+    assert not slots.try_take_reserved()
+    slots.give()
+    assert not slots.try_take()  # the slot given back is the reserved one again
+    slots.give()
+    assert slots.open_to_tokens and slots.try_take()
+
+
+def test_at_least_one_slot_is_never_reserved() -> None:
+    slots = Slots(1, reserve=5)
+    assert slots.try_take()
+    slots.give()
+    assert Slots(4, reserve=0).try_take()
+
+
+async def accept(store: Store, tenant: str) -> str:
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, tenant, None, {}, "h", tenant=tenant))
+    return invocation_id
+
+
+async def status(store: Store, invocation_id: str) -> str:
+    found = await store.get(invocation_id)
+    assert found is not None
+    return found.status
+
+
+async def test_an_announced_tenant_with_nothing_running_starts_while_a_flood_holds_the_rest(
+    store: Store,
+) -> None:
+    app, release = AgentApp(), asyncio.Event()
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        await release.wait()
+        return "done"
+
+    runtime = Runtime(
+        services=Services(store, MemoryPubSub(), Queue(NoQueue())),
+        app=app,
+        name="host:1",
+        concurrency=3,
+        reserve=1,
+        max_event_bytes=1 << 20,
+    )
+    flood = [await accept(store, "a") for _ in range(5)]
+    assert await runtime.claim_free() == 2  # the reserved slot is not a's: a has work running
+    await asyncio.sleep(0.05)
+    assert [await status(store, i) for i in flood].count(Status.ACTIVE.value) == 2
+
+    runtime.announced(["a"])  # a runs here already: nothing to do
+    late = await accept(store, "b")
+    runtime.announced(["b"])
+    for _ in range(100):
+        if await status(store, late) == Status.ACTIVE.value:
+            break
+        await asyncio.sleep(0.02)
+    assert await status(store, late) == Status.ACTIVE.value
+    assert [await status(store, i) for i in flood].count(Status.ACTIVE.value) == 2
+
+    release.set()
+    await runtime.drain(5.0)
