@@ -13,8 +13,10 @@ Also the admission gauge: how many invocations are queued, read at most once a s
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from tether.credentials import CredentialVault, UserCredential
 from tether.gateway.tenant_limits import Fresh, LimitsCache, LimitsSnapshot
@@ -95,9 +97,10 @@ class Acceptor:
                 if credential is not None and result.invocation.owner == credential.user:
                     self._credentials.put(result.invocation.id, credential)
         created = [r.invocation for r in results if isinstance(r, Accepted) and r.created]
-        await self._queue.send([new.id for new in created])
-        if self._pubsub is not None:  # ahead of the tokens, which may queue behind a flood
-            await announce_queued(self._pubsub, sorted({new.tenant for new in created}))
+        sends: list[Coroutine[Any, Any, object]] = [self._queue.send([new.id for new in created])]
+        if self._pubsub is not None:  # beside the tokens, which may queue behind a flood
+            sends.append(announce_queued(self._pubsub, sorted({new.tenant for new in created})))
+        await asyncio.gather(*sends)
         return done
 
     async def _rate_limited(

@@ -206,6 +206,7 @@ class WorkerSettings(BaseModel):
     def reserved_slots(self) -> int:
         """``reserve``, or its default for ``concurrency``."""
         return self.concurrency // 20 if self.reserve is None else self.reserve
+
     processes: int = Field(1, ge=1, description="Worker processes started by `tether worker`.")
     threads: int = Field(4, ge=1, description="Dramatiq threads per worker process.")
     poll_timeout_ms: int = Field(
