@@ -53,3 +53,21 @@ def stopped_outcome(reason: StopReason) -> Outcome | None:
     if reason is StopReason.LIMIT:
         return failed(ErrorCode.LIMIT_EXCEEDED)
     return None
+
+
+def log_stopped(running: RunningAttempt) -> None:
+    """An attempt that ends without writing an outcome: parked, superseded, or handed back."""
+    if running.writer.parked:
+        log.info(
+            "invocation %s: attempt %d parked; waiting",
+            running.claim.invocation_id,
+            running.claim.attempt,
+        )
+        return
+    reason = StopReason.SUPERSEDED if running.writer.superseded else running.stop_reason
+    log.info(
+        "invocation %s: attempt %d stopped without finishing (%s)",
+        running.claim.invocation_id,
+        running.claim.attempt,
+        (reason or StopReason.SUPERSEDED).value,
+    )

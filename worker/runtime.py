@@ -35,8 +35,15 @@ from tether.store.store import (
 )
 from tether.worker.attempt import EventWriter
 from tether.worker.contexts import AttemptContexts
+from tether.worker.newcomers import NewcomerClaims
 from tether.worker.run_limits import AttemptLimits, RunLimits
-from tether.worker.running import RunningAttempt, StopReason, handler_failed, stopped_outcome
+from tether.worker.running import (
+    RunningAttempt,
+    StopReason,
+    handler_failed,
+    log_stopped,
+    stopped_outcome,
+)
 from tether.worker.slots import Slots
 
 log = logging.getLogger(__name__)
@@ -77,8 +84,9 @@ class Runtime:
         self.slots = Slots(concurrency, reserve)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
-        self._newcomers: asyncio.Task[int] | None = None
-        """The claim for reserved slots in flight, if any (one at a time)."""
+        self._newcomers = NewcomerClaims(
+            self.slots, lambda n: self.store.claim_next(n, name, newcomers=True), self._begin
+        )
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never
         beaten again, not even by a beat by worker name while a claim is in flight."""
@@ -133,40 +141,13 @@ class Runtime:
 
     def announced(self, tenants: list[str] | None) -> None:
         """A gateway announced new work of these tenants (None: announcements may have been
-        missed). The store's next claims read them; if one has nothing running here and a
-        slot is free, reserved or not, a claim for tenants with nothing running starts now."""
+        missed). The store's next claims read them; for those with nothing running here, while
+        no unreserved slot is free, a claim for tenants with nothing running starts now."""
         self.store.announced(tenants)
         if self._closing or tenants is None or self.slots.open_to_tokens:
             return  # with an unreserved slot free, the tokens' own claims take the work
         here = {running.claim.tenant for running in self.attempts.values()}
-        if all(tenant in here for tenant in tenants):
-            return
-        self.claim_newcomers()
-
-    def claim_newcomers(self) -> None:
-        """Claim the free slots, reserved ones too, for tenants with nothing running (at most
-        one such claim in flight)."""
-        if self._closing or (self._newcomers is not None and not self._newcomers.done()):
-            return
-        self._newcomers = asyncio.create_task(self._claim_newcomers(), name="newcomers")
-
-    async def _claim_newcomers(self) -> int:
-        started = 0
-        while not self._closing and self.slots.try_take_reserved():
-            try:
-                won = await self.store.claim_next(1, self.name, newcomers=True)
-            except Exception as exc:  # the periodic pass tries again
-                self.slots.give()
-                log.warning(
-                    "claiming for a tenant with nothing running failed (%s)", type(exc).__name__
-                )
-                break
-            if not won:
-                self.slots.give()
-                break
-            self._begin(won[0])
-            started += 1
-        return started
+        self._newcomers.want(len(set(tenants) - here))
 
     async def claim_free(self) -> int:
         """Claim for every free slot (the node's periodic pass); the attempts started. The
@@ -180,7 +161,8 @@ class Runtime:
         failed = [r for r in started if isinstance(r, BaseException)]
         if failed:
             log.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
-        self.claim_newcomers()
+        if not self._closing:
+            self._newcomers.want(self.slots.free)
         return sum(1 for r in started if r is True)
 
     def _begin(self, claim: Claim) -> None:
@@ -244,12 +226,12 @@ class Runtime:
             else:
                 outcome = await self._execute(running, self.app.handler_for(claim.is_recovery))
             if outcome is None:
-                self._log_stopped(running)
+                log_stopped(running)
             else:
                 await self._finish(running, outcome)
         except Superseded:
             running.writer.superseded = True
-            self._log_stopped(running)
+            log_stopped(running)
         except asyncio.CancelledError:
             if running.stop_reason is None:
                 raise
@@ -265,24 +247,6 @@ class Runtime:
             self.attempts.pop(claim.invocation_id, None)
             self.slots.give()
             self._refill()
-
-    @staticmethod
-    def _log_stopped(running: RunningAttempt) -> None:
-        """An attempt that ends without writing an outcome: parked, superseded, or handed back."""
-        if running.writer.parked:
-            log.info(
-                "invocation %s: attempt %d parked; waiting",
-                running.claim.invocation_id,
-                running.claim.attempt,
-            )
-            return
-        reason = StopReason.SUPERSEDED if running.writer.superseded else running.stop_reason
-        log.info(
-            "invocation %s: attempt %d stopped without finishing (%s)",
-            running.claim.invocation_id,
-            running.claim.attempt,
-            (reason or StopReason.SUPERSEDED).value,
-        )
 
     async def _execute(self, running: RunningAttempt, handler: Handler | None) -> Outcome | None:
         claim, ctx = running.claim, running.ctx
