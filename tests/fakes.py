@@ -39,3 +39,13 @@ class MemoryJournal:
 
     def recorded(self) -> Recorded:
         return Recorded(dict(self.steps), dict(self.waits), self.now)
+
+
+class NoQueue:
+    """A queue transport that sends nothing: for a runtime whose claims the test drives."""
+
+    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,16 +29,6 @@ class Sent:
     async def __call__(self, invocation_ids: Sequence[str], delay: float = 0.0) -> bool:
         self.ids.extend(invocation_ids)
         return True
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.embedded(str(tmp_path / "tether.db"))
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @pytest.fixture

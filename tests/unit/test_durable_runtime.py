@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes import NoQueue
 from tether import AgentApp, InvocationContext
 from tether.channels import events_channel
 from tether.events import decode_batch
@@ -22,14 +21,6 @@ from tether.services import Services
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import Store, StoreUnavailable
 from tether.worker.runtime import Runtime, StopReason
-
-
-class NoQueue:
-    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 def runtime_for(
@@ -49,16 +40,6 @@ async def accepted(store: Store) -> str:
     invocation_id = str(uuid.uuid4())
     await store.accept(NewInvocation(invocation_id, "ann", None, {}, "h"))
     return invocation_id
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.embedded(str(tmp_path / "tether.db"))
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def test_a_cancel_requested_before_the_park_commits_ends_the_attempt_cancelled(

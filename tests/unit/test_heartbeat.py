@@ -8,7 +8,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -48,16 +47,6 @@ class FakeRuntime:
 
     def stop_all(self, reason: StopReason) -> None:
         self.stops.append(("*", reason, None))
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.embedded(str(tmp_path / "tether.db"))
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @pytest.fixture

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
-import pytest
-
+from tests.fakes import NoQueue
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
@@ -20,24 +17,6 @@ from tether.store.schema import NewInvocation, Status
 from tether.store.store import Store
 from tether.worker.runtime import Runtime
 from tether.worker.slots import Slots
-
-
-class NoQueue:
-    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.embedded(str(tmp_path / "tether.db"))
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 def test_tokens_never_take_a_reserved_slot_and_a_newcomer_claim_takes_any() -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from tests.fakes import NoQueue
 from tether import AgentApp, InvocationContext, LimitExceeded
 from tether.errors import MESSAGES, ErrorCode
 from tether.jsonvalue import dumps
@@ -26,24 +26,6 @@ from tether.worker.run_limits import RunLimits
 from tether.worker.runtime import Runtime
 
 Handler = Callable[[Any, InvocationContext], Awaitable[Any]]
-
-
-class NoQueue:
-    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.embedded(str(tmp_path / "tether.db"))
-    await s.migrate()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def run(store: Store, handler: Handler, limits: RunLimits) -> str:

@@ -1,0 +1,21 @@
+"""Fixtures of the unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tether.store.store import Store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """The embedded store on a fresh SQLite file, migrated (a test module may override it)."""
+    s = Store.embedded(str(tmp_path / "tether.db"))
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
