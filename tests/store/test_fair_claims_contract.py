@@ -182,11 +182,9 @@ async def test_nothing_queued_claims_nothing(store: Store) -> None:
     assert await store.claim_next(5, "w") == []
 
 
-async def test_a_tenant_whose_tokens_went_elsewhere_is_claimed_once_the_list_is_rescanned(
-    store: Store,
-) -> None:
-    """A process claims from the tenant list it last scanned while that fills its claims; a
-    tenant it never got a token for joins at the next scan (``candidates.RESCAN``)."""
+async def a_list_without_c(store: Store) -> list[float]:
+    """A store whose claims have read ``a``'s work from a fresh tenant list (its clock
+    returned), with ``c``'s work queued since, neither scanned nor announced."""
     now = [0.0]
     store._claims._queued = QueuedTenants(clock=lambda: now[0])
     await queued(store, "a", 30)
@@ -194,6 +192,15 @@ async def test_a_tenant_whose_tokens_went_elsewhere_is_claimed_once_the_list_is_
         [claim] = await store.claim_next(1, "w")
         await finish(store, claim)
     await queued(store, "c", 3)
+    return now
+
+
+async def test_a_tenant_whose_tokens_went_elsewhere_is_claimed_once_the_list_is_rescanned(
+    store: Store,
+) -> None:
+    """A process claims from the tenant list it last scanned while that fills its claims; a
+    tenant it never got a token for joins at the next scan (``candidates.RESCAN``)."""
+    now = await a_list_without_c(store)
     [claim] = await store.claim_next(1, "w")
     assert claim.tenant == "a"  # the list, still fresh, lacks c
     await finish(store, claim)
@@ -214,26 +221,14 @@ async def test_a_claim_the_list_cannot_fill_scans_at_once(store: Store) -> None:
 async def test_an_announced_tenant_is_claimed_at_the_next_claim_without_a_scan(
     store: Store,
 ) -> None:
-    now = [0.0]
-    store._claims._queued = QueuedTenants(clock=lambda: now[0])
-    await queued(store, "a", 30)
-    for _ in range(3):
-        [claim] = await store.claim_next(1, "w")
-        await finish(store, claim)
-    await queued(store, "c", 3)
+    await a_list_without_c(store)
     store.announced(["c"])  # a gateway's announcement, ahead of c's tokens
     [claim] = await store.claim_next(1, "w")
     assert claim.tenant == "c"
 
 
 async def test_announcements_possibly_missed_make_the_next_claim_scan(store: Store) -> None:
-    now = [0.0]
-    store._claims._queued = QueuedTenants(clock=lambda: now[0])
-    await queued(store, "a", 30)
-    for _ in range(3):
-        [claim] = await store.claim_next(1, "w")
-        await finish(store, claim)
-    await queued(store, "c", 3)
+    await a_list_without_c(store)
     store.announced(None)  # pub/sub reconnected
     [claim] = await store.claim_next(1, "w")
     assert claim.tenant == "c"
