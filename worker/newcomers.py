@@ -42,6 +42,11 @@ class NewcomerClaims:
             return
         self._task = asyncio.create_task(self._run(wanted), name="newcomers")
 
+    async def settled(self) -> None:
+        """Wait for the claim in flight, if any."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
     async def _run(self, wanted: int) -> int:
         started = 0
         while wanted > 0:

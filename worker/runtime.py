@@ -140,9 +140,8 @@ class Runtime:
         return True
 
     def announced(self, tenants: list[str] | None) -> None:
-        """A gateway announced new work of these tenants (None: announcements may have been
-        missed). The store's next claims read them; for those with nothing running here, while
-        no unreserved slot is free, a claim for tenants with nothing running starts now."""
+        """A gateway announced new work of these tenants (None: some may have been missed): the
+        next claims read them, and with only reserved slots free, a newcomers' claim starts."""
         self.store.announced(tenants)
         if self._closing or tenants is None or self.slots.open_to_tokens:
             return  # with an unreserved slot free, the tokens' own claims take the work
@@ -161,7 +160,7 @@ class Runtime:
         failed = [r for r in started if isinstance(r, BaseException)]
         if failed:
             log.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
-        if not self._closing:
+        if not self._closing and not self.slots.open_to_tokens:  # only reserved slots free
             self._newcomers.want(self.slots.free)
         return sum(1 for r in started if r is True)
 
@@ -200,8 +199,9 @@ class Runtime:
         task.add_done_callback(self._refills.discard)
 
     async def settled(self) -> None:
-        """Wait for the claims of freed slots in flight."""
+        """Wait for the claims of freed slots, and of reserved ones, in flight."""
         await asyncio.gather(*self._refills, return_exceptions=True)
+        await self._newcomers.settled()
 
     async def _refill_one(self) -> None:
         try:

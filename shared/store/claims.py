@@ -97,9 +97,11 @@ class Claims:
         scan: bool,
         newcomers: bool = False,
     ) -> list[Claim]:
-        # Read before the lock (it serializes only what caps need): the tenants that may have
-        # queued work, their limits and passes. None: the lock is left to the others.
-        async with self._db.connection() as conn:
+        async with self._db.transaction() as conn:
+            # Read before the lock (it serializes only what caps need), in the claim's own
+            # transaction (one connection, no BEGIN and ROLLBACK of a read of its own): the
+            # tenants that may have queued work, their limits and passes. None: the lock is
+            # left to the others.
             if scan:
                 began = self._queued.scanning()
                 candidates = await self._reads.scan(conn)
@@ -108,9 +110,8 @@ class Claims:
                 candidates = await self._reads.known(conn, self._queued.names, hints)
                 if candidates is not None:
                     self._queued.joined(candidates.names)
-        if candidates is None:
-            return []
-        async with self._db.transaction() as conn:
+            if candidates is None:
+                return []
             await self._db.dialect.begin_claim(conn, serialize=candidates.capped)
             # Under the lock, counted again: what every earlier claim left. Without a cap the
             # counts read with the tenants only order them.
