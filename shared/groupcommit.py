@@ -45,6 +45,11 @@ class GroupCommit(Generic[Item, Result]):
             self._runners.add(asyncio.create_task(self._run(), name="group-commit"))
         return await future
 
+    async def idle(self) -> None:
+        """Wait until no flush runs (one started meanwhile is waited for too)."""
+        while runners := [runner for runner in self._runners if not runner.done()]:
+            await asyncio.gather(*runners, return_exceptions=True)
+
     async def _run(self) -> None:
         while self._pending:
             batch = self._pending[: self._max_batch]

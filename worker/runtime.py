@@ -126,8 +126,7 @@ class Runtime:
             return False
         self._claims_in_flight += 1
         try:
-            # with the claims made meanwhile, in one transaction
-            claim = await self._claims.submit(hint)
+            claim = await self._claims.submit(hint)  # with the claims made meanwhile, at once
             if claim is None:
                 self.slots.give()
                 return False
@@ -199,9 +198,10 @@ class Runtime:
         task.add_done_callback(self._refills.discard)
 
     async def settled(self) -> None:
-        """Wait for the claims of freed slots, and of reserved ones, in flight."""
+        """Wait for the claims in flight: freed slots', reserved ones', every batch's."""
         await asyncio.gather(*self._refills, return_exceptions=True)
         await self._newcomers.settled()
+        await self._claims.idle()
 
     async def _refill_one(self) -> None:
         try:
