@@ -19,6 +19,7 @@ from typing import Any
 import dramatiq
 import sqlalchemy as sa
 
+from tether import loops
 from tether.app import load_app
 from tether.settings import Settings
 from tether.worker.broker_watch import watching_broker
@@ -126,7 +127,7 @@ class NodeHost(dramatiq.Middleware):
 
     def _serve(self) -> None:
         try:
-            asyncio.run(self._main())
+            loops.run(self._main())
         except Exception:
             log.exception("worker node stopped")
         finally:
@@ -144,6 +145,7 @@ class NodeHost(dramatiq.Middleware):
                 watching_broker(self.settings, services.store, services.queue.send),
             ):
                 self.runtime = runtime
+                loops.settle_heap()
                 self._ready.set()
                 await self._stop.wait()
         finally:

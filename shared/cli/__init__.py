@@ -20,6 +20,7 @@ from tether.app import AgentApp, AppLoadError, load_app
 from tether.cli.listen import ListenRefused, check_listen
 from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.auth import AuthConfigError, resolve_auth
+from tether.loops import new_loop
 from tether.settings import Settings, load_settings
 
 log = logging.getLogger("tether")
@@ -100,6 +101,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print=None,
         shutdown_timeout=5,
         backlog=LISTEN_BACKLOG,
+        loop=new_loop(),
     )
     return 0
 
@@ -122,6 +124,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             port=settings.port,
             print=None,
             backlog=LISTEN_BACKLOG,
+            loop=new_loop(),
         )
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
@@ -133,7 +136,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     for _ in range(processes):
         pid = os.fork()
         if pid == 0:
-            web.run_app(gateway_app(settings, app), sock=sock, print=None)
+            web.run_app(gateway_app(settings, app), sock=sock, print=None, loop=new_loop())
             os._exit(0)
         children.append(pid)
     log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
