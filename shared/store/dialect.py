@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
 
 inv = invocations.c
@@ -98,12 +99,13 @@ class PostgreSQL(Dialect):
         return {
             "pool_size": pool_size,
             "max_overflow": pool_size,
-            "pool_pre_ping": True,
             "pool_recycle": 300,
         }
 
     def prepare(self, engine: AsyncEngine) -> None:
-        return None  # psycopg's defaults; the worker adds its own options to the URL
+        # psycopg's defaults (the worker adds its own options to the URL); a ping only for a
+        # connection that sat idle, not before every transaction (``pool_pre_ping``)
+        ping_when_idle(engine)
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
