@@ -19,6 +19,10 @@ class Transport(Protocol):
 
     async def send(self, invocation_ids: Sequence[str], delay: float) -> None: ...
 
+    async def waiting(self) -> int:
+        """Messages sent and not yet taken to their end (due or delayed)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -43,6 +47,15 @@ class Queue:
             )
             return False
         return True
+
+    async def waiting(self) -> int | None:
+        """Messages sent and not yet taken to their end; None if the transport cannot tell now
+        (logged)."""
+        try:
+            return await self._transport.waiting()
+        except Exception as exc:
+            log.warning("counting the queue's messages failed (%s)", type(exc).__name__)
+            return None
 
     async def close(self) -> None:
         await self._transport.close()

@@ -47,5 +47,8 @@ class NoQueue:
     async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
         return None
 
+    async def waiting(self) -> int:
+        return 0
+
     async def close(self) -> None:
         return None

@@ -19,6 +19,7 @@ from tether.worker.dramatiq_private import (
     check_dispatch_script,
     dispatch_script,
     enqueue_arguments,
+    message_hashes,
     redis_message,
 )
 from tether.worker.dramatiq_redis import RUN_INVOCATION
@@ -52,6 +53,13 @@ class AsyncEnqueuer:
             await self._batch.submit(_Send(invocation_ids[0], delay))
         elif invocation_ids:
             await self._send([_Send(invocation_id, delay) for invocation_id in invocation_ids])
+
+    async def waiting(self) -> int:
+        """Messages in Redis not yet acknowledged, due and delayed (two ``HLEN``)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in message_hashes(self._queue):
+                pipe.hlen(key)
+            return sum(int(n) for n in await pipe.execute())
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -27,9 +27,19 @@ class LocalQueue:
         loop = asyncio.get_running_loop()
         for invocation_id in invocation_ids:
             if delay > 0:
+                self._forget_fired(loop)
                 self._timers.add(loop.call_later(delay, self._start, invocation_id))
             else:
                 self._start(invocation_id)
+
+    async def waiting(self) -> int:
+        """Messages not yet handed to the runtime: delayed, or their task not yet done."""
+        self._forget_fired(asyncio.get_running_loop())
+        return len(self._timers) + len(self._tasks)
+
+    def _forget_fired(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        self._timers = {h for h in self._timers if h.when() > now and not h.cancelled()}
 
     def _start(self, invocation_id: str) -> None:
         if self.runtime is None:

@@ -19,6 +19,11 @@ from tether.store.store import FinishRequest, Superseded
 log = logging.getLogger(__name__)
 
 DELETE_BATCH = 500
+REQUEUE_BATCH = 500
+"""Most wake-ups a pass re-sends for queued invocations nobody claimed for ``requeue_after``,
+counting the messages already waiting in the queue: a message only lets a worker claim the next
+fair invocation, whichever it names, so a backlog draining behind enough waiting messages (a
+flood) needs none re-sent; lost messages (a gateway that died before sending) do."""
 DELETE_BATCHES_PER_PASS = 10
 MAX_DOUBLINGS = 64
 
@@ -77,9 +82,7 @@ class Reaper:
         stale_after = self.settings.timers.stale_after
         for stale in await self.store.stale_attempts(stale_after):
             await self._replace(stale, report)
-        unclaimed = await self.store.take_unclaimed(self.settings.timers.requeue_after)
-        if unclaimed and await self.services.queue.send(unclaimed):
-            report.requeued += len(unclaimed)
+        report.requeued += await self._requeue_unclaimed()
         await self.store.registry.delete_expired(self.settings.timers.retention)
         for _ in range(DELETE_BATCHES_PER_PASS):
             deleted = await self.store.delete_expired(self.settings.timers.retention, DELETE_BATCH)
@@ -89,6 +92,18 @@ class Reaper:
         if report.recovered or report.failed or report.cancelled or report.requeued:
             log.info("reaper: %s", report)
         return report
+
+    async def _requeue_unclaimed(self) -> int:
+        """Re-send wake-ups for work nobody claimed for ``requeue_after``, up to
+        :data:`REQUEUE_BATCH` less the messages waiting (all of it if they cannot be counted)."""
+        waiting = await self.services.queue.waiting()
+        room = REQUEUE_BATCH - (waiting or 0)
+        if room <= 0:
+            return 0
+        unclaimed = await self.store.take_unclaimed(self.settings.timers.requeue_after, room)
+        if unclaimed and await self.services.queue.send(unclaimed):
+            return len(unclaimed)
+        return 0
 
     async def _replace(self, stale: StaleAttempt, report: ReapReport) -> None:
         stale_after = self.settings.timers.stale_after

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import NoQueue
 from tether import AgentApp, InvocationContext
 from tether.errors import ErrorCode
 from tether.outcomes import completed, failed
@@ -149,14 +150,6 @@ async def test_an_unstorable_event_fails_only_its_own_append(store: Store) -> No
 
 
 # -- the same through the worker's runtime ---------------------------------------------------
-
-
-class NoQueue:
-    async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 def gated_app(runs: int, calls: Counter[str]) -> AgentApp:

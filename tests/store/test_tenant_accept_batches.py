@@ -28,6 +28,9 @@ class Sent:
     async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
         self.ids.extend(invocation_ids)
 
+    async def waiting(self) -> int:
+        return len(self.ids)
+
     async def close(self) -> None:
         return None
 

@@ -22,7 +22,7 @@ from tether.settings import Limits, Settings
 from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 from tether.worker import reaper as reaper_module
-from tether.worker.reaper import Reaper, Recover, decide, recovery_delay
+from tether.worker.reaper import REQUEUE_BATCH, Reaper, Recover, decide, recovery_delay
 
 inv = invocations.c
 
@@ -113,11 +113,16 @@ class Enqueued:
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[tuple[str, float]] = []
         self.fail = fail
+        self.held = 0
+        """Messages the fake broker says are waiting."""
 
     async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
         if self.fail:
             raise ConnectionError("redis is down")
         self.calls.extend((invocation_id, delay) for invocation_id in invocation_ids)
+
+    async def waiting(self) -> int:
+        return self.held
 
     async def close(self) -> None:
         return None
@@ -289,6 +294,23 @@ async def test_an_unclaimed_queued_invocation_is_re_enqueued_once_per_period(sto
     assert (await reaper.reap_once()).requeued == 1
     assert (await reaper.reap_once()).requeued == 0
     assert enqueued.calls == [(lost, 0.0)] and fresh not in dict(enqueued.calls)
+
+
+async def test_unclaimed_work_behind_enough_waiting_messages_is_not_re_sent(store: Store) -> None:
+    """A message only lets a worker claim the next fair invocation: a backlog draining behind
+    REQUEUE_BATCH waiting messages needs none re-sent; with fewer, the rest of the batch is."""
+    overdue = [await accepted(store) for _ in range(3)]
+    for invocation_id in overdue:
+        await shift(store, invocation_id, enqueued_at=60)
+    enqueued = Enqueued()
+    enqueued.held = REQUEUE_BATCH
+    reaper = make_reaper(store, enqueued, requeue_after=30)
+    assert (await reaper.reap_once()).requeued == 0
+    enqueued.held = REQUEUE_BATCH - 2
+    assert (await reaper.reap_once()).requeued == 2
+    enqueued.held = 0
+    assert (await reaper.reap_once()).requeued == 1  # the third; the first two are not due
+    assert sorted(sent for sent, _ in enqueued.calls) == sorted(overdue)
 
 
 async def test_a_failed_enqueue_does_not_abort_the_pass(store: Store) -> None:

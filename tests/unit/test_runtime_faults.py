@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes import NoQueue
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
@@ -54,13 +55,6 @@ async def store(tmp_path: Path) -> AsyncIterator[BlippingStore]:
 
 
 def runtime_for(store: Store, app: AgentApp, finish_retry: float = 5.0) -> Runtime:
-    class NoQueue:
-        async def send(self, invocation_ids: Sequence[str], delay: float) -> None:
-            return None
-
-        async def close(self) -> None:
-            return None
-
     return Runtime(
         services=Services(store, MemoryPubSub(), Queue(NoQueue())),
         app=app,
