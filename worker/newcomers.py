@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable
 
 from tether.store.schema import Claim
+from tether.store.store import Store
+from tether.worker.running import RunningAttempt
 from tether.worker.slots import Slots
 
 log = logging.getLogger(__name__)
@@ -22,15 +24,33 @@ class NewcomerClaims:
     def __init__(
         self,
         slots: Slots,
-        claim: Callable[[int], Awaitable[list[Claim]]],
+        store: Store,
+        worker: str,
         begin: Callable[[Claim], None],
+        running: Callable[[], Iterable[RunningAttempt]],
     ) -> None:
         self._slots = slots
-        self._claim = claim
+        self._store = store
+        self._worker = worker
         self._begin = begin
+        self._running = running
         self._task: asyncio.Task[int] | None = None
         self._again = 0
         """Slots asked for while a claim was in flight."""
+
+    def announced(self, tenants: list[str]) -> None:
+        """A gateway announced new work of ``tenants``: with only reserved slots free, claim
+        for those with nothing running here (with an unreserved slot free, the tokens' own
+        claims take the work)."""
+        if not self._slots.open_to_tokens:
+            self.want(len(set(tenants) - self._tenants_here()))
+
+    def after_pass(self) -> None:
+        """The periodic pass claimed for the unreserved slots; with only reserved ones free, a
+        tenant whose announcement was lost starts here, if this process's tenant list names one
+        with nothing running here (else the claim would read nothing)."""
+        if not self._slots.open_to_tokens and self._store.may_have_newcomers(self._tenants_here()):
+            self.want(self._slots.free)
 
     def want(self, wanted: int) -> None:
         """Claim up to ``wanted`` slots for tenants with nothing running, now or right after
@@ -57,7 +77,7 @@ class NewcomerClaims:
                 break
             won: list[Claim] = []
             try:
-                won = await self._claim(taken)
+                won = await self._store.claim_next(taken, self._worker, newcomers=True)
             except Exception as exc:  # the node's periodic pass asks again
                 log.warning(
                     "claiming for tenants with nothing running failed (%s)", type(exc).__name__
@@ -69,3 +89,6 @@ class NewcomerClaims:
             started += len(won)
             wanted, self._again = self._again, 0
         return started
+
+    def _tenants_here(self) -> set[str]:
+        return {attempt.claim.tenant for attempt in self._running()}

@@ -85,7 +85,7 @@ class Runtime:
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
         self._newcomers = NewcomerClaims(
-            self.slots, lambda n: self.store.claim_next(n, name, newcomers=True), self._begin
+            self.slots, self.store, name, self._begin, lambda: self.attempts.values()
         )
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never
@@ -142,10 +142,8 @@ class Runtime:
         """A gateway announced new work of these tenants (None: some may have been missed): the
         next claims read them, and with only reserved slots free, a newcomers' claim starts."""
         self.store.announced(tenants)
-        if self._closing or tenants is None or self.slots.open_to_tokens:
-            return  # with an unreserved slot free, the tokens' own claims take the work
-        here = {running.claim.tenant for running in self.attempts.values()}
-        self._newcomers.want(len(set(tenants) - here))
+        if not self._closing and tenants is not None:
+            self._newcomers.announced(tenants)
 
     async def claim_free(self) -> int:
         """Claim for every free slot (the node's periodic pass); the attempts started. The
@@ -159,8 +157,8 @@ class Runtime:
         failed = [r for r in started if isinstance(r, BaseException)]
         if failed:
             log.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
-        if not self._closing and not self.slots.open_to_tokens:  # only reserved slots free
-            self._newcomers.want(self.slots.free)
+        if not self._closing:
+            self._newcomers.after_pass()
         return sum(1 for r in started if r is True)
 
     def _begin(self, claim: Claim) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +173,11 @@ class QueuedTenants:
 
     def claimed(self, asked: int, started: int) -> None:
         self._deep = started >= asked
+
+    def may_list_newcomers(self, running_here: Collection[str]) -> bool:
+        """Whether a tenant with nothing running may have queued work, as far as this process
+        knows without a read: the list is stale, or names a tenant not running here."""
+        return self.stale() or any(name not in running_here for name in self._names)
 
 
 class CandidateReads:

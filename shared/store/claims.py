@@ -20,7 +20,7 @@ that raced them under-admits for a moment, never over-admits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
@@ -142,6 +142,11 @@ class Claims:
             self._queued.expire()
         else:
             self._queued.announced(tenants)
+
+    def may_have_newcomers(self, running_here: Collection[str]) -> bool:
+        """Whether a ``newcomers`` claim may find work, as far as this process knows without a
+        read (:meth:`QueuedTenants.may_list_newcomers`)."""
+        return self._queued.may_list_newcomers(running_here)
 
     async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
         """Start these invocations where each is queued, heads its session and its tenant and

@@ -16,7 +16,7 @@ batch of one. Every error a driver raises comes out as a :class:`StoreError`.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +205,11 @@ class Store:
         """Tenants with new queued work, as a gateway announced them, for this process's next
         claims (:mod:`tether.store.candidates`); None: some may have been missed."""
         self._claims.announced(tenants)
+
+    def may_have_newcomers(self, running_here: Collection[str]) -> bool:
+        """Whether a ``newcomers`` claim may find work, as far as this process knows without a
+        read: its tenant list is stale or names a tenant not in ``running_here``."""
+        return self._claims.may_have_newcomers(running_here)
 
     async def claim(self, invocation_id: str, worker: str) -> Claim | None:
         """Start this invocation's next attempt if it is queued, heads its session and its

@@ -260,3 +260,18 @@ async def test_a_newcomers_claim_starts_only_tenants_with_nothing_running(store:
     await finish(store, claims[0])
     again = await store.claim_next(5, "w", newcomers=True)
     assert sorted(tenants_of(again)) == ["a", "b"]  # both run nothing now: one each
+
+
+def test_a_newcomers_claim_is_worth_reading_only_for_a_tenant_not_running_here() -> None:
+    """The periodic pass asks for a newcomers' claim only when this process's tenant list names
+    a tenant with nothing running here, or the list is stale (it may lack one)."""
+    now = [10.0]
+    tenants = QueuedTenants(clock=lambda: now[0])
+    tenants.scanned(["a"], tenants.scanning())
+    assert not tenants.may_list_newcomers({"a"})
+    assert tenants.may_list_newcomers(set())
+    tenants.announced(["b"])
+    assert tenants.may_list_newcomers({"a"})
+    assert not tenants.may_list_newcomers({"a", "b"})
+    now[0] += RESCAN
+    assert tenants.may_list_newcomers({"a", "b"})  # stale: a scan may find another
