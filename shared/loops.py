@@ -30,12 +30,16 @@ ENV = "TETHER_EVENT_LOOP"
 CHOICES = ("uvloop", "asyncio")
 
 
+class UnknownLoop(ValueError):
+    """``TETHER_EVENT_LOOP`` names no loop Tether runs on."""
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     """How to make this process's loops: ``TETHER_EVENT_LOOP`` (``uvloop``, the default, or
     ``asyncio``); uvloop falls back to asyncio's loop where it is not installed."""
     chosen = os.environ.get(ENV, "uvloop").strip().lower() or "uvloop"
     if chosen not in CHOICES:
-        raise ValueError(f"{ENV} must be one of {', '.join(CHOICES)}, not {chosen!r}")
+        raise UnknownLoop(f"{ENV} must be one of {', '.join(CHOICES)}, not {chosen!r}")
     if chosen == "uvloop":
         try:
             import uvloop

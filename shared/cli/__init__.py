@@ -20,7 +20,7 @@ from tether.app import AgentApp, AppLoadError, load_app
 from tether.cli.listen import ListenRefused, check_listen
 from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.auth import AuthConfigError, resolve_auth
-from tether.loops import new_loop
+from tether.loops import UnknownLoop, loop_factory, new_loop
 from tether.settings import Settings, load_settings
 
 log = logging.getLogger("tether")
@@ -314,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         setup_logging(settings.log_level)
+        loop_factory()  # an unknown TETHER_EVENT_LOOP stops here, not in a worker process
         try:
             return int(args.func(args))
         except SERVICE_ERRORS as exc:
@@ -322,7 +323,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             print(f"tether {args.command}: {message}", file=sys.stderr)
             return 1
-    except (AppLoadError, ValidationError, OSError, AuthConfigError, ListenRefused) as exc:
+    except (
+        AppLoadError,
+        ValidationError,
+        OSError,
+        AuthConfigError,
+        ListenRefused,
+        UnknownLoop,
+    ) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
 

@@ -20,7 +20,7 @@ def test_uvloop_is_the_default_and_asyncio_can_be_chosen(monkeypatch: pytest.Mon
 
 def test_an_unknown_loop_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(loops.ENV, "trio")
-    with pytest.raises(ValueError, match="TETHER_EVENT_LOOP must be one of uvloop, asyncio"):
+    with pytest.raises(loops.UnknownLoop, match="TETHER_EVENT_LOOP must be one of uvloop, asyncio"):
         loops.loop_factory()
 
 
@@ -39,3 +39,13 @@ def test_settling_the_heap_freezes_what_survives() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_the_cli_refuses_an_unknown_loop_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.cli import main
+
+    monkeypatch.setenv(loops.ENV, "trio")
+    assert main(["dev", "--db", ":memory:"]) == 2
+    assert "TETHER_EVENT_LOOP must be one of uvloop, asyncio, not 'trio'" in capsys.readouterr().err
