@@ -6,9 +6,10 @@ most ``flood_concurrency`` invocations at once (a handler sleeping ``flood_sleep
    clock) is the baseline.
 2. Tenant A's ``flood_backlog`` invocations are queued at once (rows and messages written in
    bulk, as ``drain`` does: posting 50,000 through the gateway would take minutes of its own),
-   with the same worker running. After a warm-up, A's completed/s alone over ``flood_window``.
+   with the same worker running. After a warm-up, A's completed/s alone over
+   ``flood_a_window``.
 3. B posts again at the same pace for ``flood_window``: B's accept → start p50/p99 and A's
-   completed/s over that window; then A's completed/s alone over one more window. The
+   completed/s over that window; then A's completed/s alone over ``flood_a_window`` more. The
    throughput baseline is the mean of the windows before and after (drift hits both sides).
    B's invocations still not started after ``deadline`` count with the time they waited so
    far (the figures are then lower bounds; the row says so).
@@ -76,7 +77,7 @@ async def run(sizes: Sizes) -> list[Row]:
                 "A's first completion",
             )
             await asyncio.sleep(sizes.flood_warmup)
-            before = await a_rate(pg, window)
+            before = await a_rate(pg, sizes.flood_a_window)
 
             with_from = db_now(pg)
             posted = await PacedPoster(base, B, handler).run(rate, window)
@@ -89,7 +90,7 @@ async def run(sizes: Sizes) -> list[Row]:
                     A,
                 )
             )
-            after = await a_rate(pg, window)
+            after = await a_rate(pg, sizes.flood_a_window)
             all_started = wait_started(pg, B, sizes.deadline)
             flooded = wait_summary(*waits(pg, B))
         finally:
@@ -105,6 +106,7 @@ async def run(sizes: Sizes) -> list[Row]:
         "b_posts": posted,
         "b_rate_per_s": rate,
         "window_s": window,
+        "a_window_s": sizes.flood_a_window,
         "handler_sleep_s": sizes.flood_sleep,
         "worker_concurrency": sizes.flood_concurrency,
         "a_ideal_per_s": sizes.flood_concurrency / sizes.flood_sleep,
