@@ -18,6 +18,8 @@ from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
 
 inv = invocations.c
+SQLITE_READERS = 2
+"""Read connections of the embedded store beside its one writer (each an aiosqlite thread)."""
 MIGRATION_LOCK_KEY = 0x7E7E_0001
 CLAIM_LOCK_KEY = 0x7E7E_0002
 
@@ -44,6 +46,15 @@ class Dialect(ABC):
     @abstractmethod
     def prepare(self, engine: AsyncEngine) -> None:
         """Set up each new connection of ``engine``."""
+
+    def reader_options(self) -> dict[str, Any] | None:
+        """``create_async_engine`` arguments for an engine of reads only; None: reads share
+        the writer's pool."""
+        return None
+
+    def prepare_reader(self, engine: AsyncEngine) -> None:
+        """Set up each new connection of a reader engine."""
+        raise NotImplementedError(f"{self.name} has no reader engine")
 
     @abstractmethod
     def insert_new(self, table: sa.Table, *key: str) -> Any:
@@ -177,6 +188,28 @@ class SQLite(Dialect):
         @sa.event.listens_for(engine.sync_engine, "begin")
         def on_begin(conn: Any) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def reader_options(self) -> dict[str, Any] | None:
+        return {
+            "pool_size": SQLITE_READERS,
+            "max_overflow": 0,
+            "pool_timeout": 60,
+            "connect_args": {"timeout": 30},
+        }
+
+    def prepare_reader(self, engine: AsyncEngine) -> None:
+        @sa.event.listens_for(engine.sync_engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")  # as the writer left it, or sets it
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA query_only=1")
+            cursor.close()
+
+        @sa.event.listens_for(engine.sync_engine, "begin")
+        def on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN")  # deferred: a read transaction, holding no lock
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))

@@ -27,16 +27,33 @@ def create_engine(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine:
     return engine
 
 
+def create_reader(url: str | sa.URL) -> AsyncEngine | None:
+    """Connections for reads beside the writer's, where the database needs them: SQLite has one
+    writer (``BEGIN IMMEDIATE``), and a read on the writer's connection waits behind every write
+    queued there; in WAL mode a read transaction of its own sees every commit and blocks none.
+    None for PostgreSQL, whose pool serves both."""
+    parsed = sa.make_url(url)
+    dialect = dialect_named(parsed.get_backend_name())
+    options = dialect.reader_options()
+    if options is None:
+        return None
+    engine = create_async_engine(parsed, json_serializer=dumps, hide_parameters=True, **options)
+    dialect.prepare_reader(engine)
+    return engine
+
+
 @dataclass(frozen=True, slots=True)
 class Database:
     """An engine and its dialect: what every part of the store queries through."""
 
     engine: AsyncEngine
     dialect: Dialect
+    reader: AsyncEngine | None = None
+    """Where :meth:`connection` reads, if not on ``engine`` (:func:`create_reader`)."""
 
     @classmethod
-    def of(cls, engine: AsyncEngine) -> Database:
-        return cls(engine, dialect_named(engine.dialect.name))
+    def of(cls, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
+        return cls(engine, dialect_named(engine.dialect.name), reader)
 
     @property
     def now(self) -> sa.ColumnElement[float]:
@@ -65,7 +82,7 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for reads."""
+        """A connection for reads: the reader's where there is one (it writes nothing)."""
         with wrapped():
-            async with self.engine.connect() as conn:
+            async with (self.reader or self.engine).connect() as conn:
                 yield conn

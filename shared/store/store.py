@@ -28,7 +28,7 @@ from tether.store.attempts import Attempts
 from tether.store.batching import one
 from tether.store.buckets import Buckets
 from tether.store.claims import Claims
-from tether.store.engine import Database, create_engine
+from tether.store.engine import Database, create_engine, create_reader
 from tether.store.errors import (
     Conflict,
     OwnerLimitReached,
@@ -74,9 +74,15 @@ __all__ = [
 class Store:
     """Async access to invocations and events over one SQLAlchemy engine."""
 
-    def __init__(self, engine: AsyncEngine, *, temporary_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        reader: AsyncEngine | None = None,
+        temporary_file: Path | None = None,
+    ) -> None:
         self.engine = engine
-        self.db = Database.of(engine)
+        self.db = Database.of(engine, reader)
         self.dialect = self.db.dialect.name
         self._temporary_file = temporary_file
         self._invocations = Invocations(self.db)
@@ -110,7 +116,8 @@ class Store:
             Path(name).unlink()
             temporary = Path(name)
             path = name
-        return cls(create_engine(f"sqlite+aiosqlite:///{path}"), temporary_file=temporary)
+        url = f"sqlite+aiosqlite:///{path}"
+        return cls(create_engine(url), reader=create_reader(url), temporary_file=temporary)
 
     def sibling(self) -> Store:
         """A second store on the same database with its own connections (for another thread)."""
@@ -122,6 +129,8 @@ class Store:
 
     async def close(self) -> None:
         await self.engine.dispose()
+        if self.db.reader is not None:
+            await self.db.reader.dispose()
         if self._temporary_file is not None:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self._temporary_file}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240
