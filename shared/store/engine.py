@@ -82,11 +82,7 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for reads: the reader's where there is one (it writes nothing). On
-        PostgreSQL it autocommits: a read costs its one round trip, not ``BEGIN``, the read and
-        ``ROLLBACK`` (at READ COMMITTED each statement reads its own snapshot either way)."""
+        """A connection for reads: the reader's where there is one (it writes nothing)."""
         with wrapped():
             async with (self.reader or self.engine).connect() as conn:
-                if self.dialect.autocommits:
-                    await conn.execution_options(isolation_level="AUTOCOMMIT")
                 yield conn
