@@ -1,7 +1,6 @@
 """The event loop every Tether process runs on, and its heap once started.
 
-The loop: : uvloop's where it is installed (the default on
-Linux and macOS), else asyncio's own.
+The loop: uvloop's where it is installed (the default on Linux and macOS), else asyncio's own.
 
 uvloop runs the same asyncio programs with its I/O, timers and callbacks in C (libuv): each
 wake-up of a busy loop costs less, so a worker finishing hundreds of invocations a second answers

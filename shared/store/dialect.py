@@ -168,48 +168,25 @@ class SQLite(Dialect):
         return f"SELECT value FROM json_each(:{param})"
 
     def engine_options(self, pool_size: int) -> dict[str, Any]:
-        return {
-            "pool_size": 1,
-            "max_overflow": 0,
-            "pool_timeout": 60,
-            "connect_args": {"timeout": 30},
-        }
+        return _sqlite_pool(1)
 
     def prepare(self, engine: AsyncEngine) -> None:
-        @sa.event.listens_for(engine.sync_engine, "connect")
-        def on_connect(dbapi_connection: Any, _record: Any) -> None:
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.close()
-
-        @sa.event.listens_for(engine.sync_engine, "begin")
-        def on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        _on_sqlite_connections(
+            engine,
+            ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000"),
+            begin="BEGIN IMMEDIATE",  # the one writer
+        )
 
     def reader_options(self) -> dict[str, Any] | None:
-        return {
-            "pool_size": SQLITE_READERS,
-            "max_overflow": 0,
-            "pool_timeout": 60,
-            "connect_args": {"timeout": 30},
-        }
+        return _sqlite_pool(SQLITE_READERS)
 
     def prepare_reader(self, engine: AsyncEngine) -> None:
-        @sa.event.listens_for(engine.sync_engine, "connect")
-        def on_connect(dbapi_connection: Any, _record: Any) -> None:
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")  # as the writer left it, or sets it
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA query_only=1")
-            cursor.close()
-
-        @sa.event.listens_for(engine.sync_engine, "begin")
-        def on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN")  # deferred: a read transaction, holding no lock
+        _on_sqlite_connections(
+            engine,
+            # WAL as the writer left it (or set here); then nothing this connection runs writes
+            ("PRAGMA journal_mode=WAL", "PRAGMA busy_timeout=30000", "PRAGMA query_only=1"),
+            begin="BEGIN",  # deferred: a read transaction, holding no lock
+        )
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
@@ -230,6 +207,32 @@ class SQLite(Dialect):
 
     async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
         return None  # BEGIN IMMEDIATE: the one writer
+
+
+def _sqlite_pool(size: int) -> dict[str, Any]:
+    return {
+        "pool_size": size,
+        "max_overflow": 0,
+        "pool_timeout": 60,
+        "connect_args": {"timeout": 30},
+    }
+
+
+def _on_sqlite_connections(engine: AsyncEngine, pragmas: Sequence[str], *, begin: str) -> None:
+    """Each new connection of ``engine`` runs ``pragmas`` in the driver's autocommit mode, and
+    every transaction SQLAlchemy begins on it opens with ``begin``."""
+
+    @sa.event.listens_for(engine.sync_engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in pragmas:
+            cursor.execute(pragma)
+        cursor.close()
+
+    @sa.event.listens_for(engine.sync_engine, "begin")
+    def on_begin(conn: Any) -> None:
+        conn.exec_driver_sql(begin)
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (PostgreSQL(), SQLite())}
