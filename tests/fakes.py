@@ -1,11 +1,26 @@
-"""In-memory stand-ins for an attempt's journal, for unit tests of the handler API."""
+"""In-memory stand-ins for an attempt's journal, for unit tests of the handler API, and what
+tests that drive a worker runtime by hand share."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.store.journal import NewWait, Recorded, Resolution, StepRecord, WaitRecord
+
+if TYPE_CHECKING:
+    from tether.worker.runtime import Runtime
+
+
+async def run_to_end(runtime: Runtime, *invocation_ids: str, within: float = 10) -> None:
+    """Wait for these invocations' attempts (all running ones if none are named), then for what
+    their ends set off (a freed slot's claim, group commits): nothing may still hold one of the
+    store's connections when the test closes it."""
+    running = [runtime.attempts[i] for i in invocation_ids] or list(runtime.attempts.values())
+    tasks = [attempt.task for attempt in running if attempt.task is not None]
+    await asyncio.wait_for(asyncio.gather(*tasks), within)
+    await runtime.settled()
 
 
 class MemoryJournal:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import NoQueue
+from tests.fakes import NoQueue, run_to_end
 from tether import AgentApp, InvocationContext
 from tether.errors import ErrorCode
 from tether.outcomes import completed, failed
@@ -195,8 +195,7 @@ async def test_twenty_runs_beside_one_with_an_unstorable_output_finish_on_their_
     for request in requests:
         await store.accept(request)
         assert await runtime.start(request.id)
-    tasks = [running.task for running in runtime.attempts.values() if running.task is not None]
-    await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    await run_to_end(runtime, within=20)
 
     # All in one group commit; with the gap, the store refused the offender alone and the
     # runtime then ended it with invalid_output on its own.
@@ -248,8 +247,7 @@ async def test_an_unstorable_event_ends_only_its_own_run_with_invalid_output(
     for request in requests:
         await store.accept(request)
         assert await runtime.start(request.id)
-    tasks = [running.task for running in runtime.attempts.values() if running.task is not None]
-    await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    await run_to_end(runtime, within=20)
 
     assert batches == [5]  # the five flushes shared one transaction
     for n, request in enumerate(requests):

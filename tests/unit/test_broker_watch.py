@@ -156,6 +156,7 @@ async def test_dramatiqs_own_enqueue_lands_where_the_watch_looks(
             broker.enqueue(message, delay=delay)
     finally:
         broker.close()
+        broker.client.connection_pool.disconnect()  # close() leaves the pool's sockets open
     sent = Sent()
     assert await BrokerWatch(client=client, queue=queue, store=store, send=sent).check() == 1
     assert sent.ids == [ids[2]]

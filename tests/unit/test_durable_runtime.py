@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import NoQueue
+from tests.fakes import NoQueue, run_to_end
 from tether import AgentApp, InvocationContext
 from tether.channels import events_channel
 from tether.events import decode_batch
@@ -67,9 +67,7 @@ async def test_a_cancel_requested_before_the_park_commits_ends_the_attempt_cance
     # handler has gone on to park.
     assert await store.request_cancel(invocation_id) is None
     gate.set()
-    task = runtime.attempts[invocation_id].task
-    assert task is not None
-    await asyncio.wait_for(task, 10)
+    await run_to_end(runtime, invocation_id)
 
     done = await store.get(invocation_id)
     assert done is not None and done.status is Status.CANCELLED
@@ -107,9 +105,7 @@ async def test_a_heartbeat_that_finds_the_row_parked_does_not_stop_the_attempt_h
         # What the heartbeat thread does when its statement no longer matches the row:
         runtime.stop(invocation_id, StopReason.SUPERSEDED, attempt=1)
         release.set()
-        task = runtime.attempts[invocation_id].task
-        assert task is not None
-        await asyncio.wait_for(task, 10)
+        await run_to_end(runtime, invocation_id)
         published = []
         while (message := await readers.get(timeout=0.01)) is not None:
             published += [e.type for e in decode_batch(str(message))]
@@ -152,9 +148,7 @@ async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
     runtime = runtime_for(store, app, finish_retry=5.0)
     invocation_id = await accepted(store)
     assert await runtime.start(invocation_id)
-    task = runtime.attempts[invocation_id].task
-    assert task is not None
-    await asyncio.wait_for(task, 10)
+    await run_to_end(runtime, invocation_id)
 
     parked = await store.get(invocation_id)
     assert parked is not None and parked.status is Status.WAITING  # not failed by the blips

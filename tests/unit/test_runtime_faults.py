@@ -3,7 +3,6 @@ an attempt stopped before its handler began, and a worker process's stop signals
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import NoQueue
+from tests.fakes import NoQueue, run_to_end
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
@@ -73,9 +72,7 @@ async def submitted(store: Store) -> str:
 
 async def ran(runtime: Runtime, invocation_id: str) -> None:
     assert await runtime.start(invocation_id)
-    task = runtime.attempts[invocation_id].task
-    assert task is not None
-    await asyncio.wait_for(task, 10)
+    await run_to_end(runtime, invocation_id)
 
 
 def counting_app() -> tuple[AgentApp, list[int]]:
@@ -130,9 +127,7 @@ async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
         stopped[reason] = invocation_id = await submitted(store)
         assert await runtime.start(invocation_id)
         runtime.stop(invocation_id, reason)  # before the attempt's task got to run at all
-        task = runtime.attempts[invocation_id].task
-        assert task is not None
-        await asyncio.wait_for(task, 10)
+        await run_to_end(runtime, invocation_id)
     assert calls == []
     cancelled_id, superseded_id = stopped[StopReason.CANCEL], stopped[StopReason.SUPERSEDED]
     cancelled = await store.get(cancelled_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import NoQueue
+from tests.fakes import NoQueue, run_to_end
 from tether import AgentApp, InvocationContext, LimitExceeded
 from tether.errors import MESSAGES, ErrorCode
 from tether.jsonvalue import dumps
@@ -43,9 +43,7 @@ async def run(store: Store, handler: Handler, limits: RunLimits) -> str:
     invocation_id = str(uuid.uuid4())
     await store.accept(NewInvocation(invocation_id, "ann", None, {}, "h"))
     assert await runtime.start(invocation_id)
-    task = runtime.attempts[invocation_id].task
-    assert task is not None
-    await asyncio.wait_for(task, 10)
+    await run_to_end(runtime, invocation_id)
     return invocation_id
 
 
