@@ -16,10 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
+from tether.store.sqlite_inline import inline_creator
 
 inv = invocations.c
 SQLITE_READERS = 2
-"""Read connections of the embedded store beside its one writer (each an aiosqlite thread)."""
+"""Read connections of the embedded store beside its one writer."""
 MIGRATION_LOCK_KEY = 0x7E7E_0001
 CLAIM_LOCK_KEY = 0x7E7E_0002
 
@@ -40,14 +41,14 @@ class Dialect(ABC):
         any length as one parameter, in text SQL)."""
 
     @abstractmethod
-    def engine_options(self, pool_size: int) -> dict[str, Any]:
-        """Keyword arguments for ``create_async_engine``."""
+    def engine_options(self, url: sa.URL, pool_size: int) -> dict[str, Any]:
+        """Keyword arguments for ``create_async_engine`` of ``url``."""
 
     @abstractmethod
     def prepare(self, engine: AsyncEngine) -> None:
         """Set up each new connection of ``engine``."""
 
-    def reader_options(self) -> dict[str, Any] | None:
+    def reader_options(self, url: sa.URL) -> dict[str, Any] | None:
         """``create_async_engine`` arguments for an engine of reads only; None: reads share
         the writer's pool."""
         return None
@@ -106,7 +107,7 @@ class PostgreSQL(Dialect):
     def json_texts(self, param: str) -> str:
         return f"SELECT jsonb_array_elements_text(CAST(:{param} AS jsonb))"
 
-    def engine_options(self, pool_size: int) -> dict[str, Any]:
+    def engine_options(self, url: sa.URL, pool_size: int) -> dict[str, Any]:
         return {
             "pool_size": pool_size,
             "max_overflow": pool_size,
@@ -167,24 +168,24 @@ class SQLite(Dialect):
     def json_texts(self, param: str) -> str:
         return f"SELECT value FROM json_each(:{param})"
 
-    def engine_options(self, pool_size: int) -> dict[str, Any]:
-        return _sqlite_pool(1)
+    def engine_options(self, url: sa.URL, pool_size: int) -> dict[str, Any]:
+        return _sqlite_pool(url, 1)
 
     def prepare(self, engine: AsyncEngine) -> None:
         _on_sqlite_connections(
             engine,
-            ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000"),
+            ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL"),
             begin="BEGIN IMMEDIATE",  # the one writer
         )
 
-    def reader_options(self) -> dict[str, Any] | None:
-        return _sqlite_pool(SQLITE_READERS)
+    def reader_options(self, url: sa.URL) -> dict[str, Any] | None:
+        return _sqlite_pool(url, SQLITE_READERS)
 
     def prepare_reader(self, engine: AsyncEngine) -> None:
         _on_sqlite_connections(
             engine,
             # WAL as the writer left it (or set here); then nothing this connection runs writes
-            ("PRAGMA journal_mode=WAL", "PRAGMA busy_timeout=30000", "PRAGMA query_only=1"),
+            ("PRAGMA journal_mode=WAL", "PRAGMA query_only=1"),
             begin="BEGIN",  # deferred: a read transaction, holding no lock
         )
 
@@ -209,12 +210,16 @@ class SQLite(Dialect):
         return None  # BEGIN IMMEDIATE: the one writer
 
 
-def _sqlite_pool(size: int) -> dict[str, Any]:
+def _sqlite_pool(url: sa.URL, size: int) -> dict[str, Any]:
+    """``size`` connections to the file of ``url``, each running its calls on the event loop's
+    thread (:mod:`tether.store.sqlite_inline`: the busy timeout is set there)."""
+    if url.database is None:
+        raise ValueError("an embedded store needs a file (':memory:' makes a throwaway one)")
     return {
         "pool_size": size,
         "max_overflow": 0,
         "pool_timeout": 60,
-        "connect_args": {"timeout": 30},
+        "async_creator": inline_creator(url.database),
     }
 
 

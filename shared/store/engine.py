@@ -21,7 +21,10 @@ def create_engine(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine:
     parsed = sa.make_url(url)
     dialect = dialect_named(parsed.get_backend_name())
     engine = create_async_engine(
-        parsed, json_serializer=dumps, hide_parameters=True, **dialect.engine_options(pool_size)
+        parsed,
+        json_serializer=dumps,
+        hide_parameters=True,
+        **dialect.engine_options(parsed, pool_size),
     )
     dialect.prepare(engine)
     return engine
@@ -34,7 +37,7 @@ def create_reader(url: str | sa.URL) -> AsyncEngine | None:
     None for PostgreSQL, whose pool serves both."""
     parsed = sa.make_url(url)
     dialect = dialect_named(parsed.get_backend_name())
-    options = dialect.reader_options()
+    options = dialect.reader_options(parsed)
     if options is None:
         return None
     engine = create_async_engine(parsed, json_serializer=dumps, hide_parameters=True, **options)
