@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from tether.store.columns import ColumnInsert
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
 from tether.store.sqlite_inline import inline_creator
@@ -43,6 +44,13 @@ class Dialect(ABC):
     @abstractmethod
     def engine_options(self, url: sa.URL, pool_size: int) -> dict[str, Any]:
         """Keyword arguments for ``create_async_engine`` of ``url``."""
+
+    def column_insert(
+        self, table: sa.Table, key: str, names: Sequence[str], stamped: Sequence[str]
+    ) -> ColumnInsert | None:
+        """A batch insert of ``names`` bound as one array per column (:mod:`.columns`), or None
+        where ``executemany`` is the way (SQLite runs it as one prepared statement per row)."""
+        return None
 
     @abstractmethod
     def prepare(self, engine: AsyncEngine) -> None:
@@ -121,6 +129,11 @@ class PostgreSQL(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def column_insert(
+        self, table: sa.Table, key: str, names: Sequence[str], stamped: Sequence[str]
+    ) -> ColumnInsert | None:
+        return ColumnInsert.build(table, key, names, stamped, self.now)
 
     def upsert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)

@@ -45,6 +45,19 @@ AcceptResult = Accepted | Conflict | Refused | StoreError
 class Invocations:
     def __init__(self, db: Database) -> None:
         self._db = db
+        now = db.now
+        returned = (inv.id, inv.seq, inv.created_at)  # the rest is the request's own
+        self._insert = (
+            db.dialect.insert_new(invocations, "id")
+            .values(created_at=now, enqueued_at=now)
+            .returning(*returned)
+        )
+        columns = db.dialect.column_insert(
+            invocations, "id", NEW_ROW_COLUMNS, ("created_at", "enqueued_at")
+        )
+        self._columns = (
+            None if columns is None else (columns, columns.statement.returning(*returned))
+        )
 
     async def accept_many(
         self,
@@ -70,15 +83,14 @@ class Invocations:
     async def _accept(
         self, caps: OpenCaps, batch: Sequence[NewInvocation], alone: bool
     ) -> dict[int, Accepted | Conflict | Refused]:
-        now = self._db.now
-        insert = (
-            self._db.dialect.insert_new(invocations, "id")
-            .values(created_at=now, enqueued_at=now)
-            .returning(inv.id, inv.seq, inv.created_at)  # the rest is the request's own
-        )
         news = {new.id: new for new in batch}
-        async with self._db.transaction() as conn:  # executemany: one multi-row INSERT, cached
-            inserted = await conn.execute(insert, [_row(new) for new in batch])
+        new_rows = [_row(new) for new in batch]
+        async with self._db.transaction() as conn:
+            if self._columns is None:  # executemany: one multi-row INSERT, cached
+                inserted = await conn.execute(self._insert, new_rows)
+            else:  # one array per column: the same short text for every batch
+                columns, insert = self._columns
+                inserted = await conn.execute(insert, columns.params(new_rows))
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
             refused = await caps.over(conn, [n for n in batch if n.id in created])
             if refused:  # as if rolled back: nobody ever saw these rows
@@ -255,6 +267,23 @@ async def _get(conn: AsyncConnection, invocation_id: str) -> Invocation | None:
     result = await conn.execute(_BY_ID, {"invocation_id": invocation_id})
     row = result.mappings().first()
     return Invocation.from_row(row) if row is not None else None
+
+
+NEW_ROW_COLUMNS = (
+    "id",
+    "owner",
+    "session_id",
+    "input",
+    "request_hash",
+    "status",
+    "attempt",
+    "cancel_requested",
+    "last_event_id",
+    "user_auth",
+    "tenant",
+    "priority",
+)
+"""The columns :func:`_row` fills (the others have defaults, or are stamped with the clock)."""
 
 
 def _row(new: NewInvocation) -> dict[str, object]:

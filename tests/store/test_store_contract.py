@@ -251,6 +251,38 @@ async def test_a_batch_of_accepts_answers_each_request_in_order(store: Store) ->
     assert created == [True, True, False, True]  # the repeat found the first one's row
 
 
+async def test_a_batch_keeps_every_value_and_its_order(store: Store) -> None:
+    """One batch holds inputs of every JSON kind, sessions and none, priorities and user
+    auth; each row reads back as sent, and the queue order (``seq``) is the batch's order."""
+    inputs: list[Any] = [
+        None,
+        "text \u00e9\u4e2d \U0001f600",
+        {"a": [1, 2.5, True, None]},
+        [],
+        10**18,
+    ]
+    batch = [
+        NewInvocation(
+            str(uuid.uuid4()),
+            "ann",
+            "s" if n % 2 else None,
+            value,
+            f"h{n}",
+            user_auth=n == 1,
+            priority=n % 3,
+        )
+        for n, value in enumerate(inputs)
+    ]
+    results = await store.accept_many(batch)
+    assert all(isinstance(r, Accepted) and r.created for r in results)
+    read = [await store.get(n.id) for n in batch]
+    assert [(i.input, i.session_id, i.request_hash) for i in read if i] == [
+        (n.input, n.session_id, n.request_hash) for n in batch
+    ]
+    seqs = [i.seq for i in read if i]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(batch)
+
+
 async def test_the_owner_limit_holds_within_one_batch(store: Store) -> None:
     mine = [new() for _ in range(4)]
     results = await store.accept_many([*mine, new(owner="bob")], max_open_per_owner=2)
