@@ -14,6 +14,7 @@ import pytest
 from tests.client import Api, new_id
 from tests.harness import Cluster, start_dev
 from tests.install.installed import Installed
+from tests.services import private_migrated_database
 
 FILES = {
     "shared/__init__.py": """
@@ -73,16 +74,19 @@ async def test_dev_serves_a_project_with_its_own_worker_and_shared_packages(
 
 @pytest.fixture
 def cluster(
-    installed: Installed, project: Path, migrated_pg: str, redis_url: str, tmp_path: Path
+    installed: Installed, project: Path, redis_url: str, tmp_path: Path
 ) -> Iterator[Cluster]:
-    """``tether gateway`` and ``tether worker`` from the project's folder, on a private queue."""
-    cluster = Cluster(
-        migrated_pg, redis_url, tmp_path, app="myapp:app", launch=installed.launch(project)
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    """``tether gateway`` and ``tether worker`` from the project's folder, on a private queue
+    and a database of their own: the session's shared workers (the contract app's) claim
+    whatever is queued in the shared one, and would run this project's invocation."""
+    with private_migrated_database() as url:
+        cluster = Cluster(
+            url, redis_url, tmp_path, app="myapp:app", launch=installed.launch(project)
+        )
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 async def test_gateway_and_worker_serve_a_project_with_its_own_worker_and_shared_packages(
