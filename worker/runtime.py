@@ -36,6 +36,7 @@ from tether.store.store import (
 from tether.worker.attempt import EventWriter
 from tether.worker.contexts import AttemptContexts
 from tether.worker.newcomers import NewcomerClaims
+from tether.worker.refills import FreedSlots
 from tether.worker.run_limits import AttemptLimits, RunLimits
 from tether.worker.running import (
     RunningAttempt,
@@ -50,9 +51,8 @@ log = logging.getLogger(__name__)
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
 CLAIMS_IN_FLIGHT = 2
-"""Claim transactions a process runs at once: a claim reads more than it writes (the tenants
-with queued work, their limits, the heads), so a second one overlaps the first's round trips.
-With a cap they take turns on the claim lock anyway."""
+"""Claim transactions a process runs at once: a claim reads more than it writes, so a second one
+overlaps the first's round trips (with a cap they take turns on the claim lock anyway)."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
@@ -84,6 +84,7 @@ class Runtime:
         self.slots = Slots(concurrency, reserve)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
+        self.freed = FreedSlots(lambda: len(self.attempts) + self._claims_in_flight)
         self._newcomers = NewcomerClaims(
             self.slots, self.store, name, self._begin, lambda: self.attempts.values()
         )
@@ -111,11 +112,12 @@ class Runtime:
         self._closing = False
 
     async def start(self, hint: str = "") -> bool:
-        """A token: take a free slot and claim the next fair invocation with it (``hint``, the
-        message's invocation id, is only logged: PostgreSQL decides what runs). False: no free
-        slot, or nothing may run now; the token is dropped and the work stays queued, claimed
-        when a slot frees (:meth:`_refill`) or by the node's periodic pass (:meth:`claim_free`)."""
+        """A token (``hint``, its invocation id; PostgreSQL decides what runs): claim with a free
+        slot. False: no free slot, or nothing may run now; the work stays queued for a freed
+        slot (:meth:`_refill`) or the node's periodic pass (:meth:`claim_free`)."""
         if self._closing or not self.slots.try_take():
+            if hint:
+                self.freed.token_unserved()
             return False
         return await self.start_in_slot(hint)
 
@@ -129,6 +131,7 @@ class Runtime:
             claim = await self._claims.submit(hint)  # with the claims made meanwhile, at once
             if claim is None:
                 self.slots.give()
+                self.freed.started_nothing(token=bool(hint))
                 return False
             self._begin(claim)
         except BaseException:
@@ -187,9 +190,8 @@ class Runtime:
         return won + [None] * (len(hints) - len(won))
 
     def _refill(self) -> None:
-        """A slot freed: claim for it at once if work may run (the tokens of work that waited
-        for a cap or its session's turn were dropped)."""
-        if self._closing:
+        """A slot freed: claim with it at once if queued work may wait for it (:mod:`.refills`)."""
+        if self._closing or not self.freed.claims():
             return
         task = asyncio.create_task(self._refill_one(), name="refill")
         self._refills.add(task)

@@ -57,6 +57,8 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
                 await hand_back_dead_attempts(store)
             async with run_node(settings=settings, services=services, app=app) as runtime:
                 local.runtime = runtime
+                if sole or settings.embedded_path == ":memory:":  # a file nobody else opens
+                    runtime.freed.every_token_comes_here()
                 yield services
 
 
