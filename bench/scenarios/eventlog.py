@@ -140,14 +140,14 @@ def bulk_insert(pg: Pg, invocations: int, each: int) -> dict[str, Any]:
     for first in range(0, invocations, CHUNK):
         last = min(first + CHUNK, invocations)
         pg.conn.execute(
-            "INSERT INTO tether_invocations (id, owner, input, request_hash, status, attempt,"
-            " cancel_requested, last_event_id, created_at, enqueued_at, started_at,"
+            "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
+            " attempt, cancel_requested, last_event_id, created_at, enqueued_at, started_at,"
             " finished_at)"
-            " SELECT md5('old-' || g)::uuid::text, %s, '{}'::jsonb, 'bulk', 'completed', 1,"
+            " SELECT md5('old-' || g)::uuid::text, %s, %s, '{}'::jsonb, 'bulk', 'completed', 1,"
             " false, %s, t, t, t, t"
             " FROM generate_series(%s::int, %s::int) AS g,"
             " (SELECT extract(epoch from now()) - %s AS t) AS o",
-            (OWNER_NAME, each, first, last - 1, OLD),
+            (OWNER_NAME, OWNER_NAME, each, first, last - 1, OLD),
         )
         pg.conn.execute(
             "INSERT INTO tether_events (invocation_id, cursor, type, data, created_at)"
