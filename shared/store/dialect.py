@@ -49,7 +49,7 @@ class Dialect(ABC):
         self, table: sa.Table, key: str, names: Sequence[str], stamped: Sequence[str]
     ) -> ColumnInsert | None:
         """A batch insert of ``names`` bound as one array per column (:mod:`.columns`), or None
-        where ``executemany`` is the way (SQLite runs it as one prepared statement per row)."""
+        where ``executemany`` serves (SQLite: no driver-side parse or round trip to save)."""
         return None
 
     @abstractmethod
