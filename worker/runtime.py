@@ -84,7 +84,9 @@ class Runtime:
         self.slots = Slots(concurrency, reserve)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self._refills: set[asyncio.Task[None]] = set()
-        self.freed = FreedSlots(lambda: len(self.attempts) + self._claims_in_flight)
+        self.freed = FreedSlots(
+            lambda: len(self.attempts) + self._claims_in_flight + len(self._abandoned)
+        )
         self._newcomers = NewcomerClaims(
             self.slots, self.store, name, self._begin, lambda: self.attempts.values()
         )
@@ -128,10 +130,10 @@ class Runtime:
             return False
         self._claims_in_flight += 1
         try:
-            claim = await self._claims.submit(hint)  # with the claims made meanwhile, at once
+            # with the claims made meanwhile, at once
+            claim = await self.freed.claimed(self._claims.submit(hint), token=bool(hint))
             if claim is None:
                 self.slots.give()
-                self.freed.started_nothing(token=bool(hint))
                 return False
             self._begin(claim)
         except BaseException:

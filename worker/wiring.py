@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from tether.app import AgentApp
@@ -52,13 +53,15 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
     vault = CredentialVault(settings.auth.user_token_ttl)
     async with opened(store, pubsub, Queue(local), vault) as services:
         await store.migrate()
-        with sole_server(settings.embedded_path) as sole:
-            if sole:
+        with sole_server(settings.embedded_path) as alone:
+            if alone is not None:
                 await hand_back_dead_attempts(store)
             async with run_node(settings=settings, services=services, app=app) as runtime:
                 local.runtime = runtime
-                if sole or settings.embedded_path == ":memory:":  # a file nobody else opens
-                    runtime.freed.every_token_comes_here()
+                if settings.embedded_path == ":memory:":  # a throwaway file nobody else opens
+                    runtime.freed.every_token_comes_here(lambda: True)
+                elif alone is not None:
+                    runtime.freed.every_token_comes_here(alone)
                 yield services
 
 
@@ -71,29 +74,41 @@ async def hand_back_dead_attempts(store: Store) -> None:
 
 
 @contextlib.contextmanager
-def sole_server(path: str) -> Iterator[bool]:
-    """Hold an exclusive lock on ``<path>.lock`` while the block runs: True when this is the one
-    ``tether dev`` serving ``path``. The operating system drops the lock when the process ends,
-    however it ends. False (no recovery at start: heartbeats decide, after ``stale_after``) for a
+def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
+    """Hold an exclusive lock on ``<path>.lock`` while the block runs. When this is the one
+    ``tether dev`` serving ``path``, yields a check that stays true until another process tries
+    to serve it too: each that finds the lock taken signs the file (its pid), which the holder
+    empties when it takes the lock. The operating system drops the lock when the process ends,
+    however it ends. None (no recovery at start: heartbeats decide, after ``stale_after``) for a
     throwaway store, where locks are unsupported, or when another process holds it."""
     if path == ":memory:" or fcntl is None:
-        yield False
+        yield None
         return
     lock_path = Path(f"{path}.lock")
     try:
         handle = lock_path.open("a")
     except OSError as exc:
         log.warning("could not open %s (%s): no recovery at start", lock_path, exc)
-        yield False
+        yield None
         return
     with handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            handle.write(f"{os.getpid()}\n")  # the holder's freed slots claim from now on
+            handle.flush()
             log.warning(
                 "another process serves %s: its running attempts are left to the heartbeat rule",
                 path,
             )
-            yield False
+            yield None
             return
-        yield True
+        os.ftruncate(handle.fileno(), 0)
+        yield lambda: _unsigned(lock_path)
+
+
+def _unsigned(lock_path: Path) -> bool:
+    try:
+        return lock_path.stat().st_size == 0
+    except OSError:
+        return False

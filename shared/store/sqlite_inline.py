@@ -17,8 +17,11 @@ What this asks of the store, and why it holds:
   other connection of the loop ever holds it; readers in WAL mode neither block nor are blocked
   by it. What can hold the lock is another thread or process on the same file (the heartbeat
   thread's store, a second ``tether`` command), for the span of one short transaction.
-- Every statement is small and bounded (a page of events, a batch of at most 256 writes), so the
-  loop is never held longer than the same work took before in Python around the hops.
+- A call holds the loop for as long as SQLite works on it. Most are small (a row, a page of
+  events, a batch of at most 256 writes); the largest is retention's delete of the events of up
+  to 500 expired invocations in one transaction, which with very chatty invocations can hold the
+  loop for a noticeable time (not measured yet). Before, the same work held the one writer
+  connection just as long, but reads and HTTP went on meanwhile.
 """
 
 from __future__ import annotations

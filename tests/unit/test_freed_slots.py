@@ -9,45 +9,81 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.inprocess import served
 from tests.unit.test_gateway_embedded import body
+from tether.store.schema import Claim
+from tether.store.store import Store
 from tether.worker.refills import FreedSlots
+from tether.worker.wiring import sole_server
 
 NO_PASS = {"claim_poll": 3600.0}
 
 
-def rule(busy: int = 1) -> FreedSlots:
+def rule(busy: int = 1, alone: bool = True) -> FreedSlots:
     freed = FreedSlots(lambda: busy)
-    freed.every_token_comes_here()
+    freed.every_token_comes_here(lambda: alone)
     return freed
 
 
-def test_where_other_processes_take_tokens_a_freed_slot_always_claims() -> None:
-    freed = FreedSlots(lambda: 1)
-    freed.started_nothing(token=False)
-    assert freed.claims()
+async def nothing() -> Claim | None:
+    return None
 
 
-def test_the_sole_process_claims_until_a_claim_alone_finds_nothing() -> None:
+async def claim_nothing(freed: FreedSlots, *, token: bool) -> None:
+    assert await freed.claimed(nothing(), token=token) is None
+
+
+async def test_where_other_processes_take_tokens_a_freed_slot_always_claims() -> None:
+    for freed in (FreedSlots(lambda: 1), rule(alone=False)):
+        await claim_nothing(freed, token=False)
+        assert freed.claims()
+
+
+async def test_the_sole_process_claims_until_a_claim_alone_finds_nothing() -> None:
     freed = rule()
     assert freed.claims()  # at start: work may be queued from before
-    freed.started_nothing(token=False)
+    await claim_nothing(freed, token=False)
     assert not freed.claims()
     freed.token_unserved()
     assert freed.claims()
 
 
-def test_a_claim_that_finds_nothing_beside_others_clears_no_doubt() -> None:
-    freed = rule(busy=2)  # another attempt runs: it may hold the turn or cap work waits for
-    freed.started_nothing(token=False)
+async def test_a_claim_that_finds_nothing_beside_a_cap_holder_clears_no_doubt() -> None:
+    freed = rule(busy=2)  # another attempt runs (or is left to recovery): it may hold a cap
+    await claim_nothing(freed, token=False)
     assert freed.claims()
 
 
-def test_a_token_that_started_nothing_makes_freed_slots_claim() -> None:
+async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
     freed = rule()
-    freed.started_nothing(token=False)
-    freed.started_nothing(token=True)
+    await claim_nothing(freed, token=False)
+    await claim_nothing(freed, token=True)
+    assert freed.claims()
+    await claim_nothing(freed, token=False)
+
+    async def broken() -> Claim | None:
+        raise RuntimeError("database gone")
+
+    with pytest.raises(RuntimeError):
+        await freed.claimed(broken(), token=True)
+    assert freed.claims()
+
+
+async def test_a_token_unserved_during_a_claim_keeps_the_doubt() -> None:
+    freed = rule()
+    gate = asyncio.Event()
+
+    async def slow_nothing() -> Claim | None:
+        await gate.wait()
+        return None
+
+    refill = asyncio.create_task(freed.claimed(slow_nothing(), token=False))
+    await asyncio.sleep(0)
+    freed.token_unserved()  # a token found no free slot while the refill's claim ran
+    gate.set()
+    assert await refill is None
     assert freed.claims()
 
 
@@ -103,3 +139,34 @@ async def test_a_session_parked_behind_a_wait_goes_on_after_it(tmp_path: Path) -
             assert r.status == 200, await r.text()
         await until_status(http, server.base, parked, "completed")
         await until_status(http, server.base, behind, "completed")
+
+
+def test_a_second_server_on_the_file_signs_the_lock(tmp_path: Path) -> None:
+    path = str(tmp_path / "t.db")
+    with sole_server(path) as first:
+        assert first is not None and first()
+        with sole_server(path) as second:
+            assert second is None
+        assert not first()
+    with sole_server(path) as again:  # the next sole server starts unsigned
+        assert again is not None and again()
+
+
+async def test_a_second_dev_on_the_file_makes_the_firsts_freed_slots_claim(tmp_path: Path) -> None:
+    """P1 runs the only attempt the global cap allows; P2 accepts work whose token finds the
+    cap full. When P1's attempt ends, P1's freed slot must claim it (P1 did not see the token)."""
+    store = Store.embedded(str(tmp_path / "t.db"))
+    await store.migrate()
+    await store.tenants.set_global_max_active(1)
+    await store.close()
+    async with (
+        served(tmp_path, timers=NO_PASS) as p1,
+        served(tmp_path, timers=NO_PASS) as p2,
+        aiohttp.ClientSession() as http,
+    ):
+        first = await post(http, p1.base, input={})
+        await until_status(http, p1.base, first, "completed")  # P1's doubt is cleared
+        long = await post(http, p1.base, input={"sleep": 0.5})
+        await until_status(http, p1.base, long, "active")
+        waiting = await post(http, p2.base, input={})
+        await until_status(http, p1.base, waiting, "completed")
