@@ -92,7 +92,7 @@ class Runtime:
         )
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never
-        beaten again, not even by a beat by worker name while a claim is in flight."""
+        beaten again, not even by worker name while a claim is in flight; they hold caps."""
         self._claims: GroupCommit[str, Claim | None] = GroupCommit(
             self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
         )
@@ -114,9 +114,8 @@ class Runtime:
         self._closing = False
 
     async def start(self, hint: str = "") -> bool:
-        """A token (``hint``, its invocation id; PostgreSQL decides what runs): claim with a free
-        slot. False: no free slot, or nothing may run now; the work stays queued for a freed
-        slot (:meth:`_refill`) or the node's periodic pass (:meth:`claim_free`)."""
+        """A token (``hint``: its invocation id; PostgreSQL decides what runs) claims with a free
+        slot. False: no slot or nothing may run; the work waits for :meth:`_refill` or a pass."""
         if self._closing or not self.slots.try_take():
             if hint:
                 self.freed.token_unserved()
@@ -130,7 +129,6 @@ class Runtime:
             return False
         self._claims_in_flight += 1
         try:
-            # with the claims made meanwhile, at once
             claim = await self.freed.claimed(self._claims.submit(hint), token=bool(hint))
             if claim is None:
                 self.slots.give()
