@@ -58,9 +58,7 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
                 await hand_back_dead_attempts(store)
             async with run_node(settings=settings, services=services, app=app) as runtime:
                 local.runtime = runtime
-                if settings.embedded_path == ":memory:":  # a throwaway file nobody else opens
-                    runtime.freed.every_token_comes_here(lambda: True)
-                elif alone is not None:
+                if alone is not None:
                     runtime.freed.every_token_comes_here(alone)
                 yield services
 
@@ -79,9 +77,13 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
     ``tether dev`` serving ``path``, yields a check that stays true until another process tries
     to serve it too: each that finds the lock taken signs the file (its pid), which the holder
     empties when it takes the lock. The operating system drops the lock when the process ends,
-    however it ends. None (no recovery at start: heartbeats decide, after ``stale_after``) for a
-    throwaway store, where locks are unsupported, or when another process holds it."""
-    if path == ":memory:" or fcntl is None:
+    however it ends. A throwaway store (``:memory:``, a new file nobody else opens) is always
+    alone. None (no recovery at start: heartbeats decide, after ``stale_after``) where locks are
+    unsupported, or when another process holds it."""
+    if path == ":memory:":
+        yield lambda: True
+        return
+    if fcntl is None:
         yield None
         return
     lock_path = Path(f"{path}.lock")

@@ -150,6 +150,8 @@ def test_a_second_server_on_the_file_signs_the_lock(tmp_path: Path) -> None:
         assert not first()
     with sole_server(path) as again:  # the next sole server starts unsigned
         assert again is not None and again()
+    with sole_server(":memory:") as throwaway:  # a new file of its own: always alone
+        assert throwaway is not None and throwaway()
 
 
 async def test_a_second_dev_on_the_file_makes_the_firsts_freed_slots_claim(tmp_path: Path) -> None:
