@@ -4,7 +4,10 @@ At thousands of connections an aiohttp client in the bench process spends as muc
 gateway it measures, on the same cores, and one event loop reads the connections of a tick one
 after another, so the last reader's latency was the client's. Here each connection is a bare
 ``asyncio.Protocol`` whose only work per read is to keep the bytes and the arrival time; frames are
-parsed after the connection ends. The connections are split over ``CLIENT_PROCESSES`` processes.
+parsed after the connection ends. The connections are split over ``CLIENT_PROCESSES`` processes,
+which collect no garbage while they measure: a full collection over thousands of connections held
+a process's loop for 30-60 ms (seen with ``gc.callbacks``), and every frame arriving meanwhile
+was timed late, the client's delay counted as the gateway's.
 
 The gateway's writes are whole SSE frames (one HTTP chunk each), so frames are found in the raw
 byte stream by a pattern, and each frame's arrival time is that of the read that completed it.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import gc
 import json
 import multiprocessing
 import re
@@ -131,6 +135,8 @@ async def _paced(job: _Job) -> list[_Conn]:
 async def _run(job: _Job, pipe: Connection) -> None:
     loop = asyncio.get_running_loop()
     conns: list[_Conn] = []
+    gc.collect()
+    gc.disable()  # a full collection over thousands of connections stalls this loop for 30-60 ms
     pipe.send(("ready",))
     await loop.run_in_executor(None, pipe.recv)
     wave = job.wave or len(job.paths)
