@@ -18,7 +18,8 @@ from aiohttp import web
 from tether.agent_surface import EventTranslator
 from tether.errors import MESSAGES, ErrorCode
 from tether.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, Event
-from tether.gateway.sse import UNSAFE_IN_DATA, serve_stream
+from tether.gateway.frames import UNSAFE_IN_DATA
+from tether.gateway.sse import serve_stream
 from tether.jsonvalue import dumps
 
 

@@ -168,7 +168,7 @@ def create_app(
             app[QUEUED] = QueuedGauge(services.store)
             app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
             app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)
-            app[STREAM_READS] = StreamReads(services.store)
+            app[STREAM_READS] = StreamReads(services.store, settings.limits.replay_cache_bytes)
             yield
 
     app.cleanup_ctx.append(services_ctx)

@@ -10,7 +10,8 @@ because every event is in the store before anyone is told about it:
 - pub/sub messages the stream has not taken yet: at most B; past it the subscription drops them
   for one RESYNC (``tether.pubsub.Subscription``), and the stream re-reads the store instead;
 - a replay page: as many events as fit B at the largest frame seen so far (the first page,
-  before any frame was seen, holds few events);
+  before any frame was seen, holds few events) from the store, and besides them the events the
+  process keeps (``limits.replay_cache_bytes``, one budget for all streams, shared by them);
 - what is written: chunks of at most B (or one larger frame), each awaited until the socket
   took it (aiohttp waits for the transport to drain past 64 KiB).
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -35,12 +35,13 @@ from aiohttp import web
 from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
+from tether.gateway.frames import frame
 from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
+from tether.gateway.replay_cache import Replay
 from tether.gateway.responses import ApiError
 from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import CLOSING, RESYNC, Published, PubSub, Subscription
 from tether.settings import Settings
-from tether.store.store import StreamPage
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +53,6 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
     "Connection": "keep-alive",
 }
-# JSON leaves these raw inside strings, but line-splitting clients (str.splitlines, some
-# JavaScript parsers) break lines on them: a payload could then forge an `id:` or `event:` line.
-UNSAFE_IN_DATA = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def frame(event: Event) -> bytes:
-    data = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False)
-    for char, escaped in UNSAFE_IN_DATA.items():
-        if char in data:
-            data = data.replace(char, escaped)
-    return f"id: {event.cursor}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
 class ReaderTooSlow(Exception):
@@ -141,16 +131,24 @@ class EventStream:
                 await self.follow(sub, first, open_streams)
 
     @contextlib.asynccontextmanager
-    async def opened(self) -> AsyncIterator[tuple[Subscription, StreamPage | None]]:
+    async def opened(self) -> AsyncIterator[tuple[Subscription | None, Replay | None]]:
         """Subscribed, then the first read: the invocation's owner, status, last cursor and first
-        page, all from one statement (None: no such invocation)."""
+        page, all from one statement (None: no such invocation). A finished log this process
+        keeps needs neither: nothing will be published on it (no subscription, None)."""
+        finished = self.reads.kept.trusted(self.invocation_id, self.last_sent)
+        if finished is not None:
+            yield None, finished
+            return
         async with self.pubsub.subscribe(events_channel(self.invocation_id)) as sub:
             yield sub, await self._read()
 
     async def follow(
-        self, sub: Subscription, first: StreamPage, open_streams: set[Subscription]
+        self, sub: Subscription | None, first: Replay, open_streams: set[Subscription]
     ) -> None:
         """Send ``first`` and what follows it, until the terminal event or the process closes."""
+        if sub is None:  # a finished log: ``first`` holds all of it
+            await self._catch_up(first)
+            return
         open_streams.add(sub)
         try:
             await self._catch_up(first)
@@ -189,34 +187,37 @@ class EventStream:
         else:
             await self._send(batch)
 
-    async def _read(self) -> StreamPage | None:
+    async def _read(self) -> Replay | None:
         return await self.reads.read(self.invocation_id, self.last_sent, self._page_size())
 
-    async def _catch_up(self, page: StreamPage | None) -> None:
-        """Send ``page`` and read on until every stored event is sent; a stream whose run ended
+    async def _catch_up(self, replay: Replay | None) -> None:
+        """Send ``replay`` and read on until every stored event is sent; a stream whose run ended
         (and was sent), or whose invocation is gone, is over."""
         while not self.done:
-            if page is None:  # deleted by retention
+            if replay is None:  # deleted by retention
                 self.done = True
                 return
-            await self._send(page.events)
+            page = replay.page
+            await self._send(page.events, replay.frames)
             if page.ends_stream(self.last_sent):
                 self.done = True
             if self.done or not page.events or not page.has_more(self.last_sent):
                 return
-            page = await self._read()
+            replay = await self._read()
 
     def _page_size(self) -> int:
         largest = self.largest_frame or self.limits.buffer_bytes // FIRST_PAGE
         return max(1, min(REPLAY_PAGE, self.limits.buffer_bytes // max(largest, 1)))
 
-    async def _send(self, batch: list[Event]) -> None:
+    async def _send(self, batch: list[Event], frames: list[bytes] | None = None) -> None:
+        """Write ``batch`` (``frames``: their frames, when the read made them) in chunks."""
         chunk: list[bytes] = []
         size = 0
-        for event in batch:
+        framed = frames is not None and self.encode is frame
+        for n, event in enumerate(batch):
             if event.cursor <= self.last_sent or self.done:
                 continue
-            data = self._encoded(event)
+            data = frames[n] if framed and frames is not None else self.encode(event)
             self.largest_frame = max(self.largest_frame, len(data))
             if chunk and size + len(data) > self.limits.buffer_bytes:
                 await self._write(b"".join(chunk))
@@ -227,11 +228,6 @@ class EventStream:
             self.done = event.is_terminal
         if chunk:
             await self._write(b"".join(chunk))
-
-    def _encoded(self, event: Event) -> bytes:
-        if self.encode is frame:  # pure: framed once for every stream that reads this event
-            return self.reads.framed(event, frame)
-        return self.encode(event)  # a translator holds state: its own frames
 
     async def _write(self, data: bytes) -> None:
         transport = self.transport
@@ -275,7 +271,7 @@ async def serve_stream(
     metrics.open_streams.inc()
     try:
         async with events.opened() as (sub, first):
-            if first is None or (owner is not None and first.owner != owner):
+            if first is None or (owner is not None and first.page.owner != owner):
                 raise ApiError(ErrorCode.NOT_FOUND)
             await response.prepare(request)
             events.transport = request.transport

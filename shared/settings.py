@@ -26,6 +26,8 @@ __all__ = ["MIN_TOKEN_CHARS", "AuthSettings", "Settings", "load_settings", "refe
 CONFIG_ENV = "TETHER_CONFIG"
 STREAM_BUFFER_BYTES = 256 * 1024
 """Default of ``limits.stream_buffer_bytes``; also what a pub/sub built without settings uses."""
+REPLAY_CACHE_BYTES = 32 * 1024 * 1024
+"""Default of ``limits.replay_cache_bytes``."""
 
 
 class Timers(BaseModel):
@@ -152,6 +154,15 @@ class Limits(BaseModel):
             "Per-stream memory bound: pub/sub messages a subscriber has not taken yet (beyond it "
             "they are dropped for a re-read of the store), a replay page, a chunk written to a "
             "reader."
+        ),
+    )
+    replay_cache_bytes: int = Field(
+        REPLAY_CACHE_BYTES,
+        ge=0,
+        description=(
+            "Per gateway process: events its streams read from the store, kept (with their SSE "
+            "frames) so reconnects and other streams of the same invocation read only what is "
+            "not kept (0: keep nothing)."
         ),
     )
     max_active_per_owner: int = Field(

@@ -42,11 +42,13 @@ class StreamRead:
 @dataclass(frozen=True, slots=True)
 class StreamPage:
     """What one :class:`StreamRead` found: the invocation's owner, status and last cursor as
-    they stood when its events were read, and those events in cursor order."""
+    they stood when its events were read, and those events in cursor order. ``seq`` tells rows
+    apart: an id reused after retention deleted its row names a row with another ``seq``."""
 
     owner: str
     status: Status
     last_event_id: int
+    seq: int
     events: list[Event]
 
     def ends_stream(self, sent: int) -> bool:
@@ -101,7 +103,7 @@ class EventReads:
             invocation_id = ids[row.n]
             page = found.get(invocation_id)
             if page is None:
-                page = StreamPage(row.owner, Status(row.status), row.last_event_id, [])
+                page = StreamPage(row.owner, Status(row.status), row.last_event_id, row.seq, [])
                 found[invocation_id] = page
             if row.cursor is not None:
                 page.events.append(Event(row.cursor, row.type, row.data))
@@ -115,13 +117,14 @@ def _page_of(span: StreamPage | None, read: StreamRead) -> StreamPage | None:
     cursors = [e.cursor for e in span.events]
     first = bisect.bisect_right(cursors, read.after)
     last = bisect.bisect_right(cursors, read.after + read.limit)
-    return StreamPage(span.owner, span.status, span.last_event_id, span.events[first:last])
+    events = span.events[first:last]
+    return StreamPage(span.owner, span.status, span.last_event_id, span.seq, events)
 
 
 @functools.cache
 def _pages_query(size: int) -> sa.TextualSelect:
-    """``size`` reads in one statement: each read's invocation row (owner, status, last cursor)
-    left-joined to its range of events. Plain SQL both databases run as written."""
+    """``size`` reads in one statement: each read's invocation row (owner, status, last cursor,
+    seq) left-joined to its range of events. Plain SQL both databases run as written."""
     wanted = ", ".join(
         f"(CAST(:n{n} AS INTEGER), CAST(:id{n} AS TEXT), CAST(:after{n} AS BIGINT),"
         f" CAST(:upto{n} AS BIGINT))"
@@ -129,7 +132,7 @@ def _pages_query(size: int) -> sa.TextualSelect:
     )
     return sa.text(
         f"WITH wanted (n, id, after_cursor, upto) AS (VALUES {wanted})"
-        f" SELECT wanted.n, i.owner, i.status, i.last_event_id, e.cursor, e.type, e.data"
+        f" SELECT wanted.n, i.owner, i.status, i.last_event_id, i.seq, e.cursor, e.type, e.data"
         f" FROM wanted JOIN {invocations.name} i ON i.id = wanted.id"
         f" LEFT JOIN {events.name} e ON e.invocation_id = wanted.id"
         f" AND e.cursor > wanted.after_cursor AND e.cursor <= wanted.upto"
@@ -139,6 +142,7 @@ def _pages_query(size: int) -> sa.TextualSelect:
         inv.owner,
         inv.status,
         inv.last_event_id,
+        inv.seq,
         ev.cursor,
         ev.type,
         ev.data,

@@ -36,7 +36,9 @@ async def three_reads(store: Store, read: StreamRead) -> StreamPage | None:
     if invocation is None:
         return None
     events = await store.events_after(read.invocation_id, read.after, read.limit)
-    return StreamPage(invocation.owner, invocation.status, invocation.last_event_id, events)
+    return StreamPage(
+        invocation.owner, invocation.status, invocation.last_event_id, invocation.seq, events
+    )
 
 
 async def test_one_read_per_stream_says_what_get_and_events_after_said(store: Store) -> None:
@@ -78,3 +80,17 @@ async def test_a_page_tells_whether_the_stream_is_over_or_has_more(store: Store)
 
 async def test_no_reads_is_no_query(store: Store) -> None:
     assert await store.read_streams([]) == []
+
+
+async def test_a_read_of_no_events_says_the_facts_and_a_reused_id_is_another_row(
+    store: Store,
+) -> None:
+    done = await started(store, "ann", 3)
+    await store.finish(FinishRequest(done, 1, completed(None), []))
+    [facts] = await store.read_streams([StreamRead(done, 2, 0)])
+    assert facts is not None and facts.events == [] and facts.last_event_id == 5
+    assert (facts.owner, facts.status) == ("ann", Status.COMPLETED)
+    await store.delete_expired(retention=-1)
+    await store.accept(NewInvocation(done, "bob", None, 1, "h"))
+    [again] = await store.read_streams([StreamRead(done, 0, 0)])
+    assert again is not None and again.owner == "bob" and again.seq != facts.seq

@@ -10,7 +10,7 @@ from typing import Any
 from tests.apps.contract import app as contract_app
 from tests.unit.test_gateway_embedded import ClientFactory, client_for
 from tether.events import Event
-from tether.gateway.sse import frame
+from tether.gateway.frames import frame
 
 FORGED = "end\u2028id: 999\u2029event: run.completed\x85data: {}"
 

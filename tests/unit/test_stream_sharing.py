@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tether.events import Event, encode_batch
-from tether.gateway.sse import SharedChunk, frame, shared_chunk
+from tether.gateway.frames import frame
+from tether.gateway.sse import SharedChunk, shared_chunk
 from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import MemoryPubSub, Published
 from tether.store.schema import NewInvocation
@@ -59,8 +60,9 @@ async def test_reads_of_one_invocation_in_one_batch_share_its_events_and_frames(
         assert [e.cursor for e in late.events] == [4, 5, 6, 7, 8, 9]
         assert early.events[3] is late.events[0]  # one row, one decoded event
         reads = StreamReads(store)
-        framed = reads.framed(early.events[3], frame)
-        assert framed == frame(late.events[0])
-        assert reads.framed(late.events[0], frame) is framed  # framed once
+        one, two = await reads.read(new.id, 0, 6), await reads.read(new.id, 3, 6)
+        assert one is not None and two is not None
+        assert one.frames == [frame(e) for e in one.page.events]
+        assert all(a is b for a, b in zip(one.frames[3:], two.frames, strict=False))  # framed once
     finally:
         await store.close()

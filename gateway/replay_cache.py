@@ -1,0 +1,211 @@
+"""Recently read event logs, kept per gateway process, so a reconnect reads only what it lacks.
+
+A stored event never changes: the event at (invocation, cursor) is the same for every reader until
+retention deletes the invocation. So a gateway process keeps what its streams read from the store,
+per invocation one run of consecutive cursors with each event's SSE frame, most recently used
+kept longest, within ``limits.replay_cache_bytes``. A stream's read then asks the store only for
+the invocation's facts (owner, status, last cursor, seq) and the events past what is kept, and
+every stream of the invocation writes the same frame bytes, made once.
+
+A log that is complete (its run ended and every event is kept) cannot change any more; it can only
+be deleted by retention. It is replayed without the store for ``TRUSTED_FOR`` seconds after the
+store last confirmed it, so a storm of reconnects to finished runs costs about one statement per
+invocation per second. In that second a row that retention deletes may still be replayed to its
+owner. An id reused after retention is another row (another ``seq``): what was kept for the old
+row is dropped the first time a read shows the new one, and never shown to the new row's readers,
+whose owner check (on the store's facts) would refuse them for at most ``TRUSTED_FOR``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tether.events import Event
+from tether.gateway.frames import frame
+from tether.status import Status
+from tether.store.store import StreamPage
+
+TRUSTED_FOR = 1.0
+"""Seconds a complete log is replayed without asking the store whether its row still exists."""
+EVENT_OVERHEAD = 200
+"""Bytes counted for each kept event besides twice its frame (the ``Event`` and decoded JSON)."""
+ONE_LOG_SHARE = 4
+"""One invocation's run is kept to at most this fraction of the budget (its latest events)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What a stream's read found: the facts and events (``page``) and each event's frame."""
+
+    page: StreamPage
+    frames: list[bytes]
+
+
+@dataclass(slots=True)
+class KeptLog:
+    """One invocation's kept run: ``events[k]`` has cursor ``first + k``, its frame ``frames[k]``;
+    the facts are those of the store read that last confirmed it (``confirmed_at``)."""
+
+    owner: str
+    status: Status
+    last_event_id: int
+    seq: int
+    first: int
+    events: list[Event]
+    frames: list[bytes]
+    size: int
+    confirmed_at: float
+
+    @property
+    def end(self) -> int:
+        """The last kept cursor (``first - 1`` when none is kept)."""
+        return self.first + len(self.events) - 1
+
+    def complete(self) -> bool:
+        return self.status.is_terminal and self.end >= self.last_event_id
+
+    def after(self, after: int) -> tuple[list[Event], list[bytes]]:
+        """The kept events from cursor ``after + 1`` on (none unless that cursor is kept)."""
+        if not self.first <= after + 1 <= self.end:
+            return [], []
+        k = after + 1 - self.first
+        return self.events[k:], self.frames[k:]
+
+    def page(self, events: list[Event]) -> StreamPage:
+        return StreamPage(self.owner, self.status, self.last_event_id, self.seq, events)
+
+
+def _cost(data: bytes) -> int:
+    return 2 * len(data) + EVENT_OVERHEAD
+
+
+class ReplayCache:
+    """The kept logs of one gateway process (``max_bytes`` 0: nothing is kept)."""
+
+    def __init__(
+        self,
+        max_bytes: int,
+        encode: Callable[[Event], bytes] = frame,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_bytes = max_bytes
+        self._encode = encode
+        self._clock = clock
+        self._logs: OrderedDict[str, KeptLog] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes counted for every kept log."""
+        return self._bytes
+
+    def trusted(self, invocation_id: str, after: int) -> Replay | None:
+        """Everything after ``after`` without the store, when the log is complete, kept from
+        ``after + 1`` (or ``after`` is past its end) and confirmed within ``TRUSTED_FOR``."""
+        log = self._logs.get(invocation_id)
+        if log is None or not log.complete() or after + 1 < log.first:
+            return None
+        if self._clock() - log.confirmed_at > TRUSTED_FOR:
+            return None
+        self._logs.move_to_end(invocation_id)
+        events, frames = log.after(after)
+        return Replay(log.page(events), frames)
+
+    def kept(self, invocation_id: str, after: int) -> tuple[int, list[Event], list[bytes]] | None:
+        """(the row's seq, the kept events from ``after + 1`` on, their frames); None when
+        nothing of the invocation is kept."""
+        log = self._logs.get(invocation_id)
+        if log is None:
+            return None
+        events, frames = log.after(after)
+        return log.seq, events, frames
+
+    def forget(self, invocation_id: str) -> None:
+        log = self._logs.pop(invocation_id, None)
+        if log is not None:
+            self._bytes -= log.size
+
+    def remember(self, invocation_id: str, page: StreamPage) -> list[bytes]:
+        """Keep what a store read found (its events are consecutive cursors) and take its facts
+        as confirmed now; returns the frames of ``page.events``, made here unless kept."""
+        log = self._logs.get(invocation_id)
+        if log is not None and log.seq != page.seq:
+            self.forget(invocation_id)
+            log = None
+        if log is None:
+            frames = [self._encode(e) for e in page.events]
+            first = page.events[0].cursor if page.events else page.last_event_id + 1
+            log = KeptLog(
+                page.owner, page.status, page.last_event_id, page.seq, first, [], [], 0, 0.0
+            )
+            self._extend(log, first, page.events, frames)
+            self._logs[invocation_id] = log
+        else:
+            frames = self._merge(log, page.events)
+        log.owner, log.status, log.last_event_id = page.owner, page.status, page.last_event_id
+        log.confirmed_at = self._clock()
+        self._logs.move_to_end(invocation_id)
+        self._trim(invocation_id, log)
+        return frames
+
+    def _merge(self, log: KeptLog, events: list[Event]) -> list[bytes]:
+        """Join ``events`` to the run where they meet or overlap it, else keep them instead."""
+        if not events:
+            return []
+        low, high = events[0].cursor, events[-1].cursor
+        if high + 1 < log.first or low > log.end + 1:  # apart: the newest read is kept
+            frames = [self._encode(e) for e in events]
+            self._bytes -= log.size
+            log.events, log.frames, log.size = [], [], 0
+            self._extend(log, low, events, frames)
+            return frames
+        before = events[: max(0, log.first - low)]
+        past = events[max(0, log.end + 1 - low) :]
+        before_frames = [self._encode(e) for e in before]
+        past_frames = [self._encode(e) for e in past]
+        mid_low, mid_high = max(low, log.first), min(high, log.end)
+        mid = log.frames[mid_low - log.first : mid_high - log.first + 1]
+        if before:
+            self._extend(log, low, before, before_frames, front=True)
+        if past:
+            self._extend(log, log.first, past, past_frames)
+        return before_frames + mid + past_frames
+
+    def _extend(
+        self,
+        log: KeptLog,
+        first: int,
+        events: list[Event],
+        frames: list[bytes],
+        front: bool = False,
+    ) -> None:
+        added = sum(_cost(f) for f in frames)
+        if front:
+            log.events, log.frames = events + log.events, frames + log.frames
+        else:
+            log.events, log.frames = log.events + events, log.frames + frames
+        log.first = first
+        log.size += added
+        self._bytes += added
+
+    def _trim(self, invocation_id: str, log: KeptLog) -> None:
+        """Keep one log within its share (its oldest events go), then all within the budget
+        (the least recently used logs go)."""
+        share = self._max_bytes // ONE_LOG_SHARE
+        drop, dropped = 0, 0
+        while log.size - dropped > share and drop < len(log.frames):
+            dropped += _cost(log.frames[drop])
+            drop += 1
+        if drop:
+            log.events, log.frames = log.events[drop:], log.frames[drop:]
+            log.first += drop
+            log.size -= dropped
+            self._bytes -= dropped
+        while self._bytes > self._max_bytes and self._logs:
+            _, oldest = self._logs.popitem(last=False)
+            self._bytes -= oldest.size
+        if not log.events and invocation_id in self._logs:
+            self.forget(invocation_id)  # nothing kept: not worth an entry
