@@ -104,7 +104,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         raise ApiError(ErrorCode.NOT_FOUND, message="Thread not found")
     invocation = await start_turn(request, owner, thread_id, value, "stream")
     return await serve_translated(
-        request, agents.translator(invocation.id), invocation.id, thread_id, 0
+        request, agents.translator(invocation.id), invocation, thread_id, 0
     )
 
 
@@ -118,7 +118,7 @@ async def follow_chat(request: web.Request) -> web.StreamResponse:
     if invocation is None or invocation.session_id is None:
         raise ApiError(ErrorCode.NOT_FOUND)
     translator = agents.translator(invocation.id)
-    return await serve_translated(request, translator, invocation.id, invocation.session_id, after)
+    return await serve_translated(request, translator, invocation, invocation.session_id, after)
 
 
 @routes.post("/api/agents/invocations")
@@ -137,7 +137,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if body.stream:
         invocation = await start_turn(request, owner, thread_id, value, "stream")
         return await serve_translated(
-            request, agents.translator(invocation.id), invocation.id, thread_id, 0
+            request, agents.translator(invocation.id), invocation, thread_id, 0
         )
     limit = request.app[SETTINGS].timers.sync_timeout
     invocation = await start_turn(request, owner, thread_id, value, "sync")

@@ -21,6 +21,7 @@ from tether.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, Event
 from tether.gateway.frames import UNSAFE_IN_DATA
 from tether.gateway.sse import serve_stream
 from tether.jsonvalue import dumps
+from tether.store.schema import Invocation
 
 
 def translate(translator: EventTranslator, event: Event) -> list[dict[str, Any]]:
@@ -68,15 +69,16 @@ class TranslatedFrames:
 async def serve_translated(
     request: web.Request,
     translator: EventTranslator,
-    invocation_id: str,
+    invocation: Invocation,
     thread_id: str,
     after: int,
 ) -> web.StreamResponse:
-    """The stream, opened by ``appkit.metadata {threadId, streamId}`` (the stream id is the
-    invocation id: ``/api/agents/approve`` and ``/cancel`` take it)."""
+    """The stream of ``invocation`` (the caller created or checked it), opened by
+    ``appkit.metadata {threadId, streamId}`` (the stream id is the invocation id:
+    ``/api/agents/approve`` and ``/cancel`` take it)."""
     meta = translator.translate(
-        {"type": "metadata", "data": {"threadId": thread_id, "streamId": invocation_id}}
+        {"type": "metadata", "data": {"threadId": thread_id, "streamId": invocation.id}}
     )
     preamble = frames(meta, None) if after == 0 else b""
     encode = TranslatedFrames(translator, after)
-    return await serve_stream(request, invocation_id, 0, encode, preamble)
+    return await serve_stream(request, invocation.id, 0, encode, preamble, seq=invocation.seq)

@@ -8,16 +8,23 @@ the invocation's facts (owner, status, last cursor, seq) and the events past wha
 every stream of the invocation writes the same frame bytes, made once.
 
 A log that is complete (its run ended and every event is kept) cannot change any more; it can only
-be deleted by retention. It is replayed without the store for ``TRUSTED_FOR`` seconds after the
-store last confirmed it, so a storm of reconnects to finished runs costs about one statement per
-invocation per second. In that second a row that retention deletes may still be replayed to its
-owner. An id reused after retention is another row (another ``seq``): what was kept for the old
-row is dropped the first time a read shows the new one, and never shown to the new row's readers,
-whose owner check (on the store's facts) would refuse them for at most ``TRUSTED_FOR``.
+be deleted by retention. It is replayed without the store for ``TRUSTED_FOR`` seconds after a
+read of the store that confirmed it began, so a storm of reconnects to finished runs costs about
+one statement per invocation per second. Only a reader that names the row gets it so: by its
+``seq`` (a stream that has read it once, or a route holding the row) or by its owner (a reader
+whose owner is checked against it). In that second a row that retention deletes may still be
+replayed to its owner. An id reused after retention is another row (a larger ``seq``): what was
+kept for the old row is dropped the first time a read shows the new one, a read that began
+before the deletion never brings it back, and no reader of the new row is ever given it.
+
+Pages are as long as the reader asks (``limit``), kept or not, so a stream holds no more of the
+kept events at a time than of the store's. The budget counts each event as four times its frame
+plus ``EVENT_OVERHEAD`` bytes: an estimate of the frame and the decoded JSON, not a measure.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,7 +38,8 @@ from tether.store.store import StreamPage
 TRUSTED_FOR = 1.0
 """Seconds a complete log is replayed without asking the store whether its row still exists."""
 EVENT_OVERHEAD = 200
-"""Bytes counted for each kept event besides twice its frame (the ``Event`` and decoded JSON)."""
+"""Bytes counted for each kept event besides four times its frame (the ``Event`` and its
+decoded JSON)."""
 ONE_LOG_SHARE = 4
 """One invocation's run is kept to at most this fraction of the budget (its latest events)."""
 
@@ -67,19 +75,26 @@ class KeptLog:
     def complete(self) -> bool:
         return self.status.is_terminal and self.end >= self.last_event_id
 
-    def after(self, after: int) -> tuple[list[Event], list[bytes]]:
-        """The kept events from cursor ``after + 1`` on (none unless that cursor is kept)."""
+    def after(self, after: int, limit: int) -> tuple[list[Event], list[bytes]]:
+        """At most ``limit`` kept events from cursor ``after + 1`` on (none unless that cursor is
+        kept)."""
         if not self.first <= after + 1 <= self.end:
             return [], []
         k = after + 1 - self.first
-        return self.events[k:], self.frames[k:]
+        return self.events[k : k + limit], self.frames[k : k + limit]
+
+    def names(self, seq: int | None, owner: str | None) -> bool:
+        """The reader named this row: by its seq, or by its owner (at least one given)."""
+        if seq is None and owner is None:
+            return False
+        return (seq is None or seq == self.seq) and (owner is None or owner == self.owner)
 
     def page(self, events: list[Event]) -> StreamPage:
         return StreamPage(self.owner, self.status, self.last_event_id, self.seq, events)
 
 
 def _cost(data: bytes) -> int:
-    return 2 * len(data) + EVENT_OVERHEAD
+    return 4 * len(data) + EVENT_OVERHEAD
 
 
 class ReplayCache:
@@ -102,25 +117,40 @@ class ReplayCache:
         """Bytes counted for every kept log."""
         return self._bytes
 
-    def trusted(self, invocation_id: str, after: int) -> Replay | None:
-        """Everything after ``after`` without the store, when the log is complete, kept from
-        ``after + 1`` (or ``after`` is past its end) and confirmed within ``TRUSTED_FOR``."""
+    def now(self) -> float:
+        """The clock ``remember`` takes its ``asked_at`` from."""
+        return self._clock()
+
+    def trusted(
+        self,
+        invocation_id: str,
+        after: int,
+        limit: int,
+        *,
+        seq: int | None = None,
+        owner: str | None = None,
+    ) -> Replay | None:
+        """Up to ``limit`` events after ``after`` without the store, when the reader names the
+        row (:meth:`KeptLog.names`) and its log is complete, kept from ``after + 1`` (or
+        ``after`` is past its end) and confirmed within ``TRUSTED_FOR``."""
         log = self._logs.get(invocation_id)
         if log is None or not log.complete() or after + 1 < log.first:
             return None
-        if self._clock() - log.confirmed_at > TRUSTED_FOR:
+        if not log.names(seq, owner) or self._clock() - log.confirmed_at > TRUSTED_FOR:
             return None
         self._logs.move_to_end(invocation_id)
-        events, frames = log.after(after)
+        events, frames = log.after(after, limit)
         return Replay(log.page(events), frames)
 
-    def kept(self, invocation_id: str, after: int) -> tuple[int, list[Event], list[bytes]] | None:
-        """(the row's seq, the kept events from ``after + 1`` on, their frames); None when
-        nothing of the invocation is kept."""
+    def kept(
+        self, invocation_id: str, after: int, limit: int
+    ) -> tuple[int, list[Event], list[bytes]] | None:
+        """(the row's seq, at most ``limit`` kept events from ``after + 1`` on, their frames);
+        None when nothing of the invocation is kept."""
         log = self._logs.get(invocation_id)
         if log is None:
             return None
-        events, frames = log.after(after)
+        events, frames = log.after(after, limit)
         return log.seq, events, frames
 
     def forget(self, invocation_id: str) -> None:
@@ -128,10 +158,13 @@ class ReplayCache:
         if log is not None:
             self._bytes -= log.size
 
-    def remember(self, invocation_id: str, page: StreamPage) -> list[bytes]:
-        """Keep what a store read found (its events are consecutive cursors) and take its facts
-        as confirmed now; returns the frames of ``page.events``, made here unless kept."""
+    def remember(self, invocation_id: str, page: StreamPage, asked_at: float) -> list[bytes]:
+        """Keep what a store read that began at ``asked_at`` found (its events are consecutive
+        cursors) and take its facts as confirmed then; returns the frames of ``page.events``,
+        made here unless kept. A read of an older row than the one kept keeps nothing."""
         log = self._logs.get(invocation_id)
+        if log is not None and page.seq < log.seq:  # began before the row was replaced
+            return [self._encode(e) for e in page.events]
         if log is not None and log.seq != page.seq:
             self.forget(invocation_id)
             log = None
@@ -139,14 +172,15 @@ class ReplayCache:
             frames = [self._encode(e) for e in page.events]
             first = page.events[0].cursor if page.events else page.last_event_id + 1
             log = KeptLog(
-                page.owner, page.status, page.last_event_id, page.seq, first, [], [], 0, 0.0
+                page.owner, page.status, page.last_event_id, page.seq, first, [], [], 0, -math.inf
             )
             self._extend(log, first, page.events, frames)
             self._logs[invocation_id] = log
         else:
             frames = self._merge(log, page.events)
-        log.owner, log.status, log.last_event_id = page.owner, page.status, page.last_event_id
-        log.confirmed_at = self._clock()
+        if asked_at >= log.confirmed_at:  # an earlier read's facts may be older than the log's
+            log.owner, log.status, log.last_event_id = page.owner, page.status, page.last_event_id
+            log.confirmed_at = asked_at
         self._logs.move_to_end(invocation_id)
         self._trim(invocation_id, log)
         return frames

@@ -98,7 +98,7 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     invocation = (await accept(request, new, mode, credential)).invocation
     if req.background:
         return json_response(AcceptedResponse.of(invocation), 202)
-    return await stream(request, invocation.id, after)
+    return await serve_stream(request, invocation.id, after, seq=invocation.seq)
 
 
 async def accept(
@@ -242,10 +242,6 @@ def last_event_id(request: web.Request) -> int:
     if raw is not None:
         return cursor(raw, "after")
     return cursor(request.headers.get("Last-Event-ID", "").strip() or "0", "Last-Event-ID")
-
-
-async def stream(request: web.Request, invocation_id: str, after: int) -> web.StreamResponse:
-    return await serve_stream(request, invocation_id, after)
 
 
 @routes.get("/api/invocations/{id}")

@@ -10,8 +10,8 @@ because every event is in the store before anyone is told about it:
 - pub/sub messages the stream has not taken yet: at most B; past it the subscription drops them
   for one RESYNC (``tether.pubsub.Subscription``), and the stream re-reads the store instead;
 - a replay page: as many events as fit B at the largest frame seen so far (the first page,
-  before any frame was seen, holds few events) from the store, and besides them the events the
-  process keeps (``limits.replay_cache_bytes``, one budget for all streams, shared by them);
+  before any frame was seen, holds few events), from the store or from what the process keeps
+  for all its streams (``tether.gateway.replay_cache``, its own budget);
 - what is written: chunks of at most B (or one larger frame), each awaited until the socket
   took it (aiohttp waits for the transport to drain past 64 KiB).
 
@@ -122,6 +122,11 @@ class EventStream:
     """Frames of one event (none: b""); the agents routes translate events here."""
     transport: asyncio.WriteTransport | None = None
     """The socket under ``sink``, when known: a write it can take at once needs no timer."""
+    seq: int | None = None
+    """The row this stream follows, once known (given, or its first read's): a read that finds
+    another row under the id (retention deleted this one) ends the stream."""
+    owner: str | None = None
+    """The owner the caller will check the first read against, if any."""
     largest_frame: int = field(default=0, init=False)
 
     async def run(self, open_streams: set[Subscription]) -> None:
@@ -135,8 +140,11 @@ class EventStream:
         """Subscribed, then the first read: the invocation's owner, status, last cursor and first
         page, all from one statement (None: no such invocation). A finished log this process
         keeps needs neither: nothing will be published on it (no subscription, None)."""
-        finished = self.reads.kept.trusted(self.invocation_id, self.last_sent)
+        finished = self.reads.kept.trusted(
+            self.invocation_id, self.last_sent, self._page_size(), seq=self.seq, owner=self.owner
+        )
         if finished is not None:
+            self.seq = finished.page.seq
             yield None, finished
             return
         async with self.pubsub.subscribe(events_channel(self.invocation_id)) as sub:
@@ -188,7 +196,14 @@ class EventStream:
             await self._send(batch)
 
     async def _read(self) -> Replay | None:
-        return await self.reads.read(self.invocation_id, self.last_sent, self._page_size())
+        replay = await self.reads.read(
+            self.invocation_id, self.last_sent, self._page_size(), seq=self.seq, owner=self.owner
+        )
+        if replay is not None and self.seq is not None and replay.page.seq != self.seq:
+            return None  # another row under the id: this one was deleted
+        if replay is not None:
+            self.seq = replay.page.seq
+        return replay
 
     async def _catch_up(self, replay: Replay | None) -> None:
         """Send ``replay`` and read on until every stored event is sent; a stream whose run ended
@@ -251,11 +266,15 @@ async def serve_stream(
     preamble: bytes = b"",
     *,
     owner: str | None = None,
+    seq: int | None = None,
 ) -> web.StreamResponse:
     """Answer ``request`` with the SSE stream of ``invocation_id`` after cursor ``after``
     (``encode`` frames each event; ``preamble`` is written first). With ``owner``, an invocation
-    that does not exist or is another owner's is a 404, told by the stream's first read; without
-    it, the caller has checked."""
+    that does not exist or is another owner's is a 404, told by the stream's first read; with
+    ``seq``, the caller holds the row (it created or checked it), and a first read that finds
+    none, or another, is a 404."""
+    if owner is None and seq is None:
+        raise TypeError("serve_stream needs the owner to check or the row's seq")
     services, metrics = request.app[SERVICES], request.app[METRICS]
     limits = StreamLimits.of(request.app[SETTINGS])
     response = web.StreamResponse(status=200, headers=SSE_HEADERS)
@@ -267,6 +286,8 @@ async def serve_stream(
         limits,
         after,
         encode=encode,
+        seq=seq,
+        owner=owner,
     )
     metrics.open_streams.inc()
     try:

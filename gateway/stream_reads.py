@@ -32,24 +32,33 @@ class StreamReads:
         )
         self.kept = ReplayCache(cache_bytes)
 
-    async def read(self, invocation_id: str, after: int, limit: int) -> Replay | None:
-        """The invocation's events after ``after`` with its owner, status and last cursor; None
-        when it does not exist. At most ``limit`` events come from the store; those kept in
-        memory come besides (they cost no more memory for being sent)."""
-        trusted = self.kept.trusted(invocation_id, after)
+    async def read(
+        self,
+        invocation_id: str,
+        after: int,
+        limit: int,
+        *,
+        seq: int | None = None,
+        owner: str | None = None,
+    ) -> Replay | None:
+        """At most ``limit`` of the invocation's events after ``after``, with its owner, status,
+        last cursor and seq; None when it does not exist. A reader that names the row (its
+        ``seq``, or the ``owner`` it will check) may be answered from a finished log kept here."""
+        trusted = self.kept.trusted(invocation_id, after, limit, seq=seq, owner=owner)
         if trusted is not None:
             return trusted
-        kept = self.kept.kept(invocation_id, after)
-        seq, events, frames = kept if kept is not None else (None, [], [])
-        more = max(0, limit - len(events))
-        page = await self._batch.submit(StreamRead(invocation_id, after + len(events), more))
+        kept = self.kept.kept(invocation_id, after, limit)
+        kept_seq, events, frames = kept if kept is not None else (None, [], [])
+        asked_at = self.kept.now()
+        read = StreamRead(invocation_id, after + len(events), limit - len(events))
+        page = await self._batch.submit(read)
         if page is None:
             self.kept.forget(invocation_id)
             return None
-        if seq is not None and seq != page.seq:  # the id names a newer row: read it whole
+        if kept_seq is not None and kept_seq != page.seq:  # another row: read it whole
             self.kept.forget(invocation_id)
-            return await self.read(invocation_id, after, limit)
-        new_frames = self.kept.remember(invocation_id, page)
+            return await self.read(invocation_id, after, limit, seq=seq, owner=owner)
+        new_frames = self.kept.remember(invocation_id, page, asked_at)
         if not events:
             return Replay(page, new_frames)
         page = StreamPage(

@@ -160,9 +160,9 @@ class Limits(BaseModel):
         REPLAY_CACHE_BYTES,
         ge=0,
         description=(
-            "Per gateway process: events its streams read from the store, kept (with their SSE "
-            "frames) so reconnects and other streams of the same invocation read only what is "
-            "not kept (0: keep nothing)."
+            "Per gateway process, estimated: events its streams read from the store, kept (with "
+            "their SSE frames) so reconnects and other streams of the same invocation read only "
+            "what is not kept (0: keep nothing)."
         ),
     )
     max_active_per_owner: int = Field(

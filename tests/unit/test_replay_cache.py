@@ -4,15 +4,22 @@ their budget, and never show one row's events for another row that reuses its id
 
 from __future__ import annotations
 
+import asyncio
 import random
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.client import read_sse
+from tests.unit.test_gateway_embedded import ClientFactory, client_for
+from tether.channels import events_channel
 from tether.events import Event
+from tether.gateway import replay_cache
 from tether.gateway.frames import frame
+from tether.gateway.keys import SERVICES
 from tether.gateway.replay_cache import TRUSTED_FOR, Replay, ReplayCache
 from tether.gateway.sse import EventStream, StreamLimits
 from tether.gateway.stream_reads import StreamReads
@@ -63,7 +70,7 @@ async def emitted(store: Store, owner: str, count: int, *, finish: bool) -> None
 
 
 def recorded(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[StreamRead]:
-    """Every read that reaches the store, from now on."""
+    """Every read that reaches the store, from now on (patch before building StreamReads)."""
     asked: list[StreamRead] = []
     read_streams = store.read_streams
 
@@ -91,6 +98,25 @@ def assert_same(replay: Replay | None, events: list[Event]) -> None:
     assert replay.frames == [frame(e) for e in events]
 
 
+def assert_sound(cache: ReplayCache) -> None:
+    """Every kept run is consecutive cursors with a frame each, and the sizes add up."""
+    total = 0
+    for log in cache._logs.values():
+        assert len(log.events) == len(log.frames) > 0
+        assert [e.cursor for e in log.events] == list(range(log.first, log.end + 1))
+        assert log.frames == [frame(e) for e in log.events]
+        assert log.size == sum(4 * len(f) + replay_cache.EVENT_OVERHEAD for f in log.frames)
+        total += log.size
+    assert cache.size == total
+
+
+def page(
+    owner: str, first: int, count: int, status: Status = Status.ACTIVE, seq: int = 1
+) -> StreamPage:
+    events = [Event(first + k, "tick", {"pad": "x" * 50}) for k in range(count)]
+    return StreamPage(owner, status, first + count - 1, seq, events)
+
+
 async def test_a_reconnect_asks_the_store_only_for_the_events_not_kept(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -103,97 +129,138 @@ async def test_a_reconnect_asks_the_store_only_for_the_events_not_kept(
     assert asked[1:] == [StreamRead(ID, 10, 5)]
     assert_same(got, await truth(store, 5, 10))
     assert got is not None and got.page.status is Status.ACTIVE and got.page.last_event_id == 31
-    got = await reads.read(ID, 2, 4)  # all kept: the store is still asked for the facts
-    assert asked[2:] == [StreamRead(ID, 15, 0)]
-    assert_same(got, await truth(store, 2, 13))  # every kept event comes, past the limit too
-    assert got is not None and got.page.has_more(15)
+    got = await reads.read(ID, 2, 4, owner="ann")  # all kept, but running: the facts are read
+    assert asked[2:] == [StreamRead(ID, 6, 0)]
+    assert_same(got, await truth(store, 2, 4))
+    assert got is not None and got.page.has_more(6)
 
 
-async def test_a_finished_log_is_replayed_without_the_store_until_its_trust_lapses(
+async def test_a_finished_log_is_replayed_without_the_store_to_a_reader_naming_its_row(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await emitted(store, "ann", 20, finish=True)  # cursors 1..22, run.completed last
     asked = recorded(store, monkeypatch)
     clock = Clock()
     reads = reads_with(store, clock)
-    assert_same(await reads.read(ID, 0, 1000), await truth(store, 0))
-    for after in (0, 7, 21, 22):
-        got = await reads.read(ID, after, 16)
-        assert_same(got, await truth(store, after))
-        assert got is not None and got.page.ends_stream(22) and got.page.owner == "ann"
+    first = await reads.read(ID, 0, 1000)
+    assert_same(first, await truth(store, 0))
+    assert first is not None
+    seq = first.page.seq
+    for after, limit in ((0, 16), (7, 1000), (21, 16), (22, 16)):
+        got = await reads.read(ID, after, limit, seq=seq)
+        assert_same(got, await truth(store, after, limit))
+        assert got is not None and got.page.owner == "ann" and got.page.last_event_id == 22
+        assert got.page.ends_stream(22) and got.page.has_more(after) == (after < 22)
+    assert_same(await reads.read(ID, 7, 1000, owner="ann"), await truth(store, 7))
     assert len(asked) == 1
+    await reads.read(ID, 7, 1000, owner="bob")  # names another row: the store answers
+    await reads.read(ID, 7, 1000, seq=seq + 1)
+    await reads.read(ID, 7, 1000)  # names none
+    assert len(asked) == 4
     clock.now += TRUSTED_FOR + 0.01
-    assert_same(await reads.read(ID, 7, 16), await truth(store, 7))
-    assert asked[1:] == [StreamRead(ID, 22, 1)]  # the facts, confirmed again
+    assert_same(await reads.read(ID, 7, 1000, seq=seq), await truth(store, 7))
+    assert asked[4:] == [StreamRead(ID, 22, 985)]  # the facts, confirmed again
     await store.delete_expired(retention=-1)
-    assert await reads.read(ID, 7, 16) is not None  # trusted again for a second: kept
+    assert await reads.read(ID, 7, 16, seq=seq) is not None  # trusted for a second more
     clock.now += TRUSTED_FOR + 0.01
-    assert await reads.read(ID, 7, 16) is None  # deleted: the store says so, nothing kept
+    assert await reads.read(ID, 7, 16, seq=seq) is None  # deleted: the store says so
     assert reads.kept.size == 0
 
 
-async def test_an_id_reused_after_retention_never_shows_the_old_rows_events(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_an_id_reused_after_retention_never_shows_the_old_rows_events(store: Store) -> None:
     await emitted(store, "ann", 12, finish=True)
     clock = Clock()
     reads = reads_with(store, clock)
-    assert_same(await reads.read(ID, 0, 1000), await truth(store, 0))
+    old = await reads.read(ID, 0, 1000)
+    assert old is not None
     await store.delete_expired(retention=-1)
     await emitted(store, "bob", 40, finish=False)  # the same id, another row, another owner
+    [new] = await store.read_streams([StreamRead(ID, 0, 0)])
+    assert new is not None and new.seq > old.page.seq
+    # within the second the old log is trusted: only a reader naming the old row gets it
+    named: list[dict[str, Any]] = [{"seq": new.seq}, {"owner": "bob"}, {}]
+    for who in named:
+        got = await reads.read(ID, 0, 1000, **who)
+        assert got is not None and got.page.owner == "bob" and got.page.seq == new.seq
+        assert_same(got, await truth(store, 0))
+        reads.kept.forget(ID)
+        reads.kept.remember(ID, old.page, clock.now)  # the old row kept and confirmed again
     clock.now += TRUSTED_FOR + 0.01
     for after, limit in ((3, 16), (0, 1000), (14, 5)):
         got = await reads.read(ID, after, limit)
         assert got is not None and got.page.owner == "bob"
-        assert_same(got, (await truth(store, after))[: len(got.page.events)])
-        assert len(got.page.events) >= min(limit, 41 - after)
+        assert_same(got, await truth(store, after, limit))
         assert all(e.data.get("owner") != "ann" for e in got.page.events if e.type == "tick")
+
+
+def test_a_read_that_began_before_the_row_was_replaced_keeps_nothing_of_the_old_row() -> None:
+    clock = Clock()
+    cache = ReplayCache(1 << 20, clock=clock)
+    done = page("bob", 1, 5, Status.COMPLETED, seq=2)
+    cache.remember(ID, done, asked_at=clock.now)
+    stale = page("ann", 1, 9, Status.COMPLETED, seq=1)
+    assert cache.remember(ID, stale, asked_at=clock.now - 0.5) == [frame(e) for e in stale.events]
+    assert cache.kept(ID, 0, 100) == (2, done.events, [frame(e) for e in done.events])
+    earlier = page("bob", 1, 3, Status.ACTIVE, seq=2)  # the same row, read before it ended
+    cache.remember(ID, earlier, asked_at=clock.now - 0.5)
+    replay = cache.trusted(ID, 0, 100, seq=2)  # the later read's facts stand
+    assert replay is not None and replay.page.events == done.events
+    clock.now += TRUSTED_FOR  # trust runs from when the confirming read began
+    cache.remember(ID, done, asked_at=clock.now - TRUSTED_FOR + 0.001)
+    clock.now += 0.01
+    assert cache.trusted(ID, 0, 100, seq=2) is None
+    assert_sound(cache)
 
 
 async def test_any_order_of_reads_says_what_the_store_says(store: Store) -> None:
     await emitted(store, "ann", 60, finish=True)  # cursors 1..62
+    whole = await truth(store, 0)
     clock = Clock()
     rng = random.Random(7)
-    for budget in (1 << 20, 6000, 0):  # ample, a few events' worth, nothing
+    for budget in (1 << 20, 12_000, 0):  # ample, a few events' worth, nothing
         reads = reads_with(store, clock, budget)
-        for _ in range(80):
-            after, limit = rng.randrange(0, 64), rng.randrange(1, 30)
-            got = await reads.read(ID, after, limit)
-            assert got is not None
-            events = got.page.events
-            assert events == (await truth(store, after))[: len(events)]
-            assert len(events) >= min(limit, 62 - after)
-            assert got.frames == [frame(e) for e in events]
+        for _ in range(30):
+            wanted = [(rng.randrange(0, 64), rng.randrange(1, 30)) for _ in range(6)]
+            who: dict[str, Any] = rng.choice(({}, {"owner": "ann"}, {"owner": "bob"}))
+            got = await asyncio.gather(*(reads.read(ID, a, n, **who) for a, n in wanted))
+            for (after, limit), replay in zip(wanted, got, strict=True):
+                assert_same(replay, whole[after : after + limit])
             assert reads.kept.size <= budget
+            assert_sound(reads.kept)
             clock.now += rng.choice((0.0, 0.3, TRUSTED_FOR))
 
 
-def page(owner: str, first: int, count: int, status: Status = Status.ACTIVE) -> StreamPage:
-    events = [Event(first + k, "tick", {"pad": "x" * 50}) for k in range(count)]
-    return StreamPage(owner, status, first + count - 1, 1, events)
-
-
 def test_kept_logs_stay_within_the_budget_the_least_recently_used_going_first() -> None:
-    one = len(frame(Event(10, "tick", {"pad": "x" * 50}))) * 2 + 200  # one event (ids 10..99)
+    one = len(frame(Event(10, "tick", {"pad": "x" * 50}))) * 4 + 200  # one event (ids 10..99)
     cache = ReplayCache(40 * one, clock=Clock())
     for n in range(5):
-        cache.remember(f"i{n}", page("ann", 10, 8))
+        cache.remember(f"i{n}", page("ann", 10, 8), 0.0)
     assert cache.size == 40 * one
-    cache.kept("i0", 0)  # looking does not count as use; a read's remember does
-    cache.remember("i1", page("ann", 18, 1))  # i1 now holds 9 events: i0 goes
-    assert cache.size <= 40 * one and cache.kept("i0", 0) is None
-    assert cache.kept("i1", 0) is not None
-    cache.remember("big", page("ann", 10, 30))  # one log keeps to a quarter, its latest events
-    kept = cache.kept("big", 29)
+    cache.kept("i0", 0, 100)  # looking does not count as use; a read's remember does
+    cache.remember("i1", page("ann", 18, 1), 0.0)  # i1 now holds 9 events: i0 goes
+    assert cache.size <= 40 * one and cache.kept("i0", 0, 100) is None
+    assert cache.kept("i1", 9, 100) is not None
+    cache.remember("big", page("ann", 10, 30), 0.0)  # one log keeps a quarter: its latest events
+    kept = cache.kept("big", 29, 100)
     assert kept is not None and [e.cursor for e in kept[1]] == list(range(30, 40))
-    assert cache.kept("big", 28) == (1, [], [])
+    assert cache.kept("big", 28, 100) == (1, [], [])
     assert cache.size <= 40 * one
+    assert_sound(cache)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.data = b""
+
+    async def write(self, data: bytes) -> None:
+        self.data += data
 
 
 async def test_a_stream_of_a_kept_finished_log_takes_no_subscription(store: Store) -> None:
     await emitted(store, "ann", 5, finish=True)
     reads = reads_with(store, Clock())
-    await reads.read(ID, 0, 1000)
+    first = await reads.read(ID, 0, 1000)
+    assert first is not None
     pubsub = MemoryPubSub()
     subscribed: list[str] = []
     subscribe = pubsub.subscribe
@@ -203,15 +270,40 @@ async def test_a_stream_of_a_kept_finished_log_takes_no_subscription(store: Stor
         return subscribe(channel)
 
     pubsub.subscribe = spying  # type: ignore[method-assign]
-
-    class Sink:
-        data = b""
-
-        async def write(self, data: bytes) -> None:
-            self.data += data
-
-    sink = Sink()
     limits = StreamLimits(ping_interval=5, send_timeout=5, buffer_bytes=64 * 1024)
-    await EventStream(reads, pubsub, ID, sink, limits, 2).run(set())
+    sink = Sink()
+    await EventStream(reads, pubsub, ID, sink, limits, 2, seq=first.page.seq).run(set())
     assert sink.data == b"".join(frame(e) for e in await truth(store, 2))
     assert subscribed == []
+    await store.delete_expired(retention=-1)
+    await emitted(store, "bob", 2, finish=False)
+    sink = Sink()
+    reads.kept.forget(ID)
+    await EventStream(reads, pubsub, ID, sink, limits, seq=first.page.seq).run(set())
+    assert sink.data == b""  # the stream's row is gone; bob's is not its to send
+    assert subscribed == [events_channel(ID)]
+
+
+async def test_a_stream_posted_under_a_reused_id_gets_only_its_own_events(
+    aiohttp_client: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replay_cache, "TRUSTED_FOR", 3600.0)  # the old log stays trusted
+    client = await client_for(
+        aiohttp_client, tmp_path, auth={"mode": "forwarded", "trusted_proxies": ["127.0.0.1/32"]}
+    )
+    services = client.app[SERVICES]
+    alice, bob = {"X-Forwarded-User": "alice"}, {"X-Forwarded-User": "bob"}
+    reused = str(uuid.uuid4())
+    body = {"id": reused, "input": {"emit": 3}, "stream": True}
+    async with client.post("/api/invocations", json=body, headers=alice) as r:
+        assert r.status == 200 and len(await read_sse(r)) == 5
+    async with client.get(f"/api/invocations/{reused}/events", headers=bob) as r:
+        assert r.status == 404  # and the gateway now keeps alice's log, confirmed
+    await services.store.delete_expired(retention=-1)
+    body = {"id": reused, "input": {"emit": 1}, "stream": True}
+    async with client.post("/api/invocations", json=body, headers=bob) as r:
+        assert r.status == 200
+        got = await read_sse(r)
+    stored = await services.store.events_after(reused, 0)
+    assert [(e.id, e.type, e.data) for e in got] == [(e.cursor, e.type, e.data) for e in stored]
+    assert len(got) == 3
