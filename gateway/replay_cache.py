@@ -17,8 +17,9 @@ replayed to its owner. An id reused after retention is another row (a larger ``s
 kept for the old row is dropped the first time a read shows the new one, a read that began
 before the deletion never brings it back, and no reader of the new row is ever given it.
 
-Pages are as long as the reader asks (``limit``), kept or not, so a stream holds no more of the
-kept events at a time than of the store's. The budget counts each event as four times its frame
+Pages are as long as the reader asks, kept or not: at most ``limit`` events, or kept events up to
+``page_bytes`` of frames (their sizes are known), so a stream holds no more of the kept events at
+a time than its page bound. The budget counts each event as four times its frame
 plus ``EVENT_OVERHEAD`` bytes: an estimate of the frame and the decoded JSON, not a measure.
 """
 
@@ -75,13 +76,24 @@ class KeptLog:
     def complete(self) -> bool:
         return self.status.is_terminal and self.end >= self.last_event_id
 
-    def after(self, after: int, limit: int) -> tuple[list[Event], list[bytes]]:
-        """At most ``limit`` kept events from cursor ``after + 1`` on (none unless that cursor is
-        kept)."""
+    def after(
+        self, after: int, limit: int, page_bytes: int | None = None
+    ) -> tuple[list[Event], list[bytes]]:
+        """The kept events from cursor ``after + 1`` on (none unless that cursor is kept): at
+        most ``limit``, or with ``page_bytes`` as many as their frames fit (at least one)."""
         if not self.first <= after + 1 <= self.end:
             return [], []
         k = after + 1 - self.first
-        return self.events[k : k + limit], self.frames[k : k + limit]
+        if page_bytes is None:
+            end = k + limit
+        else:
+            end, size = k, 0
+            for data in self.frames[k:]:
+                size += len(data)
+                if size > page_bytes and end > k:
+                    break
+                end += 1
+        return self.events[k:end], self.frames[k:end]
 
     def names(self, seq: int | None, owner: str | None) -> bool:
         """The reader named this row: by its seq, or by its owner (at least one given)."""
@@ -127,30 +139,31 @@ class ReplayCache:
         after: int,
         limit: int,
         *,
+        page_bytes: int | None = None,
         seq: int | None = None,
         owner: str | None = None,
     ) -> Replay | None:
-        """Up to ``limit`` events after ``after`` without the store, when the reader names the
-        row (:meth:`KeptLog.names`) and its log is complete, kept from ``after + 1`` (or
-        ``after`` is past its end) and confirmed within ``TRUSTED_FOR``."""
+        """A page (:meth:`KeptLog.after`) of the events after ``after`` without the store, when
+        the reader names the row (:meth:`KeptLog.names`) and its log is complete, kept from
+        ``after + 1`` (or ``after`` is past its end) and confirmed within ``TRUSTED_FOR``."""
         log = self._logs.get(invocation_id)
         if log is None or not log.complete() or after + 1 < log.first:
             return None
         if not log.names(seq, owner) or self._clock() - log.confirmed_at > TRUSTED_FOR:
             return None
         self._logs.move_to_end(invocation_id)
-        events, frames = log.after(after, limit)
+        events, frames = log.after(after, limit, page_bytes)
         return Replay(log.page(events), frames)
 
     def kept(
-        self, invocation_id: str, after: int, limit: int
+        self, invocation_id: str, after: int, limit: int, page_bytes: int | None = None
     ) -> tuple[int, list[Event], list[bytes]] | None:
-        """(the row's seq, at most ``limit`` kept events from ``after + 1`` on, their frames);
-        None when nothing of the invocation is kept."""
+        """(the row's seq, a page of kept events from ``after + 1`` on (:meth:`KeptLog.after`),
+        their frames); None when nothing of the invocation is kept."""
         log = self._logs.get(invocation_id)
         if log is None:
             return None
-        events, frames = log.after(after, limit)
+        events, frames = log.after(after, limit, page_bytes)
         return log.seq, events, frames
 
     def forget(self, invocation_id: str) -> None:

@@ -9,9 +9,10 @@ because every event is in the store before anyone is told about it:
 
 - pub/sub messages the stream has not taken yet: at most B; past it the subscription drops them
   for one RESYNC (``tether.pubsub.Subscription``), and the stream re-reads the store instead;
-- a replay page: as many events as fit B at the largest frame seen so far (the first page,
-  before any frame was seen, holds few events), from the store or from what the process keeps
-  for all its streams (``tether.gateway.replay_cache``, its own budget);
+- a replay page: from the store, as many events as fit B at the largest frame seen so far (the
+  first page, before any frame was seen, holds few events); before them, events the process keeps
+  for all its streams (``tether.gateway.replay_cache``, its own budget), as many as their frames
+  fit B;
 - what is written: chunks of at most B (or one larger frame), each awaited until the socket
   took it (aiohttp waits for the transport to drain past 64 KiB).
 
@@ -141,7 +142,12 @@ class EventStream:
         page, all from one statement (None: no such invocation). A finished log this process
         keeps needs neither: nothing will be published on it (no subscription, None)."""
         finished = self.reads.kept.trusted(
-            self.invocation_id, self.last_sent, self._page_size(), seq=self.seq, owner=self.owner
+            self.invocation_id,
+            self.last_sent,
+            self._page_size(),
+            page_bytes=self.limits.buffer_bytes,
+            seq=self.seq,
+            owner=self.owner,
         )
         if finished is not None:
             self.seq = finished.page.seq
@@ -197,7 +203,12 @@ class EventStream:
 
     async def _read(self) -> Replay | None:
         replay = await self.reads.read(
-            self.invocation_id, self.last_sent, self._page_size(), seq=self.seq, owner=self.owner
+            self.invocation_id,
+            self.last_sent,
+            self._page_size(),
+            page_bytes=self.limits.buffer_bytes,
+            seq=self.seq,
+            owner=self.owner,
         )
         if replay is not None and self.seq is not None and replay.page.seq != self.seq:
             return None  # another row under the id: this one was deleted

@@ -38,26 +38,33 @@ class StreamReads:
         after: int,
         limit: int,
         *,
+        page_bytes: int | None = None,
         seq: int | None = None,
         owner: str | None = None,
     ) -> Replay | None:
-        """At most ``limit`` of the invocation's events after ``after``, with its owner, status,
-        last cursor and seq; None when it does not exist. A reader that names the row (its
-        ``seq``, or the ``owner`` it will check) may be answered from a finished log kept here."""
-        trusted = self.kept.trusted(invocation_id, after, limit, seq=seq, owner=owner)
+        """The invocation's events after ``after`` (at most ``limit`` from the store; kept ones
+        at most ``limit``, or with ``page_bytes`` as many as their frames fit), with its owner,
+        status, last cursor and seq; None when it does not exist. A reader that names the row
+        (its ``seq``, or the ``owner`` it will check) may be answered from a finished log kept
+        here, with no statement."""
+        trusted = self.kept.trusted(
+            invocation_id, after, limit, page_bytes=page_bytes, seq=seq, owner=owner
+        )
         if trusted is not None:
             return trusted
-        kept = self.kept.kept(invocation_id, after, limit)
+        kept = self.kept.kept(invocation_id, after, limit, page_bytes)
         kept_seq, events, frames = kept if kept is not None else (None, [], [])
         asked_at = self.kept.now()
-        read = StreamRead(invocation_id, after + len(events), limit - len(events))
+        read = StreamRead(invocation_id, after + len(events), max(0, limit - len(events)))
         page = await self._batch.submit(read)
         if page is None:
             self.kept.forget(invocation_id)
             return None
         if kept_seq is not None and kept_seq != page.seq:  # another row: read it whole
             self.kept.forget(invocation_id)
-            return await self.read(invocation_id, after, limit, seq=seq, owner=owner)
+            return await self.read(
+                invocation_id, after, limit, page_bytes=page_bytes, seq=seq, owner=owner
+            )
         new_frames = self.kept.remember(invocation_id, page, asked_at)
         if not events:
             return Replay(page, new_frames)

@@ -225,6 +225,10 @@ async def test_any_order_of_reads_says_what_the_store_says(store: Store) -> None
             got = await asyncio.gather(*(reads.read(ID, a, n, **who) for a, n in wanted))
             for (after, limit), replay in zip(wanted, got, strict=True):
                 assert_same(replay, whole[after : after + limit])
+            paged = [await reads.read(ID, a, n, page_bytes=300, **who) for a, n in wanted]
+            for (after, _), replay in zip(wanted, paged, strict=True):
+                assert replay is not None and (replay.page.events or after >= 62)
+                assert_same(replay, whole[after : after + len(replay.page.events)])
             assert reads.kept.size <= budget
             assert_sound(reads.kept)
             clock.now += rng.choice((0.0, 0.3, TRUSTED_FOR))
@@ -246,6 +250,17 @@ def test_kept_logs_stay_within_the_budget_the_least_recently_used_going_first() 
     assert cache.kept("big", 28, 100) == (1, [], [])
     assert cache.size <= 40 * one
     assert_sound(cache)
+
+
+def test_a_page_of_kept_events_is_bounded_by_count_or_by_the_bytes_of_its_frames() -> None:
+    cache = ReplayCache(1 << 20, clock=Clock())
+    cache.remember(ID, page("ann", 10, 20), 0.0)
+    size = len(frame(Event(10, "tick", {"pad": "x" * 50})))
+    for limit, page_bytes, count in ((5, None, 5), (5, 3 * size, 3), (1, 7 * size + 1, 7)):
+        kept = cache.kept(ID, 11, limit, page_bytes)
+        assert kept is not None and [e.cursor for e in kept[1]] == list(range(12, 12 + count))
+    kept = cache.kept(ID, 11, 5, page_bytes=1)  # one frame larger than the bound: it alone
+    assert kept is not None and len(kept[1]) == 1
 
 
 class Sink:
