@@ -18,10 +18,12 @@ from tether.gateway.agent_routes import routes as agent_routes
 from tether.gateway.auth import resolve_auth
 from tether.gateway.body import read_body
 from tether.gateway.inputs import routes as input_routes
+from tether.gateway.invocation_reads import InvocationReads
 from tether.gateway.keys import (
     ACCEPTOR,
     AGENT_APP,
     AUTH,
+    INVOCATION_READS,
     METRICS,
     QUEUED,
     SERVICES,
@@ -168,6 +170,7 @@ def create_app(
             app[QUEUED] = QueuedGauge(services.store)
             app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
             app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)
+            app[INVOCATION_READS] = InvocationReads(services.store)
             app[STREAM_READS] = StreamReads(services.store, settings.limits.replay_cache_bytes)
             yield
 

@@ -7,6 +7,7 @@ from aiohttp import web
 from tether.app import AgentApp
 from tether.gateway.accept import Acceptor, QueuedGauge
 from tether.gateway.auth import Authenticator
+from tether.gateway.invocation_reads import InvocationReads
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.stream_reads import StreamReads
 from tether.gateway.tenancy import Tenancy
@@ -26,3 +27,4 @@ TENANCY = web.AppKey("tenancy", Tenancy)
 TENANT_COUNTS = web.AppKey("tenant_counts", OpenCountsCache)
 STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")
 STREAM_READS = web.AppKey("stream_reads", StreamReads)
+INVOCATION_READS = web.AppKey("invocation_reads", InvocationReads)

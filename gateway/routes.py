@@ -14,7 +14,16 @@ from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
 from tether.gateway.accept import TenantRateLimited
 from tether.gateway.checks import caller_credential, checked_input
-from tether.gateway.keys import ACCEPTOR, AUTH, METRICS, QUEUED, SERVICES, SETTINGS, TENANCY
+from tether.gateway.keys import (
+    ACCEPTOR,
+    AUTH,
+    INVOCATION_READS,
+    METRICS,
+    QUEUED,
+    SERVICES,
+    SETTINGS,
+    TENANCY,
+)
 from tether.gateway.models import (
     AcceptedResponse,
     CompletedResponse,
@@ -63,7 +72,7 @@ def caller_and_id(request: web.Request) -> tuple[str, str]:
 async def owned_invocation(request: web.Request) -> Invocation:
     """The invocation named in the path, if the caller owns it; 404 otherwise."""
     owner, invocation_id = caller_and_id(request)
-    invocation = await request.app[SERVICES].store.get(invocation_id)
+    invocation = await request.app[INVOCATION_READS].get(invocation_id)
     if invocation is None or invocation.owner != owner:
         raise ApiError(ErrorCode.NOT_FOUND)
     return invocation

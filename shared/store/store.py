@@ -175,6 +175,10 @@ class Store:
     async def get(self, invocation_id: str) -> Invocation | None:
         return await self._invocations.get(invocation_id)
 
+    async def get_many(self, invocation_ids: Sequence[str]) -> list[Invocation | None]:
+        """Each id's invocation, in order, from one statement (None where there is none)."""
+        return await self._invocations.get_many(invocation_ids)
+
     async def list_owned(
         self,
         owner: str,

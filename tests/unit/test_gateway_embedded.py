@@ -161,10 +161,10 @@ async def test_an_unavailable_database_is_a_503_to_retry_with_no_driver_text(
 ) -> None:
     client = await client_for(aiohttp_client, tmp_path, limits={"retry_after": 2})
 
-    async def unavailable(invocation_id: str) -> None:
+    async def unavailable(invocation_ids: list[str]) -> None:
         raise StoreUnavailable("OperationalError: connection to server at db.internal failed")
 
-    monkeypatch.setattr(client.app[SERVICES].store, "get", unavailable)
+    monkeypatch.setattr(client.app[SERVICES].store, "get_many", unavailable)
     r = await client.get(f"/api/invocations/{uuid.uuid4()}")
     assert r.status == 503 and r.headers["Retry-After"] == "2"
     body = await r.json()
