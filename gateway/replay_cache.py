@@ -46,6 +46,21 @@ ONE_LOG_SHARE = 4
 
 
 @dataclass(frozen=True, slots=True)
+class Wanted:
+    """One read of a stream: ``invocation_id``'s events after cursor ``after``, at most
+    ``limit`` from the store; kept ones at most ``limit``, or with ``page_bytes`` as many as
+    their frames fit (at least one). The reader names the row by its ``seq`` or by the
+    ``owner`` it checks, or neither (then only the store answers for the row)."""
+
+    invocation_id: str
+    after: int
+    limit: int
+    page_bytes: int | None = None
+    seq: int | None = None
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Replay:
     """What a stream's read found: the facts and events (``page``) and each event's frame."""
 
@@ -76,27 +91,25 @@ class KeptLog:
     def complete(self) -> bool:
         return self.status.is_terminal and self.end >= self.last_event_id
 
-    def after(
-        self, after: int, limit: int, page_bytes: int | None = None
-    ) -> tuple[list[Event], list[bytes]]:
-        """The kept events from cursor ``after + 1`` on (none unless that cursor is kept): at
-        most ``limit``, or with ``page_bytes`` as many as their frames fit (at least one)."""
-        if not self.first <= after + 1 <= self.end:
+    def after(self, wanted: Wanted) -> tuple[list[Event], list[bytes]]:
+        """The kept page of ``wanted`` (none unless cursor ``wanted.after + 1`` is kept)."""
+        if not self.first <= wanted.after + 1 <= self.end:
             return [], []
-        k = after + 1 - self.first
-        if page_bytes is None:
-            end = k + limit
+        k = wanted.after + 1 - self.first
+        if wanted.page_bytes is None:
+            end = k + wanted.limit
         else:
             end, size = k, 0
             for data in self.frames[k:]:
                 size += len(data)
-                if size > page_bytes and end > k:
+                if size > wanted.page_bytes and end > k:
                     break
                 end += 1
         return self.events[k:end], self.frames[k:end]
 
-    def names(self, seq: int | None, owner: str | None) -> bool:
+    def named_by(self, wanted: Wanted) -> bool:
         """The reader named this row: by its seq, or by its owner (at least one given)."""
+        seq, owner = wanted.seq, wanted.owner
         if seq is None and owner is None:
             return False
         return (seq is None or seq == self.seq) and (owner is None or owner == self.owner)
@@ -133,37 +146,26 @@ class ReplayCache:
         """The clock ``remember`` takes its ``asked_at`` from."""
         return self._clock()
 
-    def trusted(
-        self,
-        invocation_id: str,
-        after: int,
-        limit: int,
-        *,
-        page_bytes: int | None = None,
-        seq: int | None = None,
-        owner: str | None = None,
-    ) -> Replay | None:
-        """A page (:meth:`KeptLog.after`) of the events after ``after`` without the store, when
-        the reader names the row (:meth:`KeptLog.names`) and its log is complete, kept from
-        ``after + 1`` (or ``after`` is past its end) and confirmed within ``TRUSTED_FOR``."""
-        log = self._logs.get(invocation_id)
-        if log is None or not log.complete() or after + 1 < log.first:
+    def trusted(self, wanted: Wanted) -> Replay | None:
+        """The page of ``wanted`` without the store, when the reader names the row
+        (:meth:`KeptLog.named_by`) and its log is complete, kept from ``wanted.after + 1`` (or
+        past its end) and confirmed within ``TRUSTED_FOR``."""
+        log = self._logs.get(wanted.invocation_id)
+        if log is None or not log.complete() or wanted.after + 1 < log.first:
             return None
-        if not log.names(seq, owner) or self._clock() - log.confirmed_at > TRUSTED_FOR:
+        if not log.named_by(wanted) or self._clock() - log.confirmed_at > TRUSTED_FOR:
             return None
-        self._logs.move_to_end(invocation_id)
-        events, frames = log.after(after, limit, page_bytes)
+        self._logs.move_to_end(wanted.invocation_id)
+        events, frames = log.after(wanted)
         return Replay(log.page(events), frames)
 
-    def kept(
-        self, invocation_id: str, after: int, limit: int, page_bytes: int | None = None
-    ) -> tuple[int, list[Event], list[bytes]] | None:
-        """(the row's seq, a page of kept events from ``after + 1`` on (:meth:`KeptLog.after`),
-        their frames); None when nothing of the invocation is kept."""
-        log = self._logs.get(invocation_id)
+    def kept(self, wanted: Wanted) -> tuple[int, list[Event], list[bytes]] | None:
+        """(the row's seq, the kept page of ``wanted`` (:meth:`KeptLog.after`), its frames);
+        None when nothing of the invocation is kept."""
+        log = self._logs.get(wanted.invocation_id)
         if log is None:
             return None
-        events, frames = log.after(after, limit, page_bytes)
+        events, frames = log.after(wanted)
         return log.seq, events, frames
 
     def forget(self, invocation_id: str) -> None:

@@ -38,7 +38,7 @@ from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
 from tether.gateway.frames import frame
 from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
-from tether.gateway.replay_cache import Replay
+from tether.gateway.replay_cache import Replay, Wanted
 from tether.gateway.responses import ApiError
 from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import CLOSING, RESYNC, Published, PubSub, Subscription
@@ -141,14 +141,7 @@ class EventStream:
         """Subscribed, then the first read: the invocation's owner, status, last cursor and first
         page, all from one statement (None: no such invocation). A finished log this process
         keeps needs neither: nothing will be published on it (no subscription, None)."""
-        finished = self.reads.kept.trusted(
-            self.invocation_id,
-            self.last_sent,
-            self._page_size(),
-            page_bytes=self.limits.buffer_bytes,
-            seq=self.seq,
-            owner=self.owner,
-        )
+        finished = self.reads.kept.trusted(self._wanted())
         if finished is not None:
             self.seq = finished.page.seq
             yield None, finished
@@ -202,14 +195,7 @@ class EventStream:
             await self._send(batch)
 
     async def _read(self) -> Replay | None:
-        replay = await self.reads.read(
-            self.invocation_id,
-            self.last_sent,
-            self._page_size(),
-            page_bytes=self.limits.buffer_bytes,
-            seq=self.seq,
-            owner=self.owner,
-        )
+        replay = await self.reads.read(self._wanted())
         if replay is not None and self.seq is not None and replay.page.seq != self.seq:
             return None  # another row under the id: this one was deleted
         if replay is not None:
@@ -230,6 +216,12 @@ class EventStream:
             if self.done or not page.events or not page.has_more(self.last_sent):
                 return
             replay = await self._read()
+
+    def _wanted(self) -> Wanted:
+        """The next read: after what was sent, a page's worth, naming the row as far as known."""
+        size = self._page_size()
+        bound = self.limits.buffer_bytes
+        return Wanted(self.invocation_id, self.last_sent, size, bound, self.seq, self.owner)
 
     def _page_size(self) -> int:
         largest = self.largest_frame or self.limits.buffer_bytes // FIRST_PAGE

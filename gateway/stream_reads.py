@@ -11,7 +11,7 @@ kept, and a finished log confirmed within the last second needs no statement at 
 
 from __future__ import annotations
 
-from tether.gateway.replay_cache import Replay, ReplayCache
+from tether.gateway.replay_cache import Replay, ReplayCache, Wanted
 from tether.groupcommit import GroupCommit
 from tether.settings import REPLAY_CACHE_BYTES
 from tether.store.store import Store, StreamPage, StreamRead
@@ -32,39 +32,26 @@ class StreamReads:
         )
         self.kept = ReplayCache(cache_bytes)
 
-    async def read(
-        self,
-        invocation_id: str,
-        after: int,
-        limit: int,
-        *,
-        page_bytes: int | None = None,
-        seq: int | None = None,
-        owner: str | None = None,
-    ) -> Replay | None:
-        """The invocation's events after ``after`` (at most ``limit`` from the store; kept ones
-        at most ``limit``, or with ``page_bytes`` as many as their frames fit), with its owner,
-        status, last cursor and seq; None when it does not exist. A reader that names the row
-        (its ``seq``, or the ``owner`` it will check) may be answered from a finished log kept
-        here, with no statement."""
-        trusted = self.kept.trusted(
-            invocation_id, after, limit, page_bytes=page_bytes, seq=seq, owner=owner
-        )
+    async def read(self, wanted: Wanted) -> Replay | None:
+        """The page of ``wanted`` (:class:`~tether.gateway.replay_cache.Wanted`) with the
+        invocation's owner, status, last cursor and seq; None when it does not exist. A reader
+        that names the row may be answered from a finished log kept here, with no statement."""
+        invocation_id = wanted.invocation_id
+        trusted = self.kept.trusted(wanted)
         if trusted is not None:
             return trusted
-        kept = self.kept.kept(invocation_id, after, limit, page_bytes)
+        kept = self.kept.kept(wanted)
         kept_seq, events, frames = kept if kept is not None else (None, [], [])
         asked_at = self.kept.now()
-        read = StreamRead(invocation_id, after + len(events), max(0, limit - len(events)))
+        more = max(0, wanted.limit - len(events))
+        read = StreamRead(invocation_id, wanted.after + len(events), more)
         page = await self._batch.submit(read)
         if page is None:
             self.kept.forget(invocation_id)
             return None
         if kept_seq is not None and kept_seq != page.seq:  # another row: read it whole
             self.kept.forget(invocation_id)
-            return await self.read(
-                invocation_id, after, limit, page_bytes=page_bytes, seq=seq, owner=owner
-            )
+            return await self.read(wanted)
         new_frames = self.kept.remember(invocation_id, page, asked_at)
         if not events:
             return Replay(page, new_frames)

@@ -20,7 +20,7 @@ from tether.events import Event
 from tether.gateway import replay_cache
 from tether.gateway.frames import frame
 from tether.gateway.keys import SERVICES
-from tether.gateway.replay_cache import TRUSTED_FOR, Replay, ReplayCache
+from tether.gateway.replay_cache import TRUSTED_FOR, Replay, ReplayCache, Wanted
 from tether.gateway.sse import EventStream, StreamLimits
 from tether.gateway.stream_reads import StreamReads
 from tether.outcomes import completed
@@ -123,13 +123,14 @@ async def test_a_reconnect_asks_the_store_only_for_the_events_not_kept(
     await emitted(store, "ann", 30, finish=False)  # cursors 1..31, still running
     asked = recorded(store, monkeypatch)
     reads = reads_with(store, Clock())
-    assert_same(await reads.read(ID, 0, 10), await truth(store, 0, 10))
+    assert_same(await reads.read(Wanted(ID, 0, 10)), await truth(store, 0, 10))
     assert asked == [StreamRead(ID, 0, 10)]
-    got = await reads.read(ID, 5, 10)  # 6..10 are kept: the store gives 11..15 and the facts
+    # 6..10 are kept: the store gives 11..15 and the facts
+    got = await reads.read(Wanted(ID, 5, 10))
     assert asked[1:] == [StreamRead(ID, 10, 5)]
     assert_same(got, await truth(store, 5, 10))
     assert got is not None and got.page.status is Status.ACTIVE and got.page.last_event_id == 31
-    got = await reads.read(ID, 2, 4, owner="ann")  # all kept, but running: the facts are read
+    got = await reads.read(Wanted(ID, 2, 4, owner="ann"))  # all kept, running: facts read
     assert asked[2:] == [StreamRead(ID, 6, 0)]
     assert_same(got, await truth(store, 2, 4))
     assert got is not None and got.page.has_more(6)
@@ -142,28 +143,28 @@ async def test_a_finished_log_is_replayed_without_the_store_to_a_reader_naming_i
     asked = recorded(store, monkeypatch)
     clock = Clock()
     reads = reads_with(store, clock)
-    first = await reads.read(ID, 0, 1000)
+    first = await reads.read(Wanted(ID, 0, 1000))
     assert_same(first, await truth(store, 0))
     assert first is not None
     seq = first.page.seq
     for after, limit in ((0, 16), (7, 1000), (21, 16), (22, 16)):
-        got = await reads.read(ID, after, limit, seq=seq)
+        got = await reads.read(Wanted(ID, after, limit, seq=seq))
         assert_same(got, await truth(store, after, limit))
         assert got is not None and got.page.owner == "ann" and got.page.last_event_id == 22
         assert got.page.ends_stream(22) and got.page.has_more(after) == (after < 22)
-    assert_same(await reads.read(ID, 7, 1000, owner="ann"), await truth(store, 7))
+    assert_same(await reads.read(Wanted(ID, 7, 1000, owner="ann")), await truth(store, 7))
     assert len(asked) == 1
-    await reads.read(ID, 7, 1000, owner="bob")  # names another row: the store answers
-    await reads.read(ID, 7, 1000, seq=seq + 1)
-    await reads.read(ID, 7, 1000)  # names none
+    await reads.read(Wanted(ID, 7, 1000, owner="bob"))  # names another row: the store answers
+    await reads.read(Wanted(ID, 7, 1000, seq=seq + 1))
+    await reads.read(Wanted(ID, 7, 1000))  # names none
     assert len(asked) == 4
     clock.now += TRUSTED_FOR + 0.01
-    assert_same(await reads.read(ID, 7, 1000, seq=seq), await truth(store, 7))
+    assert_same(await reads.read(Wanted(ID, 7, 1000, seq=seq)), await truth(store, 7))
     assert asked[4:] == [StreamRead(ID, 22, 985)]  # the facts, confirmed again
     await store.delete_expired(retention=-1)
-    assert await reads.read(ID, 7, 16, seq=seq) is not None  # trusted for a second more
+    assert await reads.read(Wanted(ID, 7, 16, seq=seq)) is not None  # trusted for a second more
     clock.now += TRUSTED_FOR + 0.01
-    assert await reads.read(ID, 7, 16, seq=seq) is None  # deleted: the store says so
+    assert await reads.read(Wanted(ID, 7, 16, seq=seq)) is None  # deleted: the store says so
     assert reads.kept.size == 0
 
 
@@ -171,7 +172,7 @@ async def test_an_id_reused_after_retention_never_shows_the_old_rows_events(stor
     await emitted(store, "ann", 12, finish=True)
     clock = Clock()
     reads = reads_with(store, clock)
-    old = await reads.read(ID, 0, 1000)
+    old = await reads.read(Wanted(ID, 0, 1000))
     assert old is not None
     await store.delete_expired(retention=-1)
     await emitted(store, "bob", 40, finish=False)  # the same id, another row, another owner
@@ -180,14 +181,14 @@ async def test_an_id_reused_after_retention_never_shows_the_old_rows_events(stor
     # within the second the old log is trusted: only a reader naming the old row gets it
     named: list[dict[str, Any]] = [{"seq": new.seq}, {"owner": "bob"}, {}]
     for who in named:
-        got = await reads.read(ID, 0, 1000, **who)
+        got = await reads.read(Wanted(ID, 0, 1000, **who))
         assert got is not None and got.page.owner == "bob" and got.page.seq == new.seq
         assert_same(got, await truth(store, 0))
         reads.kept.forget(ID)
         reads.kept.remember(ID, old.page, clock.now)  # the old row kept and confirmed again
     clock.now += TRUSTED_FOR + 0.01
     for after, limit in ((3, 16), (0, 1000), (14, 5)):
-        got = await reads.read(ID, after, limit)
+        got = await reads.read(Wanted(ID, after, limit))
         assert got is not None and got.page.owner == "bob"
         assert_same(got, await truth(store, after, limit))
         assert all(e.data.get("owner") != "ann" for e in got.page.events if e.type == "tick")
@@ -200,15 +201,15 @@ def test_a_read_that_began_before_the_row_was_replaced_keeps_nothing_of_the_old_
     cache.remember(ID, done, asked_at=clock.now)
     stale = page("ann", 1, 9, Status.COMPLETED, seq=1)
     assert cache.remember(ID, stale, asked_at=clock.now - 0.5) == [frame(e) for e in stale.events]
-    assert cache.kept(ID, 0, 100) == (2, done.events, [frame(e) for e in done.events])
+    assert cache.kept(Wanted(ID, 0, 100)) == (2, done.events, [frame(e) for e in done.events])
     earlier = page("bob", 1, 3, Status.ACTIVE, seq=2)  # the same row, read before it ended
     cache.remember(ID, earlier, asked_at=clock.now - 0.5)
-    replay = cache.trusted(ID, 0, 100, seq=2)  # the later read's facts stand
+    replay = cache.trusted(Wanted(ID, 0, 100, seq=2))  # the later read's facts stand
     assert replay is not None and replay.page.events == done.events
     clock.now += TRUSTED_FOR  # trust runs from when the confirming read began
     cache.remember(ID, done, asked_at=clock.now - TRUSTED_FOR + 0.001)
     clock.now += 0.01
-    assert cache.trusted(ID, 0, 100, seq=2) is None
+    assert cache.trusted(Wanted(ID, 0, 100, seq=2)) is None
     assert_sound(cache)
 
 
@@ -222,10 +223,10 @@ async def test_any_order_of_reads_says_what_the_store_says(store: Store) -> None
         for _ in range(30):
             wanted = [(rng.randrange(0, 64), rng.randrange(1, 30)) for _ in range(6)]
             who: dict[str, Any] = rng.choice(({}, {"owner": "ann"}, {"owner": "bob"}))
-            got = await asyncio.gather(*(reads.read(ID, a, n, **who) for a, n in wanted))
+            got = await asyncio.gather(*(reads.read(Wanted(ID, a, n, **who)) for a, n in wanted))
             for (after, limit), replay in zip(wanted, got, strict=True):
                 assert_same(replay, whole[after : after + limit])
-            paged = [await reads.read(ID, a, n, page_bytes=300, **who) for a, n in wanted]
+            paged = [await reads.read(Wanted(ID, a, n, page_bytes=300, **who)) for a, n in wanted]
             for (after, _), replay in zip(wanted, paged, strict=True):
                 assert replay is not None and (replay.page.events or after >= 62)
                 assert_same(replay, whole[after : after + len(replay.page.events)])
@@ -240,14 +241,14 @@ def test_kept_logs_stay_within_the_budget_the_least_recently_used_going_first() 
     for n in range(5):
         cache.remember(f"i{n}", page("ann", 10, 8), 0.0)
     assert cache.size == 40 * one
-    cache.kept("i0", 0, 100)  # looking does not count as use; a read's remember does
+    cache.kept(Wanted("i0", 0, 100))  # looking does not count as use; a read's remember does
     cache.remember("i1", page("ann", 18, 1), 0.0)  # i1 now holds 9 events: i0 goes
-    assert cache.size <= 40 * one and cache.kept("i0", 0, 100) is None
-    assert cache.kept("i1", 9, 100) is not None
+    assert cache.size <= 40 * one and cache.kept(Wanted("i0", 0, 100)) is None
+    assert cache.kept(Wanted("i1", 9, 100)) is not None
     cache.remember("big", page("ann", 10, 30), 0.0)  # one log keeps a quarter: its latest events
-    kept = cache.kept("big", 29, 100)
+    kept = cache.kept(Wanted("big", 29, 100))
     assert kept is not None and [e.cursor for e in kept[1]] == list(range(30, 40))
-    assert cache.kept("big", 28, 100) == (1, [], [])
+    assert cache.kept(Wanted("big", 28, 100)) == (1, [], [])
     assert cache.size <= 40 * one
     assert_sound(cache)
 
@@ -257,9 +258,9 @@ def test_a_page_of_kept_events_is_bounded_by_count_or_by_the_bytes_of_its_frames
     cache.remember(ID, page("ann", 10, 20), 0.0)
     size = len(frame(Event(10, "tick", {"pad": "x" * 50})))
     for limit, page_bytes, count in ((5, None, 5), (5, 3 * size, 3), (1, 7 * size + 1, 7)):
-        kept = cache.kept(ID, 11, limit, page_bytes)
+        kept = cache.kept(Wanted(ID, 11, limit, page_bytes))
         assert kept is not None and [e.cursor for e in kept[1]] == list(range(12, 12 + count))
-    kept = cache.kept(ID, 11, 5, page_bytes=1)  # one frame larger than the bound: it alone
+    kept = cache.kept(Wanted(ID, 11, 5, page_bytes=1))  # one frame larger than the bound: it alone
     assert kept is not None and len(kept[1]) == 1
 
 
@@ -274,7 +275,7 @@ class Sink:
 async def test_a_stream_of_a_kept_finished_log_takes_no_subscription(store: Store) -> None:
     await emitted(store, "ann", 5, finish=True)
     reads = reads_with(store, Clock())
-    first = await reads.read(ID, 0, 1000)
+    first = await reads.read(Wanted(ID, 0, 1000))
     assert first is not None
     pubsub = MemoryPubSub()
     subscribed: list[str] = []

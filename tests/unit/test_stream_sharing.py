@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tether.events import Event, encode_batch
 from tether.gateway.frames import frame
+from tether.gateway.replay_cache import Wanted
 from tether.gateway.sse import SharedChunk, shared_chunk
 from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import MemoryPubSub, Published
@@ -60,7 +61,7 @@ async def test_reads_of_one_invocation_in_one_batch_share_its_events_and_frames(
         assert [e.cursor for e in late.events] == [4, 5, 6, 7, 8, 9]
         assert early.events[3] is late.events[0]  # one row, one decoded event
         reads = StreamReads(store)
-        one, two = await reads.read(new.id, 0, 6), await reads.read(new.id, 3, 6)
+        one, two = await reads.read(Wanted(new.id, 0, 6)), await reads.read(Wanted(new.id, 3, 6))
         assert one is not None and two is not None
         assert one.frames == [frame(e) for e in one.page.events]
         assert all(a is b for a, b in zip(one.frames[3:], two.frames, strict=False))  # framed once
