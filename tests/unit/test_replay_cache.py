@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +45,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = Store.embedded(str(tmp_path / "s.db"))
-    await store.migrate()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def emitted(store: Store, owner: str, count: int, *, finish: bool) -> None:
