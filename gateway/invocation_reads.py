@@ -28,6 +28,7 @@ class InvocationReads:
         )
 
     async def _get_many(self, invocation_ids: list[str]) -> list[Invocation | None]:
+        """``Store.get_many``, looked up at each flush (a test may replace it on a live app)."""
         return await self._store.get_many(invocation_ids)
 
     async def get(self, invocation_id: str) -> Invocation | None:
