@@ -21,7 +21,7 @@ from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
 from tether.store.errors import StoreError, Superseded
 from tether.store.eventlog import advanced, insert_events, numbered
-from tether.store.schema import Status, invocations
+from tether.store.schema import Status, invocations, status_is
 from tether.store.writes import AppendRequest, Finished, FinishRequest
 
 inv = invocations.c
@@ -122,7 +122,7 @@ class Attempts:
         async with self._db.transaction() as conn:
             rows = await conn.execute(
                 sa.update(invocations)
-                .where(inv.status == Status.ACTIVE.value, sa.or_(*mine))
+                .where(status_is(inv.status, Status.ACTIVE), sa.or_(*mine))
                 .values(heartbeat_at=self._db.now)
                 .returning(inv.id, inv.cancel_requested)
             )
@@ -140,7 +140,7 @@ class Attempts:
 
 def fence(invocation_id: str, attempt: int) -> tuple[sa.ColumnElement[bool], ...]:
     """The row as long as ``attempt`` still owns it."""
-    return (inv.id == invocation_id, inv.attempt == attempt, inv.status == Status.ACTIVE.value)
+    return (inv.id == invocation_id, inv.attempt == attempt, status_is(inv.status, Status.ACTIVE))
 
 
 def _invocation_id(request: AppendRequest | FinishRequest) -> str:
@@ -170,7 +170,7 @@ def _advance_statement(size: int) -> sa.Update:
         .where(
             inv.id == counts.c.id,
             inv.attempt == counts.c.attempt,
-            inv.status == Status.ACTIVE.value,
+            status_is(inv.status, Status.ACTIVE),
         )
         .values(last_event_id=advanced(counts.c.events))
         .returning(inv.id, inv.last_event_id)

@@ -20,7 +20,7 @@ from tether.outcomes import Outcome
 from tether.store.bound import bound_rows, bound_values, padded
 from tether.store.dialect import Dialect
 from tether.store.eventlog import advanced, insert_events, numbered
-from tether.store.schema import Json, Status, invocations
+from tether.store.schema import Json, Status, invocations, status_is
 from tether.store.writes import Finished, FinishRequest, NewEvent
 
 inv = invocations.c
@@ -142,7 +142,7 @@ async def _successor(conn: AsyncConnection, owner: str, session_id: str | None) 
         .where(
             inv.owner == owner,
             inv.session_id == session_id,
-            inv.status == Status.QUEUED.value,
+            status_is(inv.status, Status.QUEUED),
         )
         .order_by(inv.seq)
         .limit(1)

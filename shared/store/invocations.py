@@ -31,6 +31,7 @@ from tether.store.schema import (
     NewInvocation,
     Status,
     invocations,
+    status_is,
 )
 from tether.store.writes import Accepted, Finished
 
@@ -121,7 +122,7 @@ class Invocations:
                         return finished
                 flagged = await conn.execute(
                     sa.update(invocations)
-                    .where(inv.id == invocation_id, inv.status == Status.ACTIVE.value)
+                    .where(inv.id == invocation_id, status_is(inv.status, Status.ACTIVE))
                     .values(cancel_requested=True)
                 )
                 if flagged.rowcount:
@@ -170,7 +171,7 @@ class Invocations:
 
     async def count_queued(self) -> int:
         async with self._db.connection() as conn:
-            query = sa.select(sa.func.count()).where(inv.status == Status.QUEUED.value)
+            query = sa.select(sa.func.count()).where(status_is(inv.status, Status.QUEUED))
             return int(await conn.scalar(query) or 0)
 
 
@@ -255,7 +256,7 @@ async def _over_cap(
     keys = sorted({key(new) for new in created})
     counts = await conn.execute(
         sa.select(column, sa.func.count())
-        .where(column.in_(keys), inv.status.in_(OPEN))
+        .where(column.in_(keys), status_is(inv.status, *OPEN))
         .group_by(column)
     )
     over: dict[str, str] = {}

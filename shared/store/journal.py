@@ -24,7 +24,7 @@ from tether.outcomes import wait_entry, waiting_data
 from tether.store.attempts import fence
 from tether.store.engine import Database
 from tether.store.eventlog import advanced, insert_events, numbered
-from tether.store.schema import RESUME, Status, invocations, steps, waits
+from tether.store.schema import RESUME, Status, invocations, status_is, steps, waits
 from tether.store.writes import NewEvent
 
 inv = invocations.c
@@ -268,7 +268,7 @@ class Journal:
             .where(
                 waits.c.resolved_at.is_(None),
                 waits.c.wake_at <= self._now,
-                inv.status == Status.WAITING.value,
+                status_is(inv.status, Status.WAITING),
             )
             .order_by(waits.c.wake_at)
             .limit(limit)
@@ -298,7 +298,7 @@ class Journal:
     async def _resume(self, conn: AsyncConnection, invocation_ids: list[str]) -> list[str]:
         rows = await conn.execute(
             sa.update(invocations)
-            .where(inv.id.in_(invocation_ids), inv.status == Status.WAITING.value)
+            .where(inv.id.in_(invocation_ids), status_is(inv.status, Status.WAITING))
             .values(status=Status.QUEUED.value, resumed_by=RESUME, enqueued_at=self._now)
             .returning(inv.id)
         )

@@ -22,7 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from tether.store.engine import Database
 from tether.store.errors import StoreError, wrapped
-from tether.store.schema import Status, invocations, workers
+from tether.store.schema import Status, invocations, status_is, workers
 
 LOCK_NAMESPACE = 0x7E7E_0002
 """``classid`` of every worker's lock (the migration lock is the one-key 0x7E7E0001)."""
@@ -218,7 +218,7 @@ class LivenessSession:
         with wrapped():
             result = await self._conn.execute(
                 sa.update(invocations)
-                .where(inv.status == Status.ACTIVE.value, inv.worker == name)
+                .where(status_is(inv.status, Status.ACTIVE), inv.worker == name)
                 .values(heartbeat_at=0.0)
             )
         return int(result.rowcount)

@@ -21,6 +21,7 @@ from tether.store.schema import (
     Status,
     events,
     invocations,
+    status_is,
     steps,
     waits,
 )
@@ -44,7 +45,9 @@ class Maintenance:
         """Active attempts that have not beaten for ``stale_after`` seconds, oldest first."""
         query = (
             sa.select(inv.id, inv.attempt, inv.cancel_requested, inv.crashes)
-            .where(inv.status == Status.ACTIVE.value, inv.heartbeat_at < self._db.now - stale_after)
+            .where(
+                status_is(inv.status, Status.ACTIVE), inv.heartbeat_at < self._db.now - stale_after
+            )
             .order_by(inv.heartbeat_at)
             .limit(limit)
         )
@@ -80,7 +83,7 @@ class Maintenance:
         async with self._db.transaction() as conn:
             result = await conn.execute(
                 sa.update(invocations)
-                .where(inv.status == Status.ACTIVE.value)
+                .where(status_is(inv.status, Status.ACTIVE))
                 .values(heartbeat_at=0.0)
             )
         return int(result.rowcount)
@@ -93,7 +96,7 @@ class Maintenance:
         the partial index on queued rows answers "none overdue" at once, whatever the backlog
         (500,000 queued: 0.05 ms, against 160-220 ms walking ``seq``)."""
         cutoff = sa.select(self._db.now - older_than).scalar_subquery()
-        overdue = sa.and_(inv.status == Status.QUEUED.value, inv.enqueued_at < cutoff)
+        overdue = sa.and_(status_is(inv.status, Status.QUEUED), inv.enqueued_at < cutoff)
         oldest = sa.select(inv.id).where(overdue).order_by(inv.enqueued_at).limit(limit)
         async with self._db.transaction() as conn:
             ids = list((await conn.execute(oldest)).scalars().all())
@@ -112,7 +115,7 @@ class Maintenance:
         due (a replacement's backoff), for re-sending what the broker lost."""
         query = (
             sa.select(inv.id, inv.seq, (inv.enqueued_at - self._db.now).label("delay"))
-            .where(inv.status == Status.QUEUED.value, inv.seq > after_seq)
+            .where(status_is(inv.status, Status.QUEUED), inv.seq > after_seq)
             .order_by(inv.seq)
             .limit(limit)
         )
@@ -130,7 +133,7 @@ class Maintenance:
                 sa.update(invocations)
                 .where(
                     inv.id.in_(list(invocation_ids)),
-                    inv.status == Status.QUEUED.value,
+                    status_is(inv.status, Status.QUEUED),
                     inv.enqueued_at <= self._db.now,
                 )
                 .values(enqueued_at=self._db.now)
@@ -142,7 +145,9 @@ class Maintenance:
         """Delete up to ``limit`` terminal invocations finished before the retention period."""
         expired = (
             sa.select(inv.id)
-            .where(inv.status.in_(TERMINAL_VALUES), inv.finished_at < self._db.now - retention)
+            .where(
+                status_is(inv.status, *TERMINAL_VALUES), inv.finished_at < self._db.now - retention
+            )
             .limit(limit)
         )
         async with self._db.transaction() as conn:

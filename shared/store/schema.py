@@ -192,6 +192,17 @@ USAGE_COLUMNS = [
 ]
 
 
+def status_is(column: sa.ColumnElement[str], *statuses: Status | str) -> sa.ColumnElement[bool]:
+    """``column`` (an invocation's status) is one of ``statuses``, written into the statement's
+    text rather than bound. The partial indexes name the statuses they hold, and SQLite
+    prepares a statement again on every execution when a bound value decides whether such an
+    index applies: a claim's 32 head probes took 0.8 ms bound against 0.07 ms written in."""
+    values = [Status(s).value for s in statuses]
+    if len(values) == 1:
+        return column == sa.literal_column(f"'{values[0]}'")
+    return column.in_([sa.literal_column(f"'{v}'") for v in values])
+
+
 def usage_of(row: sa.RowMapping) -> UsageTotals | None:
     """An invocation row's model usage; None when it made no model call."""
     calls = int(row["usage_model_calls"])

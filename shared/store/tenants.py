@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.store.engine import Database
-from tether.store.schema import OPEN, Status, global_limits, invocations, tenants
+from tether.store.schema import OPEN, Status, global_limits, invocations, status_is, tenants
 
 DEFAULTS = "*"
 """The row whose limits apply to every tenant without a row of its own."""
@@ -185,7 +185,9 @@ class Tenants:
         """Open invocations of each tenant that has any (of ``names`` only, when given): one
         grouped count over the ``tether_invocations_tenant_open`` index."""
         inv = invocations.c
-        query = sa.select(inv.tenant, inv.status, sa.func.count()).where(inv.status.in_(OPEN))
+        query = sa.select(inv.tenant, inv.status, sa.func.count()).where(
+            status_is(inv.status, *OPEN)
+        )
         if names is not None:
             query = query.where(inv.tenant.in_(sorted(set(names))))
         counted: dict[str, dict[str, int]] = {}

@@ -1,0 +1,147 @@
+"""The statements that start a claim's heads: each chosen tenant's first claimable
+invocations (``priority DESC, seq``; not blocked by an older open invocation of their session,
+not in a replacement's backoff), flipped to ``active`` by one statement (:mod:`tether.store.claims`
+decides how many of each tenant's)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tether.store.bound import padded
+from tether.store.engine import Database
+from tether.store.eventlog import advanced
+from tether.store.schema import OPEN, Status, invocations, status_is
+
+inv = invocations.c
+
+
+class HeadStarts:
+    """One database's head statements, each built once (per number of branches on SQLite)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._union_starts: dict[int, sa.Update] = {}
+
+    async def start(
+        self, conn: AsyncConnection, counts: dict[str, int], worker: str
+    ) -> dict[str, list[Any]]:
+        """Flip the first ``counts[t]`` claimable invocations of each tenant ``t`` to
+        ``active``, in one statement; the rows flipped, per tenant in its order."""
+        params: dict[str, Any] = {"worker": worker}
+        if self._db.dialect.lateral:
+            params.update(tenants=list(counts), counts=list(counts.values()))
+            rows = (await conn.execute(self._lateral_start, params)).all()
+        else:  # padded with branches that match nothing (tenant NULL, count 0): few texts
+            size = padded(len(counts))
+            heads = [*counts.items(), *[(None, 0)] * (size - len(counts))]
+            for k, (tenant, n) in enumerate(heads):
+                params[f"tenant_{k}"], params[f"count_{k}"] = tenant, n
+            rows = (await conn.execute(self._union_start(size), params)).all()
+        found: dict[str, list[Any]] = {}
+        for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
+            found.setdefault(r.tenant, []).append(r)
+        return found
+
+    def _head(self, tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
+        return (
+            sa.select(inv.id)
+            .where(
+                inv.tenant == tenant,
+                status_is(inv.status, Status.QUEUED),
+                inv.enqueued_at <= self._db.now,
+                turn(),
+            )
+            .order_by(inv.priority.desc(), inv.seq)
+            .limit(limit)
+            .with_for_update(skip_locked=True, of=invocations)
+        )
+
+    @cached_property
+    def _lateral_start(self) -> sa.Update:
+        """One index probe per tenant in one plan (a ``LATERAL`` join over the tenants and
+        counts given as two arrays), flipped by the same statement, so it is compiled once
+        whatever they hold."""
+        wanted = (
+            sa.func.unnest(
+                sa.bindparam("tenants", type_=ARRAY(sa.Text)),
+                sa.bindparam("counts", type_=ARRAY(sa.Integer)),
+            )
+            .table_valued("tenant", "n")
+            .render_derived(name="wanted")
+        )
+        heads = self._head(wanted.c.tenant, wanted.c.n).lateral("heads")
+        # MATERIALIZED: chosen once. Inlined, the planner may run the locking probe again for
+        # each row it updates, and each run skips the rows locked so far and takes more.
+        chosen = (
+            sa.select(heads.c.id)
+            .select_from(wanted.join(heads, sa.true()))
+            .cte("chosen")
+            .prefix_with("MATERIALIZED")
+        )
+        return self.flip(inv.id.in_(sa.select(chosen.c.id)))
+
+    def _union_start(self, tenants: int) -> sa.Update:
+        """Where there is no ``LATERAL`` (SQLite): one ``UNION ALL`` branch per tenant, its
+        tenant and count bound as ``:tenant_k`` and ``:count_k``; built once per number of
+        branches, a power of two (building it was a third of ``tether dev``'s CPU under a
+        burst; one per tenant count still made up to 256 texts for SQLAlchemy and SQLite to
+        compile, most of them used once)."""
+        start = self._union_starts.get(tenants)
+        if start is None:
+            parts = [
+                self._head(
+                    sa.bindparam(f"tenant_{k}", type_=sa.Text),
+                    sa.bindparam(f"count_{k}", type_=sa.Integer),
+                ).subquery()
+                for k in range(tenants)
+            ]
+            heads = sa.union_all(*[sa.select(p.c.id) for p in parts]).subquery()
+            start = self._union_starts[tenants] = self.flip(inv.id.in_(sa.select(heads.c.id)))
+        return start
+
+    def flip(self, which: sa.ColumnElement[bool]) -> sa.Update:
+        """Flip the (still queued) invocations ``which`` selects to ``active`` for the worker
+        bound as ``:worker``, returning what their attempts need."""
+        return (
+            sa.update(invocations)
+            .where(which, status_is(inv.status, Status.QUEUED))
+            .values(
+                status=Status.ACTIVE.value,
+                attempt=inv.attempt + 1,
+                started_at=sa.func.coalesce(inv.started_at, self._db.now),
+                heartbeat_at=self._db.now,
+                worker=sa.bindparam("worker", type_=sa.Text),
+                last_event_id=advanced(1),
+            )
+            .returning(
+                inv.id,
+                inv.attempt,
+                inv.input,
+                inv.session_id,
+                inv.checkpoint,
+                inv.last_event_id,
+                inv.resumed_by,
+                inv.owner,
+                inv.user_auth,
+                inv.tenant,
+                inv.priority,
+                inv.seq,
+            )
+        )
+
+
+def turn() -> sa.ColumnElement[bool]:
+    """The invocation's session has no older open invocation (or it has no session)."""
+    older = invocations.alias("older")
+    blocked_by_older = sa.exists().where(
+        older.c.owner == inv.owner,
+        older.c.session_id == inv.session_id,
+        older.c.seq < inv.seq,
+        status_is(older.c.status, *OPEN),
+    )
+    return sa.or_(inv.session_id.is_(None), ~blocked_by_older)
