@@ -18,6 +18,9 @@ from tether.store.eventlog import advanced
 from tether.store.schema import OPEN, Status, invocations, status_is
 
 inv = invocations.c
+UNION_BRANCHES = 256
+"""Tenants per head statement on SQLite (a power of two): a compound ``SELECT`` there holds at
+most 500 terms."""
 
 
 class HeadStarts:
@@ -31,21 +34,32 @@ class HeadStarts:
         self, conn: AsyncConnection, counts: dict[str, int], worker: str
     ) -> dict[str, list[Any]]:
         """Flip the first ``counts[t]`` claimable invocations of each tenant ``t`` to
-        ``active``, in one statement; the rows flipped, per tenant in its order."""
-        params: dict[str, Any] = {"worker": worker}
+        ``active``, in one statement (on SQLite one per ``UNION_BRANCHES`` tenants); the rows
+        flipped, per tenant in its order."""
         if self._db.dialect.lateral:
-            params.update(tenants=list(counts), counts=list(counts.values()))
-            rows = (await conn.execute(self._lateral_start, params)).all()
-        else:  # padded with branches that match nothing (tenant NULL, count 0): few texts
-            size = padded(len(counts))
-            heads = [*counts.items(), *[(None, 0)] * (size - len(counts))]
-            for k, (tenant, n) in enumerate(heads):
-                params[f"tenant_{k}"], params[f"count_{k}"] = tenant, n
-            rows = (await conn.execute(self._union_start(size), params)).all()
+            params = {"worker": worker, "tenants": list(counts), "counts": list(counts.values())}
+            rows = list((await conn.execute(self._lateral_start, params)).all())
+        else:
+            wanted = list(counts.items())
+            rows = []
+            for k in range(0, len(wanted), UNION_BRANCHES):
+                rows += await self._union_rows(conn, wanted[k : k + UNION_BRANCHES], worker)
         found: dict[str, list[Any]] = {}
         for r in sorted(rows, key=lambda r: (-r.priority, r.seq)):
             found.setdefault(r.tenant, []).append(r)
         return found
+
+    async def _union_rows(
+        self, conn: AsyncConnection, wanted: list[tuple[str, int]], worker: str
+    ) -> list[Any]:
+        """One ``UNION ALL`` statement, padded with branches that match nothing (tenant NULL,
+        count 0), so there are few texts to compile."""
+        size = padded(len(wanted))
+        heads: list[tuple[str | None, int]] = [*wanted, *[(None, 0)] * (size - len(wanted))]
+        params: dict[str, Any] = {"worker": worker}
+        for k, (tenant, n) in enumerate(heads):
+            params[f"tenant_{k}"], params[f"count_{k}"] = tenant, n
+        return list((await conn.execute(self._union_start(size), params)).all())
 
     def _head(self, tenant: sa.ColumnElement[str], limit: Any) -> sa.Select[Any]:
         return (

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import event
 
 from tether.status import OPEN
+from tether.store.heads import UNION_BRANCHES
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
 
@@ -93,3 +94,14 @@ async def test_a_claim_binds_no_status_its_predicates_compare(store: Store) -> N
     assert set(OPEN) >= compared
     for text, params in seen:
         assert not compared & strings(params), text
+
+
+async def test_a_claim_naming_more_tenants_than_one_statement_holds_starts_them_all(
+    store: Store,
+) -> None:
+    tenants = [f"many-{k:03d}" for k in range(UNION_BRANCHES + 44)]  # 300: two statements
+    await queue(store, tenants, each=2)
+    claims = await store.claim_next(len(tenants), "w")
+    assert sorted(c.tenant for c in claims) == sorted(tenants)  # one each: the fair share
+    assert len(await store.claim_next(len(tenants), "w")) == len(tenants)
+    assert await store.claim_next(10, "w") == []
