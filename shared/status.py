@@ -23,7 +23,9 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
-TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
+TERMINAL_VALUES = (Status.COMPLETED.value, Status.FAILED.value, Status.CANCELLED.value)
+"""The terminal statuses in the order the partial indexes list them (as ``OPEN`` is): SQLite
+uses a partial index for an ``IN`` list only when the query's list matches it term for term."""
 OPEN = (Status.QUEUED.value, Status.ACTIVE.value, Status.WAITING.value)
 """Statuses that hold their session's turn and count towards the owner's open invocations."""
 
