@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from tether.app import AgentApp, AppLoadError, load_app
 from tether.cli.listen import ListenRefused, check_listen
 from tether.cli.tenants import add_parser as add_tenants_parser
+from tether.gateway.access_log import AccessLog
 from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.loops import UnknownLoop, loop_factory, new_loop
 from tether.settings import Settings, load_settings
@@ -102,6 +103,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         shutdown_timeout=5,
         backlog=LISTEN_BACKLOG,
         loop=new_loop(),
+        access_log_class=AccessLog,
     )
     return 0
 
@@ -125,6 +127,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             print=None,
             backlog=LISTEN_BACKLOG,
             loop=new_loop(),
+            access_log_class=AccessLog,
         )
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
@@ -136,7 +139,13 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     for _ in range(processes):
         pid = os.fork()
         if pid == 0:
-            web.run_app(gateway_app(settings, app), sock=sock, print=None, loop=new_loop())
+            web.run_app(
+                gateway_app(settings, app),
+                sock=sock,
+                print=None,
+                loop=new_loop(),
+                access_log_class=AccessLog,
+            )
             os._exit(0)
         children.append(pid)
     log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
