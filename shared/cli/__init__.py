@@ -95,17 +95,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
         f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
         flush=True,
     )
-    web.run_app(
-        web_app,
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        shutdown_timeout=5,
-        backlog=LISTEN_BACKLOG,
-        loop=new_loop(),
-        access_log_class=AccessLog,
-    )
+    serve(web_app, host=settings.host, port=settings.port, shutdown_timeout=5)
     return 0
+
+
+def serve(web_app: web.Application, **where: Any) -> None:
+    """Serve ``web_app`` until stopped, on ``host``/``port`` or an inherited ``sock``, the way
+    every HTTP process of Tether serves: its own event loop, the lean access log, the listen
+    backlog (an inherited socket keeps the one it was given)."""
+    if "sock" not in where:
+        where.setdefault("backlog", LISTEN_BACKLOG)
+    web.run_app(web_app, print=None, loop=new_loop(), access_log_class=AccessLog, **where)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
@@ -120,15 +120,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     processes = args.processes
     if processes <= 1:
-        web.run_app(
-            gateway_app(settings, app),
-            host=settings.host,
-            port=settings.port,
-            print=None,
-            backlog=LISTEN_BACKLOG,
-            loop=new_loop(),
-            access_log_class=AccessLog,
-        )
+        serve(gateway_app(settings, app), host=settings.host, port=settings.port)
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -139,13 +131,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     for _ in range(processes):
         pid = os.fork()
         if pid == 0:
-            web.run_app(
-                gateway_app(settings, app),
-                sock=sock,
-                print=None,
-                loop=new_loop(),
-                access_log_class=AccessLog,
-            )
+            serve(gateway_app(settings, app), sock=sock)
             os._exit(0)
         children.append(pid)
     log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
