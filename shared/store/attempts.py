@@ -105,15 +105,16 @@ class Attempts:
 
         ``claiming``: a claim by ``worker`` is in flight. It can commit while the claimer's event
         loop is blocked, before its attempts are registered (their ids are not known yet);
-        beating ``worker``'s active rows keeps them from looking dead meanwhile. A row the
-        worker handed back (``heartbeat_at = 0``) stays handed back, and one it ``abandoned``
-        (its finish failed) is left to go stale.
+        beating ``worker``'s active rows keeps them from looking dead meanwhile. One it
+        ``abandoned`` (its finish failed) is left to go stale, and a row handed back
+        (``heartbeat_at = 0``: released, or its worker declared dead) stays handed back even
+        when this beat read its attempts before the hand-back: it is not live any more.
         """
         mine: list[sa.ColumnElement[bool]] = []
         if attempts:
             mine.append(sa.tuple_(inv.id, inv.attempt).in_(list(attempts)))
         if claiming and worker:
-            claimed = sa.and_(inv.worker == worker, inv.heartbeat_at > 0)
+            claimed = inv.worker == worker
             if abandoned:
                 claimed = sa.and_(claimed, ~sa.tuple_(inv.id, inv.attempt).in_(list(abandoned)))
             mine.append(claimed)
@@ -122,7 +123,7 @@ class Attempts:
         async with self._db.transaction() as conn:
             rows = await conn.execute(
                 sa.update(invocations)
-                .where(status_is(inv.status, Status.ACTIVE), sa.or_(*mine))
+                .where(status_is(inv.status, Status.ACTIVE), inv.heartbeat_at > 0, sa.or_(*mine))
                 .values(heartbeat_at=self._db.now)
                 .returning(inv.id, inv.cancel_requested)
             )

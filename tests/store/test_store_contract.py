@@ -215,6 +215,17 @@ async def test_release_makes_an_attempt_stale_at_once(store: Store) -> None:
     assert [s.invocation_id for s in await store.stale_attempts(5)] == [n.id]
 
 
+async def test_a_late_beat_never_revives_a_handed_back_attempt(store: Store) -> None:
+    """The heartbeat thread read its attempts before the hand-back and beats after it (or after
+    another worker declared it dead): the row stays handed back, and the beat says superseded."""
+    n = new()
+    await store.accept(n)
+    await store.claim(n.id, "w")
+    await store.release(n.id, 1)
+    assert await store.heartbeat([(n.id, 1)], claiming=True, worker="w") == {}
+    assert [s.invocation_id for s in await store.stale_attempts(5)] == [n.id]
+
+
 async def test_json_values_round_trip(store: Store) -> None:
     value = {"text": "héllo \\u0000 literal", "n": [1, 2.5, None, True], "nested": {"k": "v"}}
     n = new(input=value)
