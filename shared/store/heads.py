@@ -12,15 +12,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tether.store.bound import padded
+from tether.store.bound import COMPOUND_TERMS, padded
 from tether.store.engine import Database
 from tether.store.eventlog import advanced
 from tether.store.schema import OPEN, Status, invocations, status_is
 
 inv = invocations.c
-UNION_BRANCHES = 256
-"""Tenants per head statement on SQLite (a power of two): a compound ``SELECT`` there holds at
-most 500 terms."""
+UNION_BRANCHES = COMPOUND_TERMS
+"""Tenants per head statement on SQLite (one compound ``SELECT``)."""
 
 
 class HeadStarts:

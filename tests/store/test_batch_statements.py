@@ -1,0 +1,82 @@
+"""The batch statements (an attempt's events counted, a batch of attempts ended), on both
+stores: compiled once per batch size and reused from SQLAlchemy's cache, and right for a batch
+of any size, also one over a compound ``SELECT``'s limit of terms."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine.default import CACHE_HIT
+
+from tether.outcomes import completed
+from tether.store.bound import COMPOUND_TERMS
+from tether.store.schema import NewInvocation, Status
+from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
+
+
+@contextmanager
+def cache_use(store: Store) -> Iterator[list[tuple[str, bool]]]:
+    """(statement text, whether SQLAlchemy took its compiled form from the cache) of each
+    statement the store's engine runs meanwhile."""
+    seen: list[tuple[str, bool]] = []
+
+    def record(conn: Any, cursor: Any, text: str, params: Any, context: Any, many: bool) -> None:
+        seen.append((text, context.cache_hit is CACHE_HIT))
+
+    engine = store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+async def claimed(store: Store, count: int) -> list[str]:
+    made = [NewInvocation(str(uuid.uuid4()), "ann", None, {}, "h") for _ in range(count)]
+    await store.accept_many(made)
+    for n in made:
+        assert await store.claim(n.id, "w") is not None
+    return [n.id for n in made]
+
+
+def batch_updates(seen: list[tuple[str, bool]], name: str) -> list[bool]:
+    return [hit for text, hit in seen if text.lstrip().startswith(f"WITH {name} AS")]
+
+
+async def test_the_batch_statements_are_compiled_once_per_size(store: Store) -> None:
+    ids = await claimed(store, 6)
+    tick = NewEvent("tick", {"type": "tick"})
+    with cache_use(store) as seen:
+        for pair in (ids[0:2], ids[2:4], ids[4:6]):  # three batches of one size
+            await store.append_many([AppendRequest(i, 1, [tick]) for i in pair])
+            results = await store.finish_many([FinishRequest(i, 1, completed(i)) for i in pair])
+            assert all(isinstance(r, Finished) for r in results), results
+    counts, ends = batch_updates(seen, "counts"), batch_updates(seen, "ends")
+    assert len(counts) == 3 and len(ends) == 3, seen
+    assert counts[1:] == [True, True] and ends[1:] == [True, True]  # the text compiled once
+    for invocation_id in ids:
+        done = await store.get(invocation_id)
+        assert done is not None and done.status is Status.COMPLETED and done.output == invocation_id
+        assert [e.type for e in await store.events_after(invocation_id, 0)][-2:] == [
+            "tick",
+            "run.completed",
+        ]
+
+
+async def test_a_batch_over_a_compound_selects_terms_is_written_whole(store: Store) -> None:
+    count = COMPOUND_TERMS + 44  # padded to twice the terms: two unions in one statement
+    ids = await claimed(store, count)
+    tick = NewEvent("tick", {"type": "tick"})
+    appended = await store.append_many([AppendRequest(i, 1, [tick]) for i in ids])
+    assert [[e.cursor for e in events] for events in appended] == [[2]] * count  # type: ignore[union-attr]
+    results = await store.finish_many(
+        [FinishRequest(i, 1, completed(n)) for n, i in enumerate(ids)]
+    )
+    assert all(isinstance(r, Finished) for r in results)
+    for n, invocation_id in enumerate(ids):
+        done = await store.get(invocation_id)
+        assert done is not None and done.status is Status.COMPLETED and done.output == n
