@@ -5,34 +5,12 @@ of any size, also one over a compound ``SELECT``'s limit of terms."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
-from sqlalchemy import event
-from sqlalchemy.engine.default import CACHE_HIT
-
+from tests.store.executed import Executed, statements
 from tether.outcomes import completed
 from tether.store.bound import COMPOUND_TERMS
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
-
-
-@contextmanager
-def cache_use(store: Store) -> Iterator[list[tuple[str, bool]]]:
-    """(statement text, whether SQLAlchemy took its compiled form from the cache) of each
-    statement the store's engine runs meanwhile."""
-    seen: list[tuple[str, bool]] = []
-
-    def record(conn: Any, cursor: Any, text: str, params: Any, context: Any, many: bool) -> None:
-        seen.append((text, context.cache_hit is CACHE_HIT))
-
-    engine = store.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 async def claimed(store: Store, count: int) -> list[str]:
@@ -43,14 +21,14 @@ async def claimed(store: Store, count: int) -> list[str]:
     return [n.id for n in made]
 
 
-def batch_updates(seen: list[tuple[str, bool]], name: str) -> list[bool]:
-    return [hit for text, hit in seen if text.lstrip().startswith(f"WITH {name} AS")]
+def batch_updates(seen: list[Executed], name: str) -> list[bool]:
+    return [e.cached for e in seen if e.text.lstrip().startswith(f"WITH {name} AS")]
 
 
 async def test_the_batch_statements_are_compiled_once_per_size(store: Store) -> None:
     ids = await claimed(store, 6)
     tick = NewEvent("tick", {"type": "tick"})
-    with cache_use(store) as seen:
+    with statements(store) as seen:
         for pair in (ids[0:2], ids[2:4], ids[4:6]):  # three batches of one size
             await store.append_many([AppendRequest(i, 1, [tick]) for i in pair])
             results = await store.finish_many([FinishRequest(i, 1, completed(i)) for i in pair])

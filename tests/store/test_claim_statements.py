@@ -6,32 +6,13 @@ bound value decides whether a partial index applies)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event
-
+from tests.store.executed import Executed, statements
 from tether.status import OPEN
 from tether.store.heads import UNION_BRANCHES
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
-
-
-@contextmanager
-def statements(store: Store) -> Iterator[list[tuple[str, Any]]]:
-    """The statements the store's engine runs meanwhile, with their parameters."""
-    seen: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, text: str, params: Any, context: Any, many: bool) -> None:
-        seen.append((text, params))
-
-    engine = store.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 async def queue(store: Store, tenants: list[str], each: int = 1) -> None:
@@ -43,8 +24,8 @@ async def queue(store: Store, tenants: list[str], each: int = 1) -> None:
     await store.accept_many(news)
 
 
-def flips(seen: list[tuple[str, Any]]) -> list[str]:
-    return [text for text, _ in seen if text.lstrip().upper().startswith("UPDATE")]
+def flips(seen: list[Executed]) -> list[str]:
+    return [e.text for e in seen if e.text.lstrip().upper().startswith("UPDATE")]
 
 
 def strings(params: Any) -> set[str]:
@@ -92,7 +73,7 @@ async def test_a_claim_binds_no_status_its_predicates_compare(store: Store) -> N
     assert seen
     compared = {"queued", "waiting"}  # ``active`` is bound as the value the flip sets
     assert set(OPEN) >= compared
-    for text, params in seen:
+    for text, params, _ in seen:
         assert not compared & strings(params), text
 
 
