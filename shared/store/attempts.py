@@ -25,6 +25,8 @@ from tether.store.schema import Status, invocations, status_is
 from tether.store.writes import AppendRequest, Finished, FinishRequest
 
 inv = invocations.c
+HEARTBEAT_CHUNK = 64
+"""Attempts per heartbeat transaction (:meth:`Attempts.heartbeat`)."""
 
 
 class Attempts:
@@ -109,7 +111,28 @@ class Attempts:
         ``abandoned`` (its finish failed) is left to go stale, and a row handed back
         (``heartbeat_at = 0``: released, or its worker declared dead) stays handed back even
         when this beat read its attempts before the hand-back: it is not live any more.
+
+        The attempts are beaten :data:`HEARTBEAT_CHUNK` at a time, each chunk in a transaction
+        of its own: a row an update has written stays locked until its transaction ends, and
+        an event appended meanwhile waits for it (500 rows in one statement held 500 streams'
+        next events for tens of milliseconds, the tail of their delivery).
         """
+        chunks = [
+            attempts[start : start + HEARTBEAT_CHUNK]
+            for start in range(0, len(attempts), HEARTBEAT_CHUNK)
+        ]
+        alive: dict[str, bool] = {}
+        for n, chunk in enumerate(chunks or [()]):
+            alive.update(await self._beat(chunk, claiming and n == 0, worker, abandoned))
+        return alive
+
+    async def _beat(
+        self,
+        attempts: Sequence[tuple[str, int]],
+        claiming: bool,
+        worker: str,
+        abandoned: Sequence[tuple[str, int]],
+    ) -> dict[str, bool]:
         mine: list[sa.ColumnElement[bool]] = []
         if attempts:
             mine.append(sa.tuple_(inv.id, inv.attempt).in_(list(attempts)))

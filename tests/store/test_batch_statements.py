@@ -1,6 +1,7 @@
 """The batch statements (an attempt's events counted, a batch of attempts ended), on both
 stores: compiled once per batch size and reused from SQLAlchemy's cache, and right for a batch
-of any size, also one over a compound ``SELECT``'s limit of terms."""
+of any size, also one over a compound ``SELECT``'s limit of terms. The heartbeat, a batch the
+other way: split into chunks, none missed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 
 from tests.store.executed import Executed, statements
 from tether.outcomes import completed
+from tether.store.attempts import HEARTBEAT_CHUNK
 from tether.store.bound import COMPOUND_TERMS
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
@@ -58,3 +60,16 @@ async def test_a_batch_over_a_compound_selects_terms_is_written_whole(store: Sto
     for n, invocation_id in enumerate(ids):
         done = await store.get(invocation_id)
         assert done is not None and done.status is Status.COMPLETED and done.output == n
+
+
+async def test_a_heartbeat_beats_every_attempt_a_chunk_at_a_time(store: Store) -> None:
+    """Rows an update wrote stay locked until its transaction ends: the beat takes them
+    ``HEARTBEAT_CHUNK`` at a time, and still reports every live attempt and only those."""
+    ids = await claimed(store, 2 * HEARTBEAT_CHUNK + 2)
+    superseded = ids.pop()
+    assert await store.request_cancel(ids[-1]) is None  # active: flagged, reported by the beat
+    with statements(store) as seen:
+        alive = await store.heartbeat([(i, 1) for i in ids] + [(superseded, 7)])
+    assert alive == {i: i == ids[-1] for i in ids}
+    beats = [e for e in seen if e.text.lstrip().upper().startswith("UPDATE")]
+    assert len(beats) == 3, seen
