@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 
 from tether.store.schema import Claim
 from tether.store.store import Store
-from tether.worker.refills import FreedSlots
 from tether.worker.running import RunningAttempt
 from tether.worker.slots import Slots
 
@@ -29,10 +28,8 @@ class NewcomerClaims:
         worker: str,
         begin: Callable[[Claim], None],
         running: Callable[[], Iterable[RunningAttempt]],
-        freed: FreedSlots,
     ) -> None:
         self._slots = slots
-        self._freed = freed
         self._store = store
         self._worker = worker
         self._begin = begin
@@ -87,7 +84,6 @@ class NewcomerClaims:
                 )
             for _ in range(taken - len(won)):
                 self._slots.give()
-            self._freed.started_without_token(len(won))
             for claim in won:
                 self._begin(claim)
             started += len(won)

@@ -6,24 +6,16 @@ deployment's cap). In a deployment of many processes, tokens and finishes happen
 so a freed slot always claims.
 
 Where every token of the deployment comes to this process (``tether dev``, the one server of its
-file), it can count the queued work no token of its stands for, and a freed slot claims only
-while there is some. Every queued invocation came with one token: a token's claim that starts
-an attempt takes one queued invocation with it; one that finds no slot, starts nothing (the
-work waits for a cap or its time) or fails leaves one queued without a token (**owed** + 1);
-any other claim that starts an attempt (a freed slot's, the periodic pass's, a reserved slot's)
-takes one whose token is still to come or is owed (owed - 1: below zero, tokens in flight will
-find their work gone). So in a burst, where every token finds a slot, freed slots claim
-nothing: before, once one token came up short they all claimed, took the work of the tokens in
-flight, which then came up short in turn, and a burst ran about twice the claim transactions it
-needed. A freed slot's claim that finds nothing while nothing else holds a cap here (an attempt
-running, a claim in flight, an attempt left to recovery) and no token came up short meanwhile
-proves nothing claimable is queued: the count starts again from zero (and at start, when work
-may be queued from before this process, freed slots claim until such a claim). Where the count
-drifts, it errs toward claiming: a token re-sent by the reaper, or a session's next invocation
-given a token of its own when its turn comes (``Services.after_terminal``), counts as work owed
-until such a claim. What runs later without a token (a retry's backoff elapsing, a cap raised
-by an operator, a cap held by a dead process's attempt until the reaper replaces it) is claimed
-by the node's periodic pass, as everywhere. A second ``tether dev`` that starts on the same file
+file), it knows when that claim would find nothing, and skips it: a lone invocation's refill was
+two write transactions out of five (a claim from the known tenants, then a scan), in the way of
+the next request. Queued work a refill could start exists only if a token found no free slot,
+its claim started nothing (the work waits for a cap or its time) or failed: then the refills
+claim until one finds nothing while nothing else holds a cap here (an attempt running, a claim
+in flight, an attempt left to recovery) and no token went unserved meanwhile. A session's next
+invocation gets a token of its own when its turn comes (``Services.after_terminal``), also behind
+a parked run. What runs later without a token (a retry's backoff elapsing, a cap raised by an
+operator, a cap held by a dead process's attempt until the reaper replaces it) is claimed by the
+node's periodic pass, as everywhere. A second ``tether dev`` that starts on the same file
 signs the lock file (:func:`tether.worker.wiring.sole_server`): from then on this process's
 freed slots always claim, since that one takes tokens too.
 """
@@ -41,13 +33,10 @@ class FreedSlots:
         """Cap holders of this process: attempts running or left to recovery, claims in flight
         (the one reporting included)."""
         self._alone: Callable[[], bool] = lambda: False
-        self._unknown = True  # at start: work queued before this process ran
-        self._owed = 0
-        """Queued invocations no token of this process stands for (below zero: tokens in flight
-        whose work another claim started)."""
-        self._short = 0
-        """Tokens that came up short so far: a claim proves nothing is owed only if none did
-        meanwhile."""
+        self._may_wait = True  # unknown at start: work queued before this process ran
+        """Whether queued work may wait for a slot or a cap holder of this process."""
+        self._unserved = 0
+        """Tokens unserved so far: a claim clears the doubt only if none came meanwhile."""
 
     def every_token_comes_here(self, alone: Callable[[], bool]) -> None:
         """This process takes every token of the deployment while ``alone()`` holds."""
@@ -55,32 +44,26 @@ class FreedSlots:
 
     def token_unserved(self) -> None:
         """A token found no free slot, or its claim started nothing or failed."""
-        self._short += 1
-        self._owed += 1
-
-    def started_without_token(self, count: int = 1) -> None:
-        """A claim other than a token's started ``count`` attempts."""
-        self._owed -= count
+        self._unserved += 1
+        self._may_wait = True
 
     async def claimed(self, claim: Awaitable[Claim | None], *, token: bool) -> Claim | None:
-        """``claim``'s result, counted (a token's, or another's: a freed slot's, a pass's)."""
-        short = self._short
+        """``claim``'s result, noted: a token's claim that starts nothing (or fails) leaves
+        work behind; a free slot's claim that finds nothing, alone, clears the doubt."""
+        unserved = self._unserved
         try:
             won = await claim
         except BaseException:
             if token:
                 self.token_unserved()
             raise
-        if won is not None:
-            if not token:
-                self.started_without_token()
-        elif token:
-            self.token_unserved()
-        elif self._short == short and self._busy() <= 1:
-            self._unknown = False
-            self._owed = 0
+        if won is None:
+            if token:
+                self.token_unserved()
+            elif self._unserved == unserved and self._busy() <= 1:
+                self._may_wait = False
         return won
 
     def claims(self) -> bool:
         """Whether a freed slot claims at once."""
-        return self._unknown or self._owed > 0 or not self._alone()
+        return self._may_wait or not self._alone()

@@ -87,58 +87,6 @@ async def test_a_token_unserved_during_a_claim_keeps_the_doubt() -> None:
     assert freed.claims()
 
 
-async def won() -> Claim | None:
-    return Claim(
-        invocation_id="i", attempt=1, input={}, session_id=None, checkpoint=None, started_cursor=0
-    )
-
-
-async def settled(busy: int) -> FreedSlots:
-    """The sole process, past its start's doubt, with ``busy`` cap holders from now on."""
-    holders = [1]
-    freed = FreedSlots(lambda: holders[0])
-    freed.every_token_comes_here(lambda: True)
-    await claim_nothing(freed, token=False)
-    holders[0] = busy
-    return freed
-
-
-async def test_in_a_burst_freed_slots_claim_only_for_work_no_token_stands_for() -> None:
-    """Every token finds a slot: freed slots claim nothing, so they take no token's work."""
-    freed = await settled(busy=5)
-    freed.token_unserved()  # one token found no slot: one freed slot claims for it
-    assert freed.claims()
-    assert await freed.claimed(won(), token=False) is not None
-    assert not freed.claims()
-
-
-async def test_work_another_claim_took_is_not_owed_when_its_token_finds_nothing() -> None:
-    """The periodic pass started two invocations whose tokens were still to come: when those
-    tokens find nothing, nothing is owed."""
-    freed = await settled(busy=5)
-    for _ in range(2):
-        await freed.claimed(won(), token=False)
-    await claim_nothing(freed, token=True)
-    await claim_nothing(freed, token=True)
-    assert not freed.claims()
-    await claim_nothing(freed, token=True)  # a third: its work is queued without a token
-    assert freed.claims()
-
-
-async def test_owed_work_a_cap_holds_back_keeps_freed_slots_claiming() -> None:
-    freed = await settled(busy=3)  # others run: the owed work may wait for their caps
-    await claim_nothing(freed, token=True)
-    await claim_nothing(freed, token=False)
-    assert freed.claims()
-
-
-async def test_a_reserved_slots_start_counts_as_a_claim_without_a_token() -> None:
-    freed = await settled(busy=5)
-    await claim_nothing(freed, token=True)
-    freed.started_without_token(1)
-    assert not freed.claims()
-
-
 async def post(http: aiohttp.ClientSession, base: str, **kw: Any) -> str:
     sent = body(background=True, **kw)
     async with http.post(f"{base}/api/invocations", json=sent) as r:
