@@ -11,13 +11,18 @@ two write transactions out of five (a claim from the known tenants, then a scan)
 the next request. Queued work a refill could start exists only if a token found no free slot,
 its claim started nothing (the work waits for a cap or its time) or failed: then the refills
 claim until one finds nothing while nothing else holds a cap here (an attempt running, a claim
-in flight, an attempt left to recovery) and no token went unserved meanwhile. A session's next
-invocation gets a token of its own when its turn comes (``Services.after_terminal``), also behind
-a parked run. What runs later without a token (a retry's backoff elapsing, a cap raised by an
-operator, a cap held by a dead process's attempt until the reaper replaces it) is claimed by the
-node's periodic pass, as everywhere. A second ``tether dev`` that starts on the same file
-signs the lock file (:func:`tether.worker.wiring.sole_server`): from then on this process's
-freed slots always claim, since that one takes tokens too.
+in flight, an attempt left to recovery), no token went unserved meanwhile, and nothing is
+queued at all (a claim that comes up short scans, so its scan found no tenant with queued
+work). Work no claim can start yet (a paused tenant's, a session's next, a replacement in its
+backoff) keeps them claiming: a token claims whatever runs next, not its own invocation, so
+once that work can run it may take the token of another tenant's capped work, which then only a
+freed slot's claim starts. A session's next invocation also gets a token of its own when its
+turn comes (``Services.after_terminal``), and a replacement one when its backoff ends. What
+runs later with no token and no freed slot (a cap raised by an operator while nothing runs, a
+cap held by a dead process's attempt until the reaper replaces it) is claimed by the node's
+periodic pass, as everywhere. A second ``tether dev`` that starts on the same file signs the
+lock file (:func:`tether.worker.wiring.sole_server`): from then on this process's freed slots
+always claim, since that one takes tokens too.
 """
 
 from __future__ import annotations
@@ -33,14 +38,19 @@ class FreedSlots:
         """Cap holders of this process: attempts running or left to recovery, claims in flight
         (the one reporting included)."""
         self._alone: Callable[[], bool] = lambda: False
+        self._none_queued: Callable[[], bool] = lambda: False
         self._may_wait = True  # unknown at start: work queued before this process ran
         """Whether queued work may wait for a slot or a cap holder of this process."""
         self._unserved = 0
         """Tokens unserved so far: a claim clears the doubt only if none came meanwhile."""
 
-    def every_token_comes_here(self, alone: Callable[[], bool]) -> None:
-        """This process takes every token of the deployment while ``alone()`` holds."""
+    def every_token_comes_here(
+        self, alone: Callable[[], bool], none_queued: Callable[[], bool]
+    ) -> None:
+        """This process takes every token of the deployment while ``alone()`` holds;
+        ``none_queued()``: right after a claim that found nothing, whether nothing is queued."""
         self._alone = alone
+        self._none_queued = none_queued
 
     def token_unserved(self) -> None:
         """A token found no free slot, or its claim started nothing or failed."""
@@ -49,7 +59,8 @@ class FreedSlots:
 
     async def claimed(self, claim: Awaitable[Claim | None], *, token: bool) -> Claim | None:
         """``claim``'s result, noted: a token's claim that starts nothing (or fails) leaves
-        work behind; a free slot's claim that finds nothing, alone, clears the doubt."""
+        work behind; a free slot's claim that finds nothing, alone, with nothing queued, clears
+        the doubt."""
         unserved = self._unserved
         try:
             won = await claim
@@ -60,7 +71,7 @@ class FreedSlots:
         if won is None:
             if token:
                 self.token_unserved()
-            elif self._unserved == unserved and self._busy() <= 1:
+            elif self._unserved == unserved and self._busy() <= 1 and self._none_queued():
                 self._may_wait = False
         return won
 

@@ -59,7 +59,7 @@ async def embedded_node(settings: Settings, app: AgentApp) -> AsyncIterator[Serv
             async with run_node(settings=settings, services=services, app=app) as runtime:
                 local.runtime = runtime
                 if alone is not None:
-                    runtime.freed.every_token_comes_here(alone)
+                    runtime.freed.every_token_comes_here(alone, services.store.none_seen_queued)
                 yield services
 
 

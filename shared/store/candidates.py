@@ -174,6 +174,11 @@ class QueuedTenants:
     def claimed(self, asked: int, started: int) -> None:
         self._deep = started >= asked
 
+    def empty(self) -> bool:
+        """Whether the list names no tenant: the last scan found no queued work, and no tenant
+        was announced or read through a hint since."""
+        return not self._names
+
     def may_list_newcomers(self, running_here: Collection[str]) -> bool:
         """Whether a tenant with nothing running may have queued work, as far as this process
         knows without a read: the list is stale, or names a tenant not running here."""

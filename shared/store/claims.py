@@ -143,6 +143,13 @@ class Claims:
         else:
             self._queued.announced(tenants)
 
+    def none_seen_queued(self) -> bool:
+        """Whether this process's last scan found no queued work, and nothing was announced or
+        read since. A claim that starts fewer than it asked for scans, so right after one this
+        tells "nothing claimable" from "queued, but held back" (a cap, a session's turn, a
+        backoff)."""
+        return self._queued.empty()
+
     def may_have_newcomers(self, running_here: Collection[str]) -> bool:
         """Whether a ``newcomers`` claim may find work, as far as this process knows without a
         read (:meth:`QueuedTenants.may_list_newcomers`)."""

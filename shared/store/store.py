@@ -219,6 +219,11 @@ class Store:
         claims (:mod:`tether.store.candidates`); None: some may have been missed."""
         self._claims.announced(tenants)
 
+    def none_seen_queued(self) -> bool:
+        """Whether this process's last scan found no queued work
+        (:meth:`Claims.none_seen_queued`)."""
+        return self._claims.none_seen_queued()
+
     def may_have_newcomers(self, running_here: Collection[str]) -> bool:
         """Whether a ``newcomers`` claim may find work, as far as this process knows without a
         read: its tenant list is stale or names a tenant not in ``running_here``."""

@@ -5,6 +5,7 @@ start work whose token came when it could not run."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +14,21 @@ import pytest
 
 from tests.inprocess import served
 from tests.unit.test_gateway_embedded import body
-from tether.store.schema import Claim
+from tether import AgentApp, InvocationContext
+from tether.services import Services
+from tether.settings import load_settings
+from tether.status import Status
+from tether.store.schema import Claim, NewInvocation
 from tether.store.store import Store
 from tether.worker.refills import FreedSlots
-from tether.worker.wiring import sole_server
+from tether.worker.wiring import embedded_node, sole_server
 
 NO_PASS = {"claim_poll": 3600.0}
 
 
-def rule(busy: int = 1, alone: bool = True) -> FreedSlots:
+def rule(busy: int = 1, alone: bool = True, none_queued: bool = True) -> FreedSlots:
     freed = FreedSlots(lambda: busy)
-    freed.every_token_comes_here(lambda: alone)
+    freed.every_token_comes_here(lambda: alone, lambda: none_queued)
     return freed
 
 
@@ -52,6 +57,14 @@ async def test_the_sole_process_claims_until_a_claim_alone_finds_nothing() -> No
 
 async def test_a_claim_that_finds_nothing_beside_a_cap_holder_clears_no_doubt() -> None:
     freed = rule(busy=2)  # another attempt runs (or is left to recovery): it may hold a cap
+    await claim_nothing(freed, token=False)
+    assert freed.claims()
+
+
+async def test_a_claim_that_finds_nothing_while_work_is_queued_clears_no_doubt() -> None:
+    """The queued work waits for something no claim can start yet (a paused tenant, a session's
+    turn, a backoff): once it can run, it may take another tenant's token."""
+    freed = rule(none_queued=False)
     await claim_nothing(freed, token=False)
     assert freed.claims()
 
@@ -85,6 +98,63 @@ async def test_a_token_unserved_during_a_claim_keeps_the_doubt() -> None:
     gate.set()
     assert await refill is None
     assert freed.claims()
+
+
+def sleeper() -> AgentApp:
+    app = AgentApp()
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        await asyncio.sleep(input.get("sleep", 0))
+        return {}
+
+    return app
+
+
+async def submit(services: Services, tenant: str, **input: Any) -> str:
+    invocation_id = str(uuid.uuid4())
+    await services.store.accept(
+        NewInvocation(invocation_id, "ann", None, input, "h", tenant=tenant)
+    )
+    await services.queue.send([invocation_id])
+    return invocation_id
+
+
+async def until(services: Services, invocation_id: str, status: Status) -> None:
+    for _ in range(300):
+        row = await services.store.get(invocation_id)
+        if row is not None and row.status is status:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{invocation_id} never became {status.value}")
+
+
+async def test_work_that_took_a_capped_tenants_token_leaves_a_freed_slot_to_start_it(
+    tmp_path: Path,
+) -> None:
+    """A paused tenant's queued work keeps freed slots claiming. Unpaused, it takes the token
+    of work whose tenant is at its cap (a token claims what runs next); when the cap holder
+    ends, its freed slot starts that work: nothing else would, with the pass an hour away."""
+    settings = load_settings(
+        None,
+        embedded_path=str(tmp_path / "t.db"),
+        timers={**NO_PASS, "shutdown_grace": 0.2},
+        worker={"concurrency": 4},
+    )
+    async with embedded_node(settings, sleeper()) as services:
+        tenants = services.store.tenants
+        await until(services, await submit(services, "z"), Status.COMPLETED)
+        await tenants.set("p", {"max_active": 0})  # paused
+        paused = await submit(services, "p")
+        await until(services, await submit(services, "z"), Status.COMPLETED)  # a lone refill
+        await tenants.set("c", {"max_active": 1})
+        holder = await submit(services, "c", sleep=0.3)
+        await until(services, holder, Status.ACTIVE)
+        await tenants.set("p", {"max_active": None})
+        capped = await submit(services, "c")  # its token starts the unpaused work
+        await until(services, paused, Status.COMPLETED)
+        await until(services, holder, Status.COMPLETED)
+        await until(services, capped, Status.COMPLETED)
 
 
 async def post(http: aiohttp.ClientSession, base: str, **kw: Any) -> str:
@@ -126,8 +196,8 @@ async def test_work_past_the_free_slots_all_runs(tmp_path: Path) -> None:
 
 
 async def test_a_session_parked_behind_a_wait_goes_on_after_it(tmp_path: Path) -> None:
-    """The refill after the lone run finds nothing with nothing running (the doubt is cleared);
-    the session's next still runs when the parked one ends (its own token)."""
+    """The refill after the lone run finds nothing it can start (the session's next waits for
+    its turn); the session's next runs when the parked one ends (its own token)."""
     async with served(tmp_path, timers=NO_PASS) as server, aiohttp.ClientSession() as http:
         parked = await post(http, server.base, session_id="s", input={"wait": "go"})
         await until_status(http, server.base, parked, "waiting")
