@@ -1,9 +1,11 @@
-"""Whether a freed slot claims at once.
+"""Freed slots' claims: whether a freed slot claims at once, and the claims themselves.
 
 A slot frees when an attempt ends (or parks); its refill claims whatever may run now: work whose
 token found no free slot, and work that waited for the ended attempt (its tenant's or the
 deployment's cap). In a deployment of many processes, tokens and finishes happen elsewhere too,
-so a freed slot always claims.
+so a freed slot always claims. A token that found no free slot because a claim held one (a
+freed slot's, the periodic pass's) is not left to the next pass either: when that claim finds
+nothing, its slot, given back, claims again at once.
 
 Where every token of the deployment comes to this process (``tether dev``, the one server of its
 file), it knows when that claim would find nothing, and skips it: a lone invocation's refill was
@@ -27,22 +29,34 @@ always claim, since that one takes tokens too.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from tether.store.schema import Claim
 
+log = logging.getLogger(__name__)
+
 
 class FreedSlots:
-    def __init__(self, busy: Callable[[], int]) -> None:
+    def __init__(self, busy: Callable[[], int], claim: Callable[[], Awaitable[bool]]) -> None:
         self._busy = busy
         """Cap holders of this process: attempts running or left to recovery, claims in flight
         (the one reporting included)."""
+        self._claim = claim
+        """Takes a free slot and claims with it (:meth:`Runtime.start`); False: nothing started."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Freed slots' claims in flight."""
         self._alone: Callable[[], bool] = lambda: False
         self._none_queued: Callable[[], bool] = lambda: False
         self._may_wait = True  # unknown at start: work queued before this process ran
         """Whether queued work may wait for a slot or a cap holder of this process."""
         self._unserved = 0
         """Tokens unserved so far: a claim clears the doubt only if none came meanwhile."""
+        self._slotless = 0
+        """Tokens that found no free slot so far (``tether dev``'s, which do not wait for one)."""
+        self._kept_out = 0
+        """Of those, the ones no claim has claimed again for yet: at most one each."""
 
     def every_token_comes_here(
         self, alone: Callable[[], bool], none_queued: Callable[[], bool]
@@ -53,15 +67,21 @@ class FreedSlots:
         self._none_queued = none_queued
 
     def token_unserved(self) -> None:
-        """A token found no free slot, or its claim started nothing or failed."""
+        """A token's claim started nothing or failed."""
         self._unserved += 1
         self._may_wait = True
+
+    def token_found_no_slot(self) -> None:
+        """A token found no free slot and was dropped."""
+        self._slotless += 1
+        self._kept_out += 1
+        self.token_unserved()
 
     async def claimed(self, claim: Awaitable[Claim | None], *, token: bool) -> Claim | None:
         """``claim``'s result, noted: a token's claim that starts nothing (or fails) leaves
         work behind; a free slot's claim that finds nothing, alone, with nothing queued, clears
         the doubt."""
-        unserved = self._unserved
+        unserved, slotless = self._unserved, self._slotless
         try:
             won = await claim
         except BaseException:
@@ -71,6 +91,11 @@ class FreedSlots:
         if won is None:
             if token:
                 self.token_unserved()
+            elif self._slotless != slotless and self._kept_out > 0:
+                # a token found no free slot while this claim held one: the slot, given back
+                # now, claims again (else that token's work would wait for the periodic pass)
+                self._kept_out -= 1
+                self._claim_soon()
             elif self._unserved == unserved and self._busy() <= 1 and self._none_queued():
                 self._may_wait = False
         return won
@@ -78,3 +103,23 @@ class FreedSlots:
     def claims(self) -> bool:
         """Whether a freed slot claims at once."""
         return self._may_wait or not self._alone()
+
+    def slot_freed(self) -> None:
+        """A slot freed: claim with it at once if queued work may wait for it."""
+        if self.claims():
+            self._claim_soon()
+
+    async def settled(self) -> None:
+        """Wait for the freed slots' claims in flight."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _claim_soon(self) -> None:
+        task = asyncio.create_task(self._claim_once(), name="refill")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _claim_once(self) -> None:
+        try:
+            await self._claim()
+        except Exception as exc:  # the periodic pass tries again
+            log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)

@@ -83,9 +83,8 @@ class Runtime:
         self._claims_in_flight = 0
         self.slots = Slots(concurrency, reserve)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
-        self._refills: set[asyncio.Task[None]] = set()
         self.freed = FreedSlots(
-            lambda: len(self.attempts) + self._claims_in_flight + len(self._abandoned)
+            lambda: len(self.attempts) + self._claims_in_flight + len(self._abandoned), self.start
         )
         self._newcomers = NewcomerClaims(
             self.slots, self.store, name, self._begin, lambda: self.attempts.values()
@@ -115,10 +114,10 @@ class Runtime:
 
     async def start(self, hint: str = "") -> bool:
         """A token (``hint``: its invocation id; PostgreSQL decides what runs) claims with a free
-        slot. False: no slot or nothing may run; the work waits for :meth:`_refill` or a pass."""
+        slot. False: no slot or nothing may run; the work waits for a freed slot or a pass."""
         if self._closing or not self.slots.try_take():
             if hint:
-                self.freed.token_unserved()
+                self.freed.token_found_no_slot()
             return False
         return await self.start_in_slot(hint)
 
@@ -189,25 +188,11 @@ class Runtime:
                 log.debug("token for invocation %s claimed %s", hint, claim.invocation_id)
         return won + [None] * (len(hints) - len(won))
 
-    def _refill(self) -> None:
-        """A slot freed: claim with it at once if queued work may wait for it (:mod:`.refills`)."""
-        if self._closing or not self.freed.claims():
-            return
-        task = asyncio.create_task(self._refill_one(), name="refill")
-        self._refills.add(task)
-        task.add_done_callback(self._refills.discard)
-
     async def settled(self) -> None:
         """Wait for the claims in flight: freed slots', reserved ones', every batch's."""
-        await asyncio.gather(*self._refills, return_exceptions=True)
+        await self.freed.settled()
         await self._newcomers.settled()
         await self._claims.idle()
-
-    async def _refill_one(self) -> None:
-        try:
-            await self.start()
-        except Exception as exc:  # the periodic pass tries again
-            log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)
 
     async def _run(self, running: RunningAttempt) -> None:
         claim = running.claim
@@ -246,7 +231,8 @@ class Runtime:
         finally:
             self.attempts.pop(claim.invocation_id, None)
             self.slots.give()
-            self._refill()
+            if not self._closing:
+                self.freed.slot_freed()
 
     async def _execute(self, running: RunningAttempt, handler: Handler | None) -> Outcome | None:
         claim, ctx = running.claim, running.ctx

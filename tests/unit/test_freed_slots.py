@@ -26,8 +26,12 @@ from tether.worker.wiring import embedded_node, sole_server
 NO_PASS = {"claim_poll": 3600.0}
 
 
+async def started_nothing() -> bool:
+    return False
+
+
 def rule(busy: int = 1, alone: bool = True, none_queued: bool = True) -> FreedSlots:
-    freed = FreedSlots(lambda: busy)
+    freed = FreedSlots(lambda: busy, started_nothing)
     freed.every_token_comes_here(lambda: alone, lambda: none_queued)
     return freed
 
@@ -41,7 +45,7 @@ async def claim_nothing(freed: FreedSlots, *, token: bool) -> None:
 
 
 async def test_where_other_processes_take_tokens_a_freed_slot_always_claims() -> None:
-    for freed in (FreedSlots(lambda: 1), rule(alone=False)):
+    for freed in (FreedSlots(lambda: 1, started_nothing), rule(alone=False)):
         await claim_nothing(freed, token=False)
         assert freed.claims()
 
@@ -67,6 +71,35 @@ async def test_a_claim_that_finds_nothing_while_work_is_queued_clears_no_doubt()
     freed = rule(none_queued=False)
     await claim_nothing(freed, token=False)
     assert freed.claims()
+
+
+async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept_out() -> None:
+    """tether dev's tokens do not wait for a slot: one that found none while a claim held it
+    has its work claimed as soon as that claim gives the slot back, not at the next pass."""
+    claims: list[str] = []
+
+    async def claim() -> bool:
+        claims.append("again")
+        return False
+
+    freed = FreedSlots(lambda: 2, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    gate = asyncio.Event()
+
+    async def slow_nothing() -> Claim | None:
+        await gate.wait()
+        return None
+
+    refills = [asyncio.create_task(freed.claimed(slow_nothing(), token=False)) for _ in range(3)]
+    await asyncio.sleep(0)
+    freed.token_found_no_slot()  # one token kept out by three claims: one claims again
+    gate.set()
+    assert await asyncio.gather(*refills) == [None] * 3
+    await freed.settled()
+    assert claims == ["again"]
+    await claim_nothing(freed, token=False)  # no token kept out meanwhile: no claim again
+    await freed.settled()
+    assert claims == ["again"]
 
 
 async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
