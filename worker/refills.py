@@ -3,9 +3,9 @@
 A slot frees when an attempt ends (or parks); its refill claims whatever may run now: work whose
 token found no free slot, and work that waited for the ended attempt (its tenant's or the
 deployment's cap). In a deployment of many processes, tokens and finishes happen elsewhere too,
-so a freed slot always claims. A token that found no free slot because a claim held one (a
-freed slot's, the periodic pass's) is not left to the next pass either: when that claim finds
-nothing, its slot, given back, claims again at once.
+so a freed slot always claims. ``tether dev``'s tokens do not wait for a slot: one that found
+none because a claim held it (a freed slot's, the periodic pass's) is not left to the next pass
+either: when that claim finds nothing, its slot, given back, claims again at once.
 
 Where every token of the deployment comes to this process (``tether dev``, the one server of its
 file), it knows when that claim would find nothing, and skips it: a lone invocation's refill was
