@@ -4,8 +4,9 @@ A slot frees when an attempt ends (or parks); its refill claims whatever may run
 token found no free slot, and work that waited for the ended attempt (its tenant's or the
 deployment's cap). In a deployment of many processes, tokens and finishes happen elsewhere too,
 so a freed slot always claims. ``tether dev``'s tokens do not wait for a slot: one that found
-none because a claim held it (a freed slot's, the periodic pass's) is not left to the next pass
-either: when that claim finds nothing, its slot, given back, claims again at once.
+none because a claim held it (another token's, a freed slot's, the periodic pass's) is not left
+to the next pass either: when that claim finds nothing, its slot, given back, claims again at
+once (at most once per token dropped).
 
 Where every token of the deployment comes to this process (``tether dev``, the one server of its
 file), it knows when that claim would find nothing, and skips it: a lone invocation's refill was
@@ -53,10 +54,9 @@ class FreedSlots:
         """Whether queued work may wait for a slot or a cap holder of this process."""
         self._unserved = 0
         """Tokens unserved so far: a claim clears the doubt only if none came meanwhile."""
-        self._slotless = 0
-        """Tokens that found no free slot so far (``tether dev``'s, which do not wait for one)."""
         self._kept_out = 0
-        """Of those, the ones no claim has claimed again for yet: at most one each."""
+        """Tokens dropped for lack of a free slot (``tether dev``'s, which do not wait for one)
+        that no given-back slot has claimed again for yet."""
 
     def every_token_comes_here(
         self, alone: Callable[[], bool], none_queued: Callable[[], bool]
@@ -73,7 +73,6 @@ class FreedSlots:
 
     def token_found_no_slot(self) -> None:
         """A token found no free slot and was dropped."""
-        self._slotless += 1
         self._kept_out += 1
         self.token_unserved()
 
@@ -81,7 +80,7 @@ class FreedSlots:
         """``claim``'s result, noted: a token's claim that starts nothing (or fails) leaves
         work behind; a free slot's claim that finds nothing, alone, with nothing queued, clears
         the doubt."""
-        unserved, slotless = self._unserved, self._slotless
+        unserved = self._unserved
         try:
             won = await claim
         except BaseException:
@@ -91,13 +90,11 @@ class FreedSlots:
         if won is None:
             if token:
                 self.token_unserved()
-            elif self._slotless != slotless and self._kept_out > 0:
-                # a token found no free slot while this claim held one: the slot, given back
-                # now, claims again (else that token's work would wait for the periodic pass)
-                self._kept_out -= 1
-                self._claim_soon()
             elif self._unserved == unserved and self._busy() <= 1 and self._none_queued():
                 self._may_wait = False
+            if self._kept_out > 0:  # the slot, given back now, claims for a dropped token
+                self._kept_out -= 1
+                self._claim_soon()
         return won
 
     def claims(self) -> bool:

@@ -75,7 +75,8 @@ async def test_a_claim_that_finds_nothing_while_work_is_queued_clears_no_doubt()
 
 async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept_out() -> None:
     """tether dev's tokens do not wait for a slot: one that found none while a claim held it
-    has its work claimed as soon as that claim gives the slot back, not at the next pass."""
+    (a freed slot's, the pass's, another token's) has its work claimed as soon as that claim
+    gives the slot back, not at the next pass."""
     claims: list[str] = []
 
     async def claim() -> bool:
@@ -100,6 +101,14 @@ async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept
     await claim_nothing(freed, token=False)  # no token kept out meanwhile: no claim again
     await freed.settled()
     assert claims == ["again"]
+    gate.clear()
+    token = asyncio.create_task(freed.claimed(slow_nothing(), token=True))
+    await asyncio.sleep(0)
+    freed.token_found_no_slot()  # kept out by another token's claim: the same
+    gate.set()
+    assert await token is None
+    await freed.settled()
+    assert claims == ["again", "again"]
 
 
 async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
