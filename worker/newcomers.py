@@ -3,7 +3,9 @@ other slot is busy with another tenant's flood (``worker.reserve``, :mod:`tether
 
 One such claim is in flight at a time; slots asked for meanwhile are claimed right after it.
 A claim takes up to the slots asked for (reserved or not), starts at most one invocation of each
-tenant with nothing running (the store's ``newcomers`` claim) and gives back what it did not use.
+tenant with nothing running (the store's ``newcomers`` claim) and gives back what it did not use:
+a slot it took may have kept a token out (``tether dev``'s tokens do not wait for one), so each
+slot given back claims again for such a token (:meth:`FreedSlots.slot_given_back`).
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ class NewcomerClaims:
         worker: str,
         begin: Callable[[Claim], None],
         running: Callable[[], Iterable[RunningAttempt]],
+        given_back: Callable[[], None],
     ) -> None:
         self._slots = slots
         self._store = store
         self._worker = worker
         self._begin = begin
         self._running = running
+        self._given_back = given_back
+        """Told of each slot given back: a token kept out meanwhile claims with it."""
         self._task: asyncio.Task[int] | None = None
         self._again = 0
         """Slots asked for while a claim was in flight."""
@@ -84,6 +89,7 @@ class NewcomerClaims:
                 )
             for _ in range(taken - len(won)):
                 self._slots.give()
+                self._given_back()
             for claim in won:
                 self._begin(claim)
             started += len(won)

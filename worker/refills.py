@@ -92,10 +92,15 @@ class FreedSlots:
                 self.token_unserved()
             elif self._unserved == unserved and self._busy() <= 1 and self._none_queued():
                 self._may_wait = False
-            if self._kept_out > 0:  # the slot, given back now, claims for a dropped token
-                self._kept_out -= 1
-                self._claim_soon()
+            self.slot_given_back()
         return won
+
+    def slot_given_back(self) -> None:
+        """A claim gave its slot back (it found nothing, or less than it took): the slot
+        claims again for a token it kept out, if one is left."""
+        if self._kept_out > 0:
+            self._kept_out -= 1
+            self._claim_soon()
 
     def claims(self) -> bool:
         """Whether a freed slot claims at once."""

@@ -87,7 +87,12 @@ class Runtime:
             lambda: len(self.attempts) + self._claims_in_flight + len(self._abandoned), self.start
         )
         self._newcomers = NewcomerClaims(
-            self.slots, self.store, name, self._begin, lambda: self.attempts.values()
+            self.slots,
+            self.store,
+            name,
+            self._begin,
+            lambda: self.attempts.values(),
+            self.freed.slot_given_back,
         )
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -20,7 +20,9 @@ from tether.settings import load_settings
 from tether.status import Status
 from tether.store.schema import Claim, NewInvocation
 from tether.store.store import Store
+from tether.worker.newcomers import NewcomerClaims
 from tether.worker.refills import FreedSlots
+from tether.worker.slots import Slots
 from tether.worker.wiring import embedded_node, sole_server
 
 NO_PASS = {"claim_poll": 3600.0}
@@ -109,6 +111,44 @@ async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept
     assert await token is None
     await freed.settled()
     assert claims == ["again", "again"]
+
+
+class NothingForNewcomers:
+    """A store whose newcomers' claim holds its slots until ``gate`` opens, then finds
+    nothing."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    async def claim_next(self, count: int, worker: str, **kwargs: Any) -> list[Claim]:
+        await self.gate.wait()
+        return []
+
+
+async def test_slots_a_newcomers_claim_gives_back_claim_again_for_tokens_it_kept_out() -> None:
+    """The reserved slots' claim may hold unreserved slots too; a token that found none
+    meanwhile has its work claimed when they are given back."""
+    claims: list[str] = []
+
+    async def claim() -> bool:
+        claims.append("again")
+        return False
+
+    freed = FreedSlots(lambda: 1, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    slots, store = Slots(3, reserve=1), NothingForNewcomers()
+    newcomers = NewcomerClaims(
+        slots, cast(Store, store), "w", lambda claim: None, lambda: (), freed.slot_given_back
+    )
+    newcomers.want(3)  # takes every slot, the unreserved ones included
+    await asyncio.sleep(0)
+    assert slots.free == 0 and not slots.try_take()
+    freed.token_found_no_slot()
+    store.gate.set()
+    await newcomers.settled()
+    await freed.settled()
+    assert slots.free == 3
+    assert claims == ["again"]  # once for the one token kept out, not once per slot
 
 
 async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
