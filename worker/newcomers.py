@@ -3,9 +3,10 @@ other slot is busy with another tenant's flood (``worker.reserve``, :mod:`tether
 
 One such claim is in flight at a time; slots asked for meanwhile are claimed right after it.
 A claim takes up to the slots asked for (reserved or not), starts at most one invocation of each
-tenant with nothing running (the store's ``newcomers`` claim) and gives back what it did not use:
-a slot it took may have kept a token out (``tether dev``'s tokens do not wait for one), so each
-slot given back claims again for such a token (:meth:`FreedSlots.slot_given_back`).
+tenant with nothing running (the store's ``newcomers`` claim) and gives back what it did not use.
+An unreserved slot it held may have kept a token out (``tether dev``'s tokens do not wait for
+one): each unreserved slot it gives back claims again while such a token is counted
+(:meth:`FreedSlots.slot_given_back`); a reserved one cannot have kept a token out.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class NewcomerClaims:
         self._begin = begin
         self._running = running
         self._given_back = given_back
-        """Told of each slot given back: a token kept out meanwhile claims with it."""
+        """Told of each unreserved slot given back: a token it kept out is claimed for."""
         self._task: asyncio.Task[int] | None = None
         self._again = 0
         """Slots asked for while a claim was in flight."""
@@ -89,7 +90,8 @@ class NewcomerClaims:
                 )
             for _ in range(taken - len(won)):
                 self._slots.give()
-                self._given_back()
+                if self._slots.open_to_tokens:  # an unreserved slot: it may have kept one out
+                    self._given_back()
             for claim in won:
                 self._begin(claim)
             started += len(won)

@@ -4,9 +4,10 @@ A slot frees when an attempt ends (or parks); its refill claims whatever may run
 token found no free slot, and work that waited for the ended attempt (its tenant's or the
 deployment's cap). In a deployment of many processes, tokens and finishes happen elsewhere too,
 so a freed slot always claims. ``tether dev``'s tokens do not wait for a slot: one that found
-none because a claim held it (another token's, a freed slot's, the periodic pass's) is not left
-to the next pass either: when that claim finds nothing, its slot, given back, claims again at
-once (at most once per token dropped).
+none because a claim held it (another token's, a freed slot's, the periodic pass's, or the
+reserved slots' claim, which may hold unreserved ones too) is not left to the next pass either:
+when that claim gives its slot back (it found nothing, or less than it took), the slot claims
+again at once (at most once per token dropped).
 
 Where every token of the deployment comes to this process (``tether dev``, the one server of its
 file), it knows when that claim would find nothing, and skips it: a lone invocation's refill was
@@ -112,8 +113,10 @@ class FreedSlots:
             self._claim_soon()
 
     async def settled(self) -> None:
-        """Wait for the freed slots' claims in flight."""
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for the freed slots' claims in flight, and for those they start in turn (a
+        claim that finds nothing claims again for a token it kept out)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _claim_soon(self) -> None:
         task = asyncio.create_task(self._claim_once(), name="refill")

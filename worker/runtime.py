@@ -195,8 +195,8 @@ class Runtime:
 
     async def settled(self) -> None:
         """Wait for the claims in flight: freed slots', reserved ones', every batch's."""
+        await self._newcomers.settled()  # its slots given back may start freed slots' claims
         await self.freed.settled()
-        await self._newcomers.settled()
         await self._claims.idle()
 
     async def _run(self, running: RunningAttempt) -> None:

@@ -7,8 +7,9 @@ slot is dropped: the work it stood for stays queued and is claimed when a slot f
 
 ``reserve`` of the slots (``worker.reserve``, at most all but one) are kept for tenants with
 nothing running: tokens and refills take only the others, and :meth:`try_take_reserved` any, for
-a claim that may start only such a tenant's work (:meth:`Runtime.claim_newcomers`). Under another
-tenant's flood, a tenant's first invocation so starts at once instead of waiting for a slot.
+a claim that may start only such a tenant's work (:class:`tether.worker.newcomers.NewcomerClaims`).
+Under another tenant's flood, a tenant's first invocation so starts at once instead of waiting
+for a slot.
 """
 
 from __future__ import annotations

@@ -151,6 +151,38 @@ async def test_slots_a_newcomers_claim_gives_back_claim_again_for_tokens_it_kept
     assert claims == ["again"]  # once for the one token kept out, not once per slot
 
 
+async def test_a_reserved_slot_given_back_leaves_the_kept_out_token_to_the_claim_that_held_it() -> (
+    None
+):
+    """Only an unreserved slot can have kept a token out: the reserved slot a newcomers' claim
+    gives back does not use up the claim again that the slot holding the token's way owes."""
+    claims: list[str] = []
+
+    async def claim() -> bool:
+        claims.append("again")
+        return False
+
+    freed = FreedSlots(lambda: 2, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    slots, store = Slots(3, reserve=1), NothingForNewcomers()
+    newcomers = NewcomerClaims(
+        slots, cast(Store, store), "w", lambda claim: None, lambda: (), freed.slot_given_back
+    )
+    assert slots.try_take() and slots.try_take()  # both unreserved slots: a refill, a token
+    newcomers.want(1)  # only the reserved slot is left: it takes that one
+    await asyncio.sleep(0)
+    assert slots.free == 0
+    freed.token_found_no_slot()
+    store.gate.set()
+    await newcomers.settled()
+    await freed.settled()
+    assert claims == []  # the reserved slot came back: no token could have taken it
+    slots.give()  # the refill that held an unreserved slot finds nothing, gives it back
+    await claim_nothing(freed, token=False)
+    await freed.settled()
+    assert claims == ["again"]
+
+
 async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
     freed = rule()
     await claim_nothing(freed, token=False)
