@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
 from tether.store.batching import write_batch
-from tether.store.bound import bound_rows, bound_values, padded
+from tether.store.bound import BoundBatch
+from tether.store.dialect import Dialect
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
 from tether.store.errors import StoreError, Superseded
@@ -45,7 +46,7 @@ class Attempts:
         async with self._db.transaction() as conn:
             held = await self._held(conn, [r.invocation_id for r in requests], alone)
             free = [r for r in requests if r.invocation_id not in held]
-            last = await _advance_logs(conn, free) if free else {}
+            last = await _advance_logs(conn, self._db.dialect, free) if free else {}
             stored = {
                 r.invocation_id: numbered(last[r.invocation_id], r.events)
                 for r in free
@@ -178,17 +179,24 @@ COUNTS = (
 )
 
 
-async def _advance_logs(conn: AsyncConnection, requests: Sequence[AppendRequest]) -> dict[str, int]:
+async def _advance_logs(
+    conn: AsyncConnection, dialect: Dialect, requests: Sequence[AppendRequest]
+) -> dict[str, int]:
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
-    params = bound_rows("counts", COUNTS, rows, filler=("", 0, 0))  # no invocation has id ""
-    advance = _advance_statement(padded(len(rows)))
+    batch = _counts(dialect.arrays)
+    params = batch.params(rows, filler=("", 0, 0))  # no invocation has id ""
+    advance = _advance_statement(dialect.arrays, batch.shape(len(rows)))
     return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
 
 
+def _counts(arrays: bool) -> BoundBatch:
+    return BoundBatch("counts", COUNTS, arrays)
+
+
 @functools.cache
-def _advance_statement(size: int) -> sa.Update:
-    counts = bound_values("counts", COUNTS, size)
+def _advance_statement(arrays: bool, shape: int) -> sa.Update:
+    counts = _counts(arrays).cte(shape)
     return (
         sa.update(invocations)
         .where(

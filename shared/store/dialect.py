@@ -32,6 +32,8 @@ class Dialect(ABC):
     """Whether a connection may commit each statement on its own (``Database.autocommit``)."""
     lateral: bool
     """Whether it runs ``JOIN LATERAL`` (the claim's per-tenant probes in one plan)."""
+    arrays: bool = False
+    """Whether it binds arrays: a batch as one array per column (:class:`.bound.BoundBatch`)."""
     now: sa.ColumnElement[float]
     """The database clock, in seconds since the epoch: every timestamp and staleness is judged
     on it, never on a worker's clock."""
@@ -109,6 +111,7 @@ class Dialect(ABC):
 class PostgreSQL(Dialect):
     name = "postgresql"
     lateral = True
+    arrays = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
     autocommits = True
 

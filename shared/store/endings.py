@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
 from tether.outcomes import Outcome
-from tether.store.bound import bound_rows, bound_values, padded
+from tether.store.bound import BoundBatch
 from tether.store.dialect import Dialect
 from tether.store.eventlog import advanced, insert_events, numbered
 from tether.store.schema import Json, Status, invocations, status_is
@@ -104,13 +104,17 @@ def _end_all(dialect: Dialect, endings: Sequence[Ending]) -> tuple[sa.Update, di
         )
         for e in endings
     ]
-    params = bound_rows("ends", ENDS, rows, NO_ENDING)
-    return _end_statement(dialect, padded(len(rows))), params
+    batch = _ends(dialect)
+    return _end_statement(dialect, batch.shape(len(rows))), batch.params(rows, NO_ENDING)
+
+
+def _ends(dialect: Dialect) -> BoundBatch:
+    return BoundBatch("ends", ENDS, dialect.arrays)
 
 
 @functools.cache
-def _end_statement(dialect: Dialect, size: int) -> sa.Update:
-    ends = bound_values("ends", ENDS, size)
+def _end_statement(dialect: Dialect, shape: int) -> sa.Update:
+    ends = _ends(dialect).cte(shape)
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a VALUES column all NULL comes out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     return (
