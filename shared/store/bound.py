@@ -1,16 +1,17 @@
 """Batches as bound parameters, so a batch's SQL text is one of a few per statement.
 
 Where the database binds arrays (PostgreSQL), a batch is one array per column, unnested: one
-text for every batch size, which psycopg prepares once it has seen it five times and which
-PostgreSQL plans in constant time. Elsewhere (SQLite) rows are bound parameters with fixed
-names, and batch sizes round up to a power of two with filler rows that match nothing, so the
-text repeats. Those rows are a ``UNION ALL`` of one-row ``SELECT``s rather than a ``VALUES``
-list: SQLAlchemy gives a statement holding ``VALUES`` no cache key, so it compiled those
-statements on every execution (the ``UPDATE … FROM`` of a batch's endings and of its event
-counts: about a tenth of ``tether dev``'s CPU under a burst, 3 % of a busy worker's), where a
-compound ``SELECT`` of bound parameters is compiled once per size. PostgreSQL must not get that
-form: it plans a ``UNION ALL`` of 128 one-row ``SELECT``s in ~28 ms (256: ~100 ms) against
-~2 ms for the arrays, on every execution until the text is prepared.
+text for every batch size (each array bound as text and cast by the statement), which psycopg
+prepares once it has seen it five times and which PostgreSQL plans in constant time. Elsewhere
+(SQLite) rows are bound parameters with fixed names, and batch sizes round up to a power of two
+with filler rows that match nothing, so the text repeats. Those rows are a ``UNION ALL`` of
+one-row ``SELECT``s rather than a ``VALUES`` list: SQLAlchemy gives a statement holding
+``VALUES`` no cache key, so it compiled those statements on every execution (the ``UPDATE …
+FROM`` of a batch's endings and of its event counts: about a tenth of ``tether dev``'s CPU under
+a burst, 3 % of a busy worker's), where a compound ``SELECT`` of bound parameters is compiled
+once per size. PostgreSQL must not get that form: it plans a ``UNION ALL`` of 128 one-row
+``SELECT``s in ~28 ms (256: ~100 ms) against ~2 ms for the arrays, on every execution until the
+text is prepared.
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ class BoundBatch:
 
     def params(self, rows: Sequence[Sequence[Any]], filler: Sequence[Any]) -> dict[str, Any]:
         """The parameters for ``rows``; ``filler``, a row that matches nothing, pads them
-        where the shape needs it. JSON values go as their text (the statement casts them)."""
+        where the shape needs it. Arrays hold text (JSON values as JSON text), cast by the
+        statement: psycopg refuses a list mixing ints and floats, and types a list of ints by
+        its largest (``int2[]`` …), so values as they come would make several prepared
+        statements of one text, or none."""
         if not self.arrays:
             return bound_rows(self.name, self.columns, rows, filler)
         return {
@@ -113,7 +117,7 @@ class BoundBatch:
         return sa.Text() if isinstance(column.type, sa.JSON) else column.type
 
 
-def _array_value(column: sa.ColumnClause[Any], value: Any) -> Any:
-    if isinstance(column.type, sa.JSON) and value is not None:
-        return dumps(value)
-    return value
+def _array_value(column: sa.ColumnClause[Any], value: Any) -> str | None:
+    if value is None:
+        return None
+    return dumps(value) if isinstance(column.type, sa.JSON) else str(value)

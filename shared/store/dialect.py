@@ -25,6 +25,14 @@ SQLITE_READERS = 2
 MIGRATION_LOCK_KEY = 0x7E7E_0001
 CLAIM_LOCK_KEY = 0x7E7E_0002
 
+_HELD_ROWS = (
+    sa.select(inv.id)
+    .where(inv.id == sa.any_(sa.cast(sa.bindparam("ids"), postgresql.ARRAY(sa.Text))))
+    .with_for_update(skip_locked=True)
+)
+"""PostgreSQL's rows of ``:ids`` no other transaction holds, locked: one text for any number of
+ids (an ``IN`` list is a text per count, parsed and planned anew)."""
+
 
 class Dialect(ABC):
     name: str
@@ -94,7 +102,8 @@ class Dialect(ABC):
         (or that do not exist), to be written later, alone."""
 
     def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        """A JSON column of a ``VALUES`` list, as the JSON column it is assigned to."""
+        """A JSON column of a batch's rows (:class:`.bound.BoundBatch`), as the JSON column it
+        is assigned to."""
         return column
 
     @abstractmethod
@@ -149,15 +158,11 @@ class PostgreSQL(Dialect):
     ) -> frozenset[str]:
         """``SKIP LOCKED``: a grouped write never waits for a lock while holding others, so it
         cannot deadlock with the heartbeat, which updates the same rows in another order."""
-        locked = await conn.execute(
-            sa.select(inv.id)
-            .where(inv.id.in_(list(invocation_ids)))
-            .with_for_update(skip_locked=True)
-        )
+        locked = await conn.execute(_HELD_ROWS, {"ids": list(invocation_ids)})
         return frozenset(invocation_ids) - {row.id for row in locked}
 
     def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        return sa.cast(column, Json)  # a VALUES column that is all NULL comes out as text
+        return sa.cast(column, Json)  # a batch's JSON arrives as text
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))

@@ -115,7 +115,7 @@ def _ends(dialect: Dialect) -> BoundBatch:
 @functools.cache
 def _end_statement(dialect: Dialect, shape: int) -> sa.Update:
     ends = _ends(dialect).cte(shape)
-    attempt = sa.cast(ends.c.attempt, sa.Integer)  # a VALUES column all NULL comes out as text
+    attempt = sa.cast(ends.c.attempt, sa.Integer)  # a column all NULL may come out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     return (
         sa.update(invocations)

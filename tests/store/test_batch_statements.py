@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import uuid
 
+import sqlalchemy as sa
+
 from tests.store.executed import Executed, statements
 from tether.outcomes import completed
 from tether.store.attempts import HEARTBEAT_CHUNK
 from tether.store.bound import COMPOUND_TERMS
-from tether.store.schema import NewInvocation, Status
+from tether.store.endings import Ending, write_endings
+from tether.store.schema import NewInvocation, Status, invocations
 from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
 
 
@@ -82,6 +85,29 @@ async def test_where_arrays_bind_a_batch_of_any_size_is_one_text(store: Store) -
         done = await store.get(invocation_id)
         assert done is not None and done.status is Status.COMPLETED
         assert done.output == outputs[n % 4] and done.last_event_id == 3
+
+
+async def test_a_batch_of_endings_of_every_kind_reaches_its_rows_as_given(store: Store) -> None:
+    """Ints and floats in one column, fences set and absent, JSON of every kind and awkward
+    text: each value reaches its row as it was (on PostgreSQL as arrays of text, cast)."""
+    ids = await claimed(store, 8)
+    outputs = [{"a": None}, [None, True], False, "NULL", 'a"b\\c,{} ', "", None, 0.5]
+    stale = [30, 2.5, None, None, None, None, None, None]
+    async with store.db.transaction() as conn:  # the first two have not beaten for long
+        await conn.execute(
+            sa.update(invocations).where(invocations.c.id.in_(ids[:2])).values(heartbeat_at=0.0)
+        )
+    endings = [
+        Ending(i, completed(outputs[n]), attempt=None if n % 2 else 1, stale_after=stale[n])
+        for n, i in enumerate(ids)
+    ]
+    async with store.db.transaction() as conn:
+        results = await write_endings(conn, store.db.dialect, endings)
+    assert all(isinstance(r, Finished) for r in results), results
+    for n, invocation_id in enumerate(ids):
+        done = await store.get(invocation_id)
+        assert done is not None and done.status is Status.COMPLETED
+        assert done.output == outputs[n]
 
 
 async def test_a_heartbeat_beats_every_attempt_a_chunk_at_a_time(store: Store) -> None:
