@@ -113,42 +113,52 @@ async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept
     assert claims == ["again", "again"]
 
 
-class NothingForNewcomers:
-    """A store whose newcomers' claim holds its slots until ``gate`` opens, then finds
-    nothing."""
+class NewcomersBeside:
+    """Three slots, one reserved; a newcomers' claim that holds what it took until ``gate``
+    opens, then finds nothing (this is its store); ``tether dev``'s freed-slot rule, whose
+    claims again are recorded in ``claims``."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy: int) -> None:
+        self.claims: list[str] = []
         self.gate = asyncio.Event()
+        self.freed = FreedSlots(lambda: busy, self._claim_again)
+        self.freed.every_token_comes_here(lambda: True, lambda: True)
+        self.slots = Slots(3, reserve=1)
+        self.newcomers = NewcomerClaims(
+            self.slots,
+            cast(Store, self),
+            "w",
+            lambda claim: None,
+            lambda: (),
+            self.freed.slot_given_back,
+        )
+
+    async def _claim_again(self) -> bool:
+        self.claims.append("again")
+        return False
 
     async def claim_next(self, count: int, worker: str, **kwargs: Any) -> list[Claim]:
         await self.gate.wait()
         return []
 
+    async def found_nothing(self) -> None:
+        """The newcomers' claim ends, finding nothing; wait for what it set off."""
+        self.gate.set()
+        await self.newcomers.settled()
+        await self.freed.settled()
+
 
 async def test_slots_a_newcomers_claim_gives_back_claim_again_for_tokens_it_kept_out() -> None:
     """The reserved slots' claim may hold unreserved slots too; a token that found none
     meanwhile has its work claimed when they are given back."""
-    claims: list[str] = []
-
-    async def claim() -> bool:
-        claims.append("again")
-        return False
-
-    freed = FreedSlots(lambda: 1, claim)
-    freed.every_token_comes_here(lambda: True, lambda: True)
-    slots, store = Slots(3, reserve=1), NothingForNewcomers()
-    newcomers = NewcomerClaims(
-        slots, cast(Store, store), "w", lambda claim: None, lambda: (), freed.slot_given_back
-    )
-    newcomers.want(3)  # takes every slot, the unreserved ones included
+    beside = NewcomersBeside(busy=1)
+    beside.newcomers.want(3)  # takes every slot, the unreserved ones included
     await asyncio.sleep(0)
-    assert slots.free == 0 and not slots.try_take()
-    freed.token_found_no_slot()
-    store.gate.set()
-    await newcomers.settled()
-    await freed.settled()
-    assert slots.free == 3
-    assert claims == ["again"]  # once for the one token kept out, not once per slot
+    assert beside.slots.free == 0 and not beside.slots.try_take()
+    beside.freed.token_found_no_slot()
+    await beside.found_nothing()
+    assert beside.slots.free == 3
+    assert beside.claims == ["again"]  # once for the one token kept out, not once per slot
 
 
 async def test_a_reserved_slot_given_back_leaves_the_kept_out_token_to_the_claim_that_held_it() -> (
@@ -156,31 +166,19 @@ async def test_a_reserved_slot_given_back_leaves_the_kept_out_token_to_the_claim
 ):
     """Only an unreserved slot can have kept a token out: the reserved slot a newcomers' claim
     gives back does not use up the claim again that the slot holding the token's way owes."""
-    claims: list[str] = []
-
-    async def claim() -> bool:
-        claims.append("again")
-        return False
-
-    freed = FreedSlots(lambda: 2, claim)
-    freed.every_token_comes_here(lambda: True, lambda: True)
-    slots, store = Slots(3, reserve=1), NothingForNewcomers()
-    newcomers = NewcomerClaims(
-        slots, cast(Store, store), "w", lambda claim: None, lambda: (), freed.slot_given_back
-    )
+    beside = NewcomersBeside(busy=2)
+    slots, freed = beside.slots, beside.freed
     assert slots.try_take() and slots.try_take()  # both unreserved slots: a refill, a token
-    newcomers.want(1)  # only the reserved slot is left: it takes that one
+    beside.newcomers.want(1)  # only the reserved slot is left: it takes that one
     await asyncio.sleep(0)
     assert slots.free == 0
     freed.token_found_no_slot()
-    store.gate.set()
-    await newcomers.settled()
-    await freed.settled()
-    assert claims == []  # the reserved slot came back: no token could have taken it
+    await beside.found_nothing()
+    assert beside.claims == []  # the reserved slot came back: no token could have taken it
     slots.give()  # the refill that held an unreserved slot finds nothing, gives it back
     await claim_nothing(freed, token=False)
     await freed.settled()
-    assert claims == ["again"]
+    assert beside.claims == ["again"]
 
 
 async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
