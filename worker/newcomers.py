@@ -89,8 +89,7 @@ class NewcomerClaims:
                     "claiming for tenants with nothing running failed (%s)", type(exc).__name__
                 )
             for _ in range(taken - len(won)):
-                self._slots.give()
-                if self._slots.open_to_tokens:  # an unreserved slot: it may have kept one out
+                if self._slots.give():  # an unreserved slot: it may have kept a token out
                     self._given_back()
             for claim in won:
                 self._begin(claim)

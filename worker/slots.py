@@ -50,13 +50,16 @@ class Slots:
             self._free -= 1
             return True
 
-    def give(self) -> None:
+    def give(self) -> bool:
+        """Give a slot back; whether it is one tokens may take (not reserved)."""
         with self._changed:
             if self._free >= self._count:
                 raise RuntimeError("a slot was given back twice")
             self._free += 1
-            if self._free > self._reserve:
+            unreserved = self._free > self._reserve
+            if unreserved:
                 self._changed.notify()
+            return unreserved
 
     @property
     def free(self) -> int:
