@@ -17,6 +17,7 @@ from bench.scenarios import (
     eventlog,
     fanout,
     flood,
+    heartbeat,
     io_bound,
     peer,
     streaming,
@@ -43,4 +44,5 @@ SCENARIOS: dict[str, Scenario] = {
     "flood": flood.run,
     "caps": caps.run,
     "backlog": backlog.run,
+    "heartbeat": heartbeat.run,
 }

@@ -83,6 +83,9 @@ class Sizes:
     backlog_dominant: float = 0.8  # the largest tenant's share of the backlog
     backlog_posts: int = 2000
     backlog_rounds: int = 5
+    heartbeat_attempts: int = 500
+    heartbeat_rows: int = 20_000
+    heartbeat_rounds: int = 20
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -145,6 +148,9 @@ QUICK = Sizes(
     backlog_tenants=10,
     backlog_posts=100,
     backlog_rounds=1,
+    heartbeat_attempts=20,
+    heartbeat_rows=500,
+    heartbeat_rounds=3,
     deadline=60.0,
 )
 
