@@ -24,7 +24,7 @@ from tether.app import load_app
 from tether.settings import Settings
 from tether.worker.broker_watch import watching_broker
 from tether.worker.node import run_node
-from tether.worker.parent_watch import ParentWatch
+from tether.worker.parent_watch import ParentWatch, write_output_to_own_stderr
 from tether.worker.runtime import Runtime
 from tether.worker.wiring import distributed_services
 
@@ -110,6 +110,7 @@ class NodeHost(dramatiq.Middleware):
         _FirstStopOnly.install()
         self._parent_watch = ParentWatch.of_this_process()  # an orphan stops as on SIGTERM
         if self._parent_watch is not None:
+            write_output_to_own_stderr()  # not through the parent's relay (a pipe per line)
             self._parent_watch.start()
         self._broker = broker
         self._thread = threading.Thread(target=self._serve, name="tether-node", daemon=True)

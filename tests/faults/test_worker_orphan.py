@@ -1,6 +1,7 @@
 """``kill -9`` of ``tether worker`` (Dramatiq's main process): its worker processes notice that
 their parent is gone, stop as on SIGTERM (the running attempt is handed back after the grace
-period) and exit; the next worker recovers the run."""
+period) and exit; the next worker recovers the run. Their output never depended on that
+process: they write their log lines themselves."""
 
 from __future__ import annotations
 
@@ -58,3 +59,26 @@ async def test_worker_processes_whose_parent_is_killed_hand_their_runs_back_and_
         await until(lambda: db.row(invocation_id)["status"] == "completed", 30, "recovery")
         _, state = await api.get(invocation_id)
         assert state["attempt"] == 2 and state["output"]["recovered"] is True, state
+
+
+async def test_worker_processes_write_their_log_lines_themselves(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster
+) -> None:
+    """Not through Dramatiq's relay (a pipe its main process reads and copies line by line):
+    with the main process stopped, a run's lines still reach the log."""
+    cluster = make_cluster(fresh_db, redis_url)
+    _, base = cluster.start_gateway()
+    worker = spawn_worker(cluster, processes=1)
+    await until(lambda: "Worker process is ready" in worker.log(), 60, "the worker process")
+    db = Db(fresh_db)
+    invocation_id = new_id()
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        async with api_for(base) as api:
+            body = {"id": invocation_id, "input": {"attempt1": {"emit": 1}}, "background": True}
+            assert (await api.post(body))[0] == 202
+            await until(lambda: db.row(invocation_id)["status"] == "completed", 30, "the run")
+        await until(lambda: f"invocation {invocation_id}: completed" in worker.log(), 10, "log")
+        assert f"invocation {invocation_id}: attempt 1 started" in worker.log()
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
