@@ -92,7 +92,8 @@ def stop_gracefully(parent_pid: int) -> None:
 
 def write_output_to_own_stderr() -> None:
     """Point ``sys.stdout``, ``sys.stderr`` and the log handlers writing to them at the
-    process's own stdout and stderr (the ones it inherited: where ``tether worker`` writes).
+    process's own stderr (the one it inherited: where ``tether worker`` writes; ``print``
+    output too, as through the relay, and line-buffered like it).
 
     Dramatiq points them at a pipe its main process reads and copies to its stderr, a line at
     a time: every log line cost a pipe write here and a read, a write and a flush there (the
@@ -107,5 +108,5 @@ def write_output_to_own_stderr() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and id(handler.stream) in relayed:
             handler.setStream(own)
-    sys.stdout = sys.__stdout__ or own
+    sys.stdout = own  # where the relay put it: stderr, a line at a time
     sys.stderr = own

@@ -5,15 +5,18 @@ that migration 0010 dropped, in the same run.
 Two private databases, each with ``heartbeat_attempts`` active attempts among
 ``heartbeat_rows`` rows; the second gets the old index back. Beats alternate between them,
 ``heartbeat_rounds`` each. Figures: milliseconds per beat (median), and the share of the beats'
-row updates PostgreSQL made HOT (heap-only: no index entry written, read from
-``pg_stat_user_tables`` once the store's connections have closed and reported).
+row updates PostgreSQL made HOT (heap-only: no index entry written), read from
+``pg_stat_user_tables`` around the measured beats (each side's store connects for them alone:
+a closing backend reports its counters, an idle one may not for 10 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -27,17 +30,29 @@ OLD_INDEX = (
     " ON tether_invocations (heartbeat_at) WHERE status = 'active'"
 )
 WORKER = "bench-worker"
+STATS_SETTLE = 1.5  # a closed backend's counters are in the shared statistics by then
 
 
 @dataclass
 class Beats:
     db: Database
     attempts: list[tuple[str, int]]
-    store: Store
+    store: Store | None = None
     seconds: list[float] = field(default_factory=list)
     updates: tuple[int, int] = (0, 0)
 
+    @contextlib.asynccontextmanager
+    async def connected(self) -> AsyncIterator[None]:
+        """A store on one connection; its backend reports its counters as it closes."""
+        self.store = Store.postgres(self.db.sqlalchemy_url, pool_size=1)
+        try:
+            yield
+        finally:
+            await self.store.close()
+            self.store = None
+
     async def beat(self) -> None:
+        assert self.store is not None
         started = time.perf_counter()
         alive = await self.store.heartbeat(self.attempts)
         self.seconds.append(time.perf_counter() - started)
@@ -81,19 +96,21 @@ async def run(sizes: Sizes) -> list[Row]:
             if old_index:
                 pg.conn.execute(OLD_INDEX)
             attempts = prefill(pg, sizes.heartbeat_rows, sizes.heartbeat_attempts)
-            sides.append(Beats(db, attempts, Store.postgres(db.sqlalchemy_url, pool_size=1)))
+            sides.append(Beats(db, attempts))
             pgs.append(pg)
-        for side in sides:  # a warm connection and prepared statements, as in a running worker
-            for _ in range(6):
-                await side.beat()
-            side.seconds.clear()
+        for side in sides:  # the first beats after the prefill's VACUUM meet full pages: unmeasured
+            async with side.connected():
+                for _ in range(6):
+                    await side.beat()
+        await asyncio.sleep(STATS_SETTLE)  # the warm-up's connections have closed and reported
         before = [updates(pg) for pg in pgs]
-        for _ in range(sizes.heartbeat_rounds):
-            for side in sides:
-                await side.beat()
         for side in sides:
-            await side.store.close()  # a closing backend reports its counters
-        await asyncio.sleep(1.0)
+            side.seconds.clear()
+        async with sides[0].connected(), sides[1].connected():  # a fresh connection's first
+            for _ in range(sizes.heartbeat_rounds):  # beat prepares: the median leaves it out
+                for side in sides:
+                    await side.beat()
+        await asyncio.sleep(STATS_SETTLE)
         for side, pg, (upd0, hot0) in zip(sides, pgs, before, strict=True):
             upd1, hot1 = updates(pg)
             side.updates = (upd1 - upd0, hot1 - hot0)

@@ -31,7 +31,11 @@ class Migration:
     path: Path
 
     def statements(self) -> list[str]:
-        lines = [ln for ln in self.path.read_text().splitlines() if not ln.strip().startswith("--")]
+        lines = [
+            ln
+            for ln in self.path.read_text(encoding="utf-8").splitlines()
+            if not ln.strip().startswith("--")
+        ]
         return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 

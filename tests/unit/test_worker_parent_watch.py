@@ -58,7 +58,7 @@ def test_an_orphans_output_goes_to_its_own_stderr(monkeypatch: pytest.MonkeyPatc
     try:
         write_output_to_own_stderr()
         assert relayed.stream is sys.__stderr__ and sys.stderr is sys.__stderr__
-        assert sys.stdout is sys.__stdout__
+        assert sys.stdout is sys.__stderr__  # print() output too, as the relay did
         assert own_file.stream is not sys.__stderr__  # a handler of its own is left alone
     finally:
         root.removeHandler(relayed)
