@@ -2,7 +2,7 @@
 -- an index held that column, each of those updates wrote a new entry into every index of the
 -- row (on PostgreSQL no update that changes an indexed column can be HOT: ~50 us a row with
 -- this table's indexes, 30 ms for 500 attempts, holding their row locks meanwhile). Stale
--- attempts are found among the active rows instead (tether_invocations_tenant_active): at most
+-- attempts are found among the active rows instead (through their partial indexes): at most
 -- one a worker slot, and read far less often than they are beaten. SQLite has no HOT updates,
 -- but there too a beat wrote an index entry a row; the stale query now reads every active row
 -- (~2 ms a reap pass at 3,000 active, against a range lookup), which tether dev's one process
