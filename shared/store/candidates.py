@@ -5,7 +5,8 @@ Finding the tenants with queued work is a loose index scan of ``tenant_queue``: 
 such tenant, whatever the backlog, but still a cost that grows with the tenants (about 1 ms per
 200 on the reference machine, a claim's largest statement). So each process keeps the list it
 last found (:class:`QueuedTenants`) and, while its claims fill every slot they ask for from it,
-reads only those tenants, the tenants of the tokens in hand (``hints``: the invocation ids the
+reads only those tenants (on SQLite, those of them that still have queued work:
+:func:`known_tenants`), the tenants of the tokens in hand (``hints``: the invocation ids the
 Dramatiq messages carry) and the tenants the gateways announced
 (:func:`tether.pubsub.announce_queued`: a token may wait behind another tenant's flood in the
 broker's FIFO, an announcement does not) for up to :data:`RESCAN` seconds. A claim scans again:
@@ -54,12 +55,29 @@ one probe per tenant (a ``DISTINCT`` would read the whole backlog)."""
 
 
 def known_tenants(dialect: Dialect) -> str:
-    """The tenants named in ``:names`` and those of the still queued invocations in
-    ``:hints`` (both JSON arrays of strings)."""
+    """The tenants named in ``:names`` and those of the still queued invocations in ``:hints``
+    (both JSON arrays of strings). Where probes are cheap (:attr:`Dialect.probes_listed_tenants`)
+    only the named tenants that still have queued work, one probe of an index of the queued
+    rows each.
+
+    The list outlives the queues it names: under a burst from many owners it holds every tenant
+    announced lately, most of them drained by the time a claim reads it. Read as candidates,
+    drained tenants were given slots first (as low on passes as anyone), found empty one round
+    of the heads statement after another, and weighed in every allocation: with the probes,
+    ``tether dev`` spent 7 % less CPU on a burst of 2,000 from 256 owners (five interleaved
+    runs each, 0.97 -> 0.90 ms per invocation). On PostgreSQL a probe is a buffer access
+    (~3.5 us): at 500,000 queued, where every listed tenant has work, 200 of them made the read
+    0.31 -> 1.0 ms and claims 10 % slower, so it reads the list as it is."""
     names, hints = dialect.json_texts("names"), dialect.json_texts("hints")
+    listed = "SELECT tenant FROM named"
+    if dialect.probes_listed_tenants:
+        listed += """
+        WHERE EXISTS (SELECT 1 FROM tether_invocations i
+                      WHERE i.tenant = named.tenant AND i.status = 'queued')"""
     return f"""
-    WITH queued(tenant) AS (
-        {names}
+    WITH named(tenant) AS ({names}),
+    queued(tenant) AS (
+        {listed}
         UNION
         SELECT tenant FROM tether_invocations WHERE id IN ({hints}) AND status = 'queued'
     )
@@ -199,8 +217,8 @@ class CandidateReads:
     async def known(
         self, conn: AsyncConnection, names: Sequence[str], hints: Sequence[str]
     ) -> Candidates | None:
-        """The tenants in ``names`` and those of the queued invocations in ``hints``, whether
-        or not they still have queued work; None when there are none."""
+        """The tenants in ``names`` (those that still have queued work, where probes are
+        cheap) and those of the queued invocations in ``hints``; None when there are none."""
         params = {"names": json.dumps(list(names)), "hints": json.dumps(list(hints))}
         return _candidates((await conn.execute(self._known, params)).mappings().all())
 

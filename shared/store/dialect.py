@@ -42,6 +42,9 @@ class Dialect(ABC):
     """Whether it runs ``JOIN LATERAL`` (the claim's per-tenant probes in one plan)."""
     arrays: bool = False
     """Whether it binds arrays: a batch as one array per column (:class:`.bound.BoundBatch`)."""
+    probes_listed_tenants: bool = False
+    """Whether a claim from a process's tenant list reads only the listed tenants that still
+    have queued work, one index probe each (:func:`.candidates.known_tenants`)."""
     now: sa.ColumnElement[float]
     """The database clock, in seconds since the epoch: every timestamp and staleness is judged
     on it, never on a worker's clock."""
@@ -184,6 +187,7 @@ class SQLite(Dialect):
 
     name = "sqlite"
     lateral = False
+    probes_listed_tenants = True  # in-process: ~1 us a probe, against rounds of the heads
     now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
 
     def json_texts(self, param: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.store.executed import Executed, statements
 from tether.status import OPEN
+from tether.store.candidates import QueuedTenants
 from tether.store.heads import UNION_BRANCHES
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
@@ -86,3 +87,25 @@ async def test_a_claim_naming_more_tenants_than_one_statement_holds_starts_them_
     assert sorted(c.tenant for c in claims) == sorted(tenants)  # one each: the fair share
     assert len(await store.claim_next(len(tenants), "w")) == len(tenants)
     assert await store.claim_next(10, "w") == []
+
+
+async def test_a_claim_from_the_tenant_list_reads_only_tenants_with_queued_work(
+    store: Store,
+) -> None:
+    """The list of tenants a process last scanned outlives their queues. Read as candidates,
+    its drained tenants were given the slots first (as low on passes as anyone), found empty
+    one round after another, up to the round limit, before a scan found the work. Where
+    probes are cheap (SQLite) the list's read leaves them out; on PostgreSQL the rounds are
+    the price of not probing every listed tenant at every claim of a deep backlog."""
+    now = [0.0]
+    store._claims._queued = QueuedTenants(clock=lambda: now[0])  # the list stays fresh
+    tenants = [f"t{k}" for k in range(20)]
+    await queue(store, tenants)
+    assert len(await store.claim_next(20, "w")) == 20  # all filled: the list is trusted
+    await queue(store, ["t5", "t6"])
+    with statements(store) as seen:
+        claims = await store.claim_next(2, "w")
+    assert sorted(c.tenant for c in claims) == ["t5", "t6"]
+    if store.db.dialect.probes_listed_tenants:
+        assert len([e for e in seen if "UPDATE tether_invocations SET status" in e.text]) == 1
+        assert not any("WITH RECURSIVE" in e.text for e in seen)  # no scan was needed
