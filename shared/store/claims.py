@@ -52,7 +52,8 @@ from tether.store.writes import NewEvent
 inv = invocations.c
 MAX_ROUNDS = 8
 """Allocation rounds per claim: a round repeats only when a chosen tenant had fewer claimable
-invocations than it was given (session-blocked, or in backoff), with the slots it left over."""
+invocations than it was given (session-blocked, in backoff, or on PostgreSQL a listed tenant
+drained since: :func:`tether.store.candidates.known_tenants`), with the slots it left over."""
 
 
 def opening(won: Any) -> NewEvent:
