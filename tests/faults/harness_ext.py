@@ -185,6 +185,13 @@ def log_has(proc: Proc, text: str) -> bool:
     return text in proc.log()
 
 
+def process_logged(procs: Iterable[Proc], pid: int, text: str) -> bool:
+    """Whether worker process ``pid`` (one of the processes a ``tether worker`` command forks)
+    logged a line containing ``text``: worker log lines carry ``[PID n]``."""
+    tag = f"[PID {pid}]"
+    return any(tag in line and text in line for proc in procs for line in proc.log().splitlines())
+
+
 def hard_stop(procs: Iterable[Proc]) -> None:
     """Resume anything frozen, then kill every process group at once (teardown)."""
     procs = list(procs)

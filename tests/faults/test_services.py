@@ -20,8 +20,10 @@ from tests.faults.harness_ext import (
     attempts_started,
     holding,
     log_has,
+    process_logged,
     start_workers,
     until,
+    worker_pid,
 )
 from tests.harness import http_ok
 
@@ -84,19 +86,22 @@ async def test_postgresql_down_mid_run_every_invocation_ends_and_everyone_reconn
     _, base = cluster.start_gateway()
     workers = start_workers(cluster, 2)
     db = Db(private_pg.url)
-    writing = [new_id() for _ in range(8)]  # write an event every 0.4 s for 3.2 s
+    # Write an event every 0.4 s for 8 s: still running when a worker gives its attempts up,
+    # which is STALE_AFTER (3 s) after its last good heartbeat.
+    writing = [new_id() for _ in range(8)]
     ending = [new_id() for _ in range(2)]  # end 0.5 s in: while the database is down
     ids = writing + ending
     async with api_for(base) as api:
         for invocation_id in ids:
             spec = (
-                {"emit": 8, "emit_sleep": 0.4}
+                {"emit": 20, "emit_sleep": 0.4}
                 if invocation_id in writing
                 else {"emit": 1, "sleep": 0.5}
             )
             body = {"id": invocation_id, "input": {"default": spec}, "background": True}
             assert (await api.post(body))[0] == 202
         await until(lambda: db.all_match(ids, holding(2)), 30, "every run writing")
+        holders = {worker_pid(row) for row in db.rows(ids).values()}
 
         private_pg.stop()
         # Down until everyone noticed: the gateway is not ready, heartbeats and an outcome failed.
@@ -109,9 +114,11 @@ async def test_postgresql_down_mid_run_every_invocation_ends_and_everyone_reconn
             10,
             "a finish to fail",
         )
-        if outage == "past_stale":  # long enough for workers to give their attempts up
+        if outage == "past_stale":  # long enough for every holder to give its attempts up
             await until(
-                lambda: any(log_has(w, "no heartbeat for") for w in workers), 20, "attempts to stop"
+                lambda: all(process_logged(workers, pid, "no heartbeat for") for pid in holders),
+                20,
+                "attempts to stop",
             )
         private_pg.start()
 
