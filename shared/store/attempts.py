@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
 from tether.store.batching import write_batch
 from tether.store.bound import BoundBatch
+from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
@@ -80,7 +80,7 @@ class Attempts:
         }
 
     async def _held(
-        self, conn: AsyncConnection, invocation_ids: Sequence[str], alone: bool
+        self, conn: Connection, invocation_ids: Sequence[str], alone: bool
     ) -> frozenset[str]:
         """The rows another transaction holds, for a grouped write; a lone write waits."""
         if alone:
@@ -180,7 +180,7 @@ COUNTS = (
 
 
 async def _advance_logs(
-    conn: AsyncConnection, dialect: Dialect, requests: Sequence[AppendRequest]
+    conn: Connection, dialect: Dialect, requests: Sequence[AppendRequest]
 ) -> dict[str, int]:
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.fairness import TenantLoad
 from tether.store.tenants import DEFAULTS, FIELDS, TenantLimits, effective_from, limits_from
@@ -211,12 +211,12 @@ class CandidateReads:
         self._scan = sa.text(LOOSE_SCAN + READ)
         self._known = sa.text(known_tenants(dialect) + READ)
 
-    async def scan(self, conn: AsyncConnection) -> Candidates | None:
+    async def scan(self, conn: Connection) -> Candidates | None:
         """None when nothing is queued."""
         return _candidates((await conn.execute(self._scan)).mappings().all())
 
     async def known(
-        self, conn: AsyncConnection, names: Sequence[str], hints: Sequence[str]
+        self, conn: Connection, names: Sequence[str], hints: Sequence[str]
     ) -> Candidates | None:
         """The tenants in ``names`` (those that still have queued work, where probes are
         cheap) and those of the queued invocations in ``hints``; None when there are none."""

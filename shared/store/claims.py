@@ -26,10 +26,10 @@ from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.outcomes import started_data
 from tether.store.candidates import CandidateReads, QueuedTenants
+from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.eventlog import insert_events, numbered
 from tether.store.fairness import Allocation, TenantLoad, allocate, wanted
@@ -197,7 +197,7 @@ class Claims:
 
     async def _choose(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         loads: list[TenantLoad],
         budget: int,
         vtime: float,
@@ -234,7 +234,7 @@ class Claims:
                 taken[tenant] = n + 1
         return allocation, ordered
 
-    async def _open(self, conn: AsyncConnection, rows: Sequence[Any]) -> list[Claim]:
+    async def _open(self, conn: Connection, rows: Sequence[Any]) -> list[Claim]:
         """Open the logs of the attempts just started: their ``run.started`` (or
         ``run.resumed``) events, in one statement."""
         if not rows:
@@ -244,7 +244,7 @@ class Claims:
         return [_claim(r) for r in rows]
 
     async def _advance(
-        self, conn: AsyncConnection, allocation: Allocation, vtime: float, served: list[str]
+        self, conn: Connection, allocation: Allocation, vtime: float, served: list[str]
     ) -> None:
         """Store the passes of the tenants served (in name order: concurrent uncapped claims
         take these row locks in one order) and the virtual time, if it moved."""
@@ -266,7 +266,7 @@ class Claims:
         return self._db.dialect.upsert_on(claim_clock, "id")
 
 
-async def _running(conn: AsyncConnection) -> dict[str, int]:
+async def _running(conn: Connection) -> dict[str, int]:
     """Running attempts per tenant (the ``tenant_active`` index: one entry per attempt)."""
     rows = await conn.execute(
         sa.select(inv.tenant, sa.func.count())
@@ -276,7 +276,7 @@ async def _running(conn: AsyncConnection) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in rows}
 
 
-async def _global_cap(conn: AsyncConnection) -> int | None:
+async def _global_cap(conn: Connection) -> int | None:
     cap = await conn.scalar(sa.select(global_limits.c.max_active))
     return None if cap is None else int(cap)
 

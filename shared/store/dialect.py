@@ -12,12 +12,14 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tether.store.columns import ColumnInsert
+from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
 from tether.store.sqlite_inline import inline_creator
+from tether.store.sqlite_sync import SyncPool, SyncPools, sync_engine
 
 inv = invocations.c
 SQLITE_READERS = 2
@@ -74,6 +76,11 @@ class Dialect(ABC):
         the writer's pool."""
         return None
 
+    def sync_pools(self, url: sa.URL, **options: Any) -> SyncPools | None:
+        """Where the store's transactions run instead of ``url``'s asynchronous engines, if
+        anywhere (:mod:`.sqlite_sync`); ``options``: the engines' ``create_engine`` arguments."""
+        return None
+
     def prepare_reader(self, engine: AsyncEngine) -> None:
         """Set up each new connection of a reader engine."""
         raise NotImplementedError(f"{self.name} has no reader engine")
@@ -98,9 +105,7 @@ class Dialect(ABC):
         return insert.on_conflict_do_update(index_elements=[key], set_=others)
 
     @abstractmethod
-    async def held_rows(
-        self, conn: AsyncConnection, invocation_ids: Sequence[str]
-    ) -> frozenset[str]:
+    async def held_rows(self, conn: Connection, invocation_ids: Sequence[str]) -> frozenset[str]:
         """Lock the rows nobody else holds, without waiting; the ids another transaction holds
         (or that do not exist), to be written later, alone."""
 
@@ -110,11 +115,11 @@ class Dialect(ABC):
         return column
 
     @abstractmethod
-    async def lock_migrations(self, conn: AsyncConnection) -> None:
+    async def lock_migrations(self, conn: Connection) -> None:
         """Make concurrent migration runs (replicas starting at once) take turns."""
 
     @abstractmethod
-    async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
+    async def begin_claim(self, conn: Connection, *, serialize: bool) -> None:
         """Set up a claim transaction; ``serialize``: make claims take turns across every
         process and host until it ends (the serialization point that keeps running attempts
         within their caps)."""
@@ -156,9 +161,7 @@ class PostgreSQL(Dialect):
     def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
         return sa.cast(sa.func.floor(value), sa.Integer)  # a cast alone rounds
 
-    async def held_rows(
-        self, conn: AsyncConnection, invocation_ids: Sequence[str]
-    ) -> frozenset[str]:
+    async def held_rows(self, conn: Connection, invocation_ids: Sequence[str]) -> frozenset[str]:
         """``SKIP LOCKED``: a grouped write never waits for a lock while holding others, so it
         cannot deadlock with the heartbeat, which updates the same rows in another order."""
         locked = await conn.execute(_HELD_ROWS, {"ids": list(invocation_ids)})
@@ -167,10 +170,10 @@ class PostgreSQL(Dialect):
     def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         return sa.cast(column, Json)  # a batch's JSON arrives as text
 
-    async def lock_migrations(self, conn: AsyncConnection) -> None:
+    async def lock_migrations(self, conn: Connection) -> None:
         await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))
 
-    async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
+    async def begin_claim(self, conn: Connection, *, serialize: bool) -> None:
         """No JIT for the claim's statements: at a large backlog the planner prices the heads'
         join past ``jit_above_cost`` and compiling it took 12-100 ms, for a 0.2 ms query (worker
         connections turn JIT off for good; this covers any other store that claims)."""
@@ -197,21 +200,21 @@ class SQLite(Dialect):
         return _sqlite_pool(url, 1)
 
     def prepare(self, engine: AsyncEngine) -> None:
-        _on_sqlite_connections(
-            engine,
-            ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL"),
-            begin="BEGIN IMMEDIATE",  # the one writer
-        )
+        _on_sqlite_connections(engine, WRITER_PRAGMAS, begin=WRITER_BEGIN)
 
     def reader_options(self, url: sa.URL) -> dict[str, Any] | None:
         return _sqlite_pool(url, SQLITE_READERS)
 
     def prepare_reader(self, engine: AsyncEngine) -> None:
-        _on_sqlite_connections(
-            engine,
-            # WAL as the writer left it (or set here); then nothing this connection runs writes
-            ("PRAGMA journal_mode=WAL", "PRAGMA query_only=1"),
-            begin="BEGIN",  # deferred: a read transaction, holding no lock
+        _on_sqlite_connections(engine, READER_PRAGMAS, begin=READER_BEGIN)
+
+    def sync_pools(self, url: sa.URL, **options: Any) -> SyncPools | None:
+        path = _sqlite_file(url)
+        writer = sync_engine(path, writer=True, size=1, **options)
+        reader = sync_engine(path, writer=False, size=SQLITE_READERS, **options)
+        return SyncPools(
+            SyncPool(writer, 1, begin=WRITER_BEGIN, pragmas=WRITER_PRAGMAS),
+            SyncPool(reader, SQLITE_READERS, begin=READER_BEGIN, pragmas=READER_PRAGMAS),
         )
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
@@ -223,28 +226,37 @@ class SQLite(Dialect):
     def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
         return sa.cast(value, sa.Integer)  # truncates (floor() needs SQLite's math functions)
 
-    async def held_rows(
-        self, conn: AsyncConnection, invocation_ids: Sequence[str]
-    ) -> frozenset[str]:
+    async def held_rows(self, conn: Connection, invocation_ids: Sequence[str]) -> frozenset[str]:
         return frozenset()
 
-    async def lock_migrations(self, conn: AsyncConnection) -> None:
+    async def lock_migrations(self, conn: Connection) -> None:
         return None  # BEGIN IMMEDIATE: a migration's transaction already holds the database
 
-    async def begin_claim(self, conn: AsyncConnection, *, serialize: bool) -> None:
+    async def begin_claim(self, conn: Connection, *, serialize: bool) -> None:
         return None  # BEGIN IMMEDIATE: the one writer
+
+
+WRITER_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
+WRITER_BEGIN = "BEGIN IMMEDIATE"  # the one writer
+# WAL as the writer left it (or set here); then nothing a reader's connection runs writes
+READER_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA query_only=1")
+READER_BEGIN = "BEGIN"  # deferred: a read transaction, holding no lock
+
+
+def _sqlite_file(url: sa.URL) -> str:
+    if url.database is None:
+        raise ValueError("an embedded store needs a file (':memory:' makes a throwaway one)")
+    return url.database
 
 
 def _sqlite_pool(url: sa.URL, size: int) -> dict[str, Any]:
     """``size`` connections to the file of ``url``, each running its calls on the event loop's
     thread (:mod:`tether.store.sqlite_inline`: the busy timeout is set there)."""
-    if url.database is None:
-        raise ValueError("an embedded store needs a file (':memory:' makes a throwaway one)")
     return {
         "pool_size": size,
         "max_overflow": 0,
         "pool_timeout": 60,
-        "async_creator": inline_creator(url.database),
+        "async_creator": inline_creator(_sqlite_file(url)),
     }
 
 

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
 from tether.outcomes import Outcome
 from tether.store.bound import BoundBatch
+from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.eventlog import advanced, insert_events, numbered
 from tether.store.schema import Json, Status, invocations, status_is
@@ -54,7 +54,7 @@ class Ending:
 
 
 async def write_endings(
-    conn: AsyncConnection, dialect: Dialect, endings: Sequence[Ending]
+    conn: Connection, dialect: Dialect, endings: Sequence[Ending]
 ) -> list[Finished | None]:
     """End every invocation whose condition holds; None for the others. Ids are distinct."""
     if not endings:
@@ -137,7 +137,7 @@ def _end_statement(dialect: Dialect, shape: int) -> sa.Update:
     )
 
 
-async def _successor(conn: AsyncConnection, owner: str, session_id: str | None) -> str | None:
+async def _successor(conn: Connection, owner: str, session_id: str | None) -> str | None:
     """The session's next queued invocation, which may run now that this one ended."""
     if session_id is None:
         return None

@@ -1,5 +1,6 @@
-"""Engines for PostgreSQL (psycopg 3) and the embedded SQLite (aiosqlite), and the one way the
-store opens a connection: with the driver's errors wrapped (:mod:`tether.store.errors`)."""
+"""Engines for PostgreSQL (psycopg 3) and the embedded SQLite (aiosqlite for migrations, the
+synchronous pools of :mod:`.sqlite_sync` for everything else), and the one way the store opens a
+connection: with the driver's errors wrapped (:mod:`tether.store.errors`)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,25 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tether.jsonvalue import dumps
+from tether.store.connection import Connection
 from tether.store.dialect import Dialect, dialect_named
 from tether.store.errors import wrapped
+from tether.store.sqlite_sync import SyncPools
+
+ENGINE_OPTIONS = {"json_serializer": dumps, "hide_parameters": True}
+"""Every engine's: ``hide_parameters``, since on a database error SQLAlchemy would otherwise log
+and raise the bound parameters of the whole statement, which for a group commit are other users'
+inputs."""
 
 
 def create_engine(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine:
-    """``hide_parameters``: on a database error SQLAlchemy would otherwise log and raise the
-    bound parameters of the whole statement, which for a group commit are other users' inputs."""
     parsed = sa.make_url(url)
     dialect = dialect_named(parsed.get_backend_name())
     engine = create_async_engine(
-        parsed,
-        json_serializer=dumps,
-        hide_parameters=True,
-        **dialect.engine_options(parsed, pool_size),
+        parsed, **ENGINE_OPTIONS, **dialect.engine_options(parsed, pool_size)
     )
     dialect.prepare(engine)
     return engine
@@ -40,7 +43,7 @@ def create_reader(url: str | sa.URL) -> AsyncEngine | None:
     options = dialect.reader_options(parsed)
     if options is None:
         return None
-    engine = create_async_engine(parsed, json_serializer=dumps, hide_parameters=True, **options)
+    engine = create_async_engine(parsed, **ENGINE_OPTIONS, **options)
     dialect.prepare_reader(engine)
     return engine
 
@@ -53,24 +56,44 @@ class Database:
     dialect: Dialect
     reader: AsyncEngine | None = None
     """Where :meth:`connection` reads, if not on ``engine`` (:func:`create_reader`)."""
+    sync: SyncPools | None = None
+    """Where transactions and reads run instead of the engines, where the dialect has them:
+    the embedded store's (:mod:`.sqlite_sync`). The engines then serve migrations only."""
 
     @classmethod
     def of(cls, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
-        return cls(engine, dialect_named(engine.dialect.name), reader)
+        dialect = dialect_named(engine.dialect.name)
+        return cls(engine, dialect, reader, dialect.sync_pools(engine.url, **ENGINE_OPTIONS))
+
+    @property
+    def statement_engines(self) -> list[sa.Engine]:
+        """The synchronous engines the store's statements go through (to listen to their
+        events): the asynchronous engines' own, or the embedded store's pools'."""
+        if self.sync is not None:
+            return [self.sync.writer.engine, self.sync.reader.engine]
+        return [e.sync_engine for e in (self.engine, self.reader) if e is not None]
+
+    def close_sync(self) -> None:
+        if self.sync is not None:
+            self.sync.close()
 
     @property
     def now(self) -> sa.ColumnElement[float]:
         return self.dialect.now
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+    async def transaction(self) -> AsyncIterator[Connection]:
         """One transaction, committed when the block ends, rolled back if it raises."""
         with wrapped():
+            if self.sync is not None:
+                async with self.sync.writer.transaction() as sync_conn:
+                    yield sync_conn
+                return
             async with self.engine.begin() as conn:
                 yield conn
 
     @contextlib.asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+    async def autocommit(self) -> AsyncIterator[Connection]:
         """Each statement commits on its own: one round trip on PostgreSQL instead of three
         (``BEGIN``, the statement, ``COMMIT``), for writes that one statement makes whole. SQLite
         (one writer) gets one transaction."""
@@ -84,8 +107,12 @@ class Database:
                 yield conn
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection]:
+    async def connection(self) -> AsyncIterator[Connection]:
         """A connection for reads: the reader's where there is one (it writes nothing)."""
         with wrapped():
+            if self.sync is not None:
+                async with self.sync.reader.transaction() as sync_conn:
+                    yield sync_conn
+                return
             async with (self.reader or self.engine).connect() as conn:
                 yield conn

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import Event
+from tether.store.connection import Connection
 from tether.store.schema import events, invocations
 from tether.store.writes import NewEvent
 
@@ -30,7 +30,7 @@ def numbered(last_event_id: int, new: Sequence[NewEvent]) -> list[Event]:
 
 
 async def insert_events(
-    conn: AsyncConnection, now: sa.ColumnElement[float], logged: Mapping[str, Sequence[Event]]
+    conn: Connection, now: sa.ColumnElement[float], logged: Mapping[str, Sequence[Event]]
 ) -> None:
     """Store numbered events, by invocation id, in one statement."""
     rows = [

@@ -11,9 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.store.bound import COMPOUND_TERMS, padded
+from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.eventlog import advanced
 from tether.store.schema import OPEN, Status, invocations, status_is
@@ -31,7 +31,7 @@ class HeadStarts:
         self._union_starts: dict[int, sa.Update] = {}
 
     async def start(
-        self, conn: AsyncConnection, counts: dict[str, int], worker: str
+        self, conn: Connection, counts: dict[str, int], worker: str
     ) -> dict[str, list[Any]]:
         """Flip the first ``counts[t]`` claimable invocations of each tenant ``t`` to
         ``active``, in one statement (on SQLite one per ``UNION_BRANCHES`` tenants); the rows
@@ -50,7 +50,7 @@ class HeadStarts:
         return found
 
     async def _union_rows(
-        self, conn: AsyncConnection, wanted: list[tuple[str, int]], worker: str
+        self, conn: Connection, wanted: list[tuple[str, int]], worker: str
     ) -> list[Any]:
         """One ``UNION ALL`` statement, padded with branches that match nothing (tenant NULL,
         count 0), so there are few texts to compile."""

@@ -8,12 +8,12 @@ from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.jsonvalue import InvalidJson, check_text, dumps
 from tether.outcomes import cancelled
 from tether.store.batching import write_batch
 from tether.store.bound import padded
+from tether.store.connection import Connection
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
 from tether.store.errors import (
@@ -222,9 +222,7 @@ class OpenCaps:
     per_tenant: dict[str, int]
     """Tenants without an entry have no cap; 0 refuses every new invocation."""
 
-    async def over(
-        self, conn: AsyncConnection, created: Sequence[NewInvocation]
-    ) -> dict[str, Refused]:
+    async def over(self, conn: Connection, created: Sequence[NewInvocation]) -> dict[str, Refused]:
         """Just-inserted rows that put their owner or tenant over its cap (the latest of the
         batch first), with why. Every accept enforces the caps, so each count stays near them."""
         refused: dict[str, Refused] = {}
@@ -264,7 +262,7 @@ _OPEN_BY_TENANT = _open_counts(inv.tenant)
 
 
 async def _over_cap(
-    conn: AsyncConnection,
+    conn: Connection,
     created: Sequence[NewInvocation],
     open_counts: sa.Select[str, int],
     key: Callable[[NewInvocation], str],
@@ -301,7 +299,7 @@ _BY_IDS = sa.select(*INVOCATION_COLUMNS).where(
 PostgreSQL sees few statement texts and prepares them."""
 
 
-async def _get(conn: AsyncConnection, invocation_id: str) -> Invocation | None:
+async def _get(conn: Connection, invocation_id: str) -> Invocation | None:
     result = await conn.execute(_BY_ID, {"invocation_id": invocation_id})
     row = result.mappings().first()
     return Invocation.from_row(row) if row is not None else None

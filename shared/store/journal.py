@@ -16,12 +16,12 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.events import RUN_WAITING, Event
 from tether.jsonvalue import canonical
 from tether.outcomes import wait_entry, waiting_data
 from tether.store.attempts import fence
+from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.eventlog import advanced, insert_events, numbered
 from tether.store.schema import RESUME, Status, invocations, status_is, steps, waits
@@ -295,7 +295,7 @@ class Journal:
             )
             return await self._resume(conn, sorted({r.invocation_id for r in rows}))
 
-    async def _resume(self, conn: AsyncConnection, invocation_ids: list[str]) -> list[str]:
+    async def _resume(self, conn: Connection, invocation_ids: list[str]) -> list[str]:
         rows = await conn.execute(
             sa.update(invocations)
             .where(inv.id.in_(invocation_ids), status_is(inv.status, Status.WAITING))

@@ -1,4 +1,8 @@
-"""The embedded store's SQLite calls, run on the event loop's own thread.
+"""The embedded store's asynchronous engines' SQLite calls, run on the event loop's own thread.
+
+These engines run migrations and serve whoever uses ``Store.engine`` directly (tests); the
+store's own transactions and reads go through :mod:`.sqlite_sync`, which skips SQLAlchemy's
+asyncio layer as well.
 
 aiosqlite gives each connection a thread and sends it every call: a statement costs three or
 four hops between the loop and that thread (execute, fetch, close the cursor), each a queue put,

@@ -128,6 +128,7 @@ class Store:
             return await migrate(self.engine)
 
     async def close(self) -> None:
+        self.db.close_sync()
         await self.engine.dispose()
         if self.db.reader is not None:
             await self.db.reader.dispose()

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.schema import OPEN, Status, global_limits, invocations, status_is, tenants
 
@@ -222,7 +222,7 @@ _COUNTED = {
 }
 
 
-async def effective_limits(conn: AsyncConnection, names: Sequence[str]) -> dict[str, TenantLimits]:
+async def effective_limits(conn: Connection, names: Sequence[str]) -> dict[str, TenantLimits]:
     """:meth:`Tenants.effective`, read in the caller's transaction."""
     wanted = sorted({*names, DEFAULTS})
     result = await conn.execute(sa.select(tenants).where(tenants.c.tenant.in_(wanted)))

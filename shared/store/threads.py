@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.schema import thread_messages, threads
 
@@ -75,7 +75,7 @@ class Threads:
             return await self._recent(conn, owner, thread_id, limit)
 
     async def _recent(
-        self, conn: AsyncConnection, owner: str, thread_id: str, limit: int
+        self, conn: Connection, owner: str, thread_id: str, limit: int
     ) -> list[ThreadMessage]:
         newest = (
             sa.select(msg.seq, msg.role, msg.content, msg.created_at)

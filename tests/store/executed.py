@@ -27,9 +27,11 @@ def statements(store: Store) -> Iterator[list[Executed]]:
     def record(conn: Any, cursor: Any, text: str, params: Any, context: Any, many: bool) -> None:
         seen.append(Executed(text, params, context.cache_hit is CACHE_HIT))
 
-    engine = store.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
+    engines = store.db.statement_engines
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", record)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)

@@ -110,6 +110,7 @@ def test_every_engine_hides_bound_parameters() -> None:
         Store.postgres("postgresql+psycopg://postgres@127.0.0.1:9/nowhere"),
     ):
         assert store.engine.sync_engine.hide_parameters
+        assert all(engine.hide_parameters for engine in store.db.statement_engines)
 
 
 def test_psycopg_errors_carry_the_sqlstate_the_classifier_reads() -> None:

@@ -43,7 +43,8 @@ def bucket_statements(store: Store) -> list[int]:
         if "tether_tenant_buckets" in statement:
             seen.append(1)
 
-    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", count)
+    for engine in store.db.statement_engines:
+        sa.event.listen(engine, "before_cursor_execute", count)
     return seen
 
 

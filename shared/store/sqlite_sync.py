@@ -1,0 +1,257 @@
+"""The embedded store's transactions, on SQLAlchemy's synchronous SQLite engine.
+
+Every SQLite call already runs on the event loop's own thread (:mod:`.sqlite_inline`), so the
+asyncio layer SQLAlchemy puts over the driver does no I/O of its own: each call goes through a
+greenlet switch, the async pool and the driver adapter and comes straight back. Measured alone
+(one no-op transaction at a time, a slow two-core machine), that layer was most of a
+transaction's cost: an empty ``BEGIN IMMEDIATE``/``COMMIT`` took 316-443 us through the async
+engine against 94-164 us through the synchronous one, one with a single ``SELECT`` 505-699 us
+against 221-258 us, where SQLite itself spends ~30 us. So :class:`SyncPool` lends the store
+connections of a synchronous engine, behind the same :class:`~.connection.Connection` protocol the
+asynchronous ones meet: the store's statements are the same objects, compiled and cached by
+SQLAlchemy the same way, and its errors are SQLAlchemy's, wrapped as before.
+
+What this asks, and why it holds:
+
+- **A transaction never waits for the write lock on the loop's thread.** The writer opens with
+  ``BEGIN IMMEDIATE`` on a connection whose busy timeout is zero: while another thread or
+  process (the heartbeat thread's store, a second ``tether`` command) holds the lock, the begin
+  fails at once and is retried after an ``asyncio`` sleep, so the loop serves everyone else
+  meanwhile, for up to :data:`LOCK_WAIT_S`. Once the lock is held, no statement of the
+  transaction can wait for one. Readers (WAL) take no lock.
+- **One coroutine at a time per connection.** Connections are lent through a semaphore, as the
+  asynchronous pool did (up to :data:`POOL_WAIT_S`). A body whose statements all run inline
+  never yields to the loop anyway.
+- **Rows are read when the statement runs** (:class:`BufferedCursor`), as the asynchronous
+  driver adapter did, so no statement is left in progress at ``COMMIT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import (
+    CoreExecuteOptionsParameter,
+    _CoreAnyExecuteParams,
+    _CoreSingleExecuteParams,
+)
+
+from tether.store.errors import StoreUnavailable
+from tether.store.sqlite_inline import BUSY_TIMEOUT_S
+
+LOCK_WAIT_S = BUSY_TIMEOUT_S
+"""How long a writer waits for another thread's or process's write lock before failing."""
+POOL_WAIT_S = 60.0
+"""How long a transaction waits for a connection of its pool before failing."""
+FIRST_RETRY_S = 0.001
+LAST_RETRY_S = 0.05
+
+
+class BufferedCursor(sqlite3.Cursor):
+    """A cursor that reads every row of a statement as the statement runs."""
+
+    _rows: deque[Any] | None = None
+
+    def execute(self, sql: str, parameters: Any = (), /) -> BufferedCursor:
+        super().execute(sql, parameters)
+        self._rows = deque(super().fetchall()) if self.description else None
+        return self
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> BufferedCursor:
+        super().executemany(sql, seq_of_parameters)
+        self._rows = None
+        return self
+
+    def fetchone(self) -> Any:
+        return self._rows.popleft() if self._rows else None
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        count = self.arraysize if size is None else size
+        rows = self._rows or deque()
+        return [rows.popleft() for _ in range(min(count, len(rows)))]
+
+    def fetchall(self) -> list[Any]:
+        rows, self._rows = list(self._rows or ()), None
+        return rows
+
+
+class BufferedConnection(sqlite3.Connection):
+    def cursor(self, factory: Any = BufferedCursor) -> Any:
+        return super().cursor(factory)
+
+
+def sync_engine(path: str, *, writer: bool, size: int, **options: Any) -> sa.Engine:
+    """``size`` connections to the file at ``path``, in the driver's autocommit mode (the pool
+    begins every transaction itself). A writer's connections fail at once on a held lock.
+    ``options``: more ``create_engine`` arguments (the JSON serializer, hidden parameters)."""
+
+    def connect() -> sqlite3.Connection:
+        timeout = 0.0 if writer else BUSY_TIMEOUT_S
+        connection = sqlite3.connect(
+            path, timeout=timeout, check_same_thread=False, factory=BufferedConnection
+        )
+        connection.isolation_level = None
+        return connection
+
+    return sa.create_engine(
+        f"sqlite:///{path}",
+        creator=connect,
+        poolclass=sa.pool.QueuePool,
+        pool_size=size,
+        max_overflow=0,
+        pool_timeout=POOL_WAIT_S,
+        **options,
+    )
+
+
+class SyncConnection:
+    """A synchronous connection behind the store's :class:`~.connection.Connection` protocol."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    async def execute(
+        self,
+        statement: sa.Executable,
+        parameters: _CoreAnyExecuteParams | None = None,
+        *,
+        execution_options: CoreExecuteOptionsParameter | None = None,
+    ) -> sa.CursorResult[*tuple[Any, ...]]:
+        return self._conn.execute(statement, parameters, execution_options=execution_options)
+
+    async def scalar(
+        self,
+        statement: sa.Executable,
+        parameters: _CoreSingleExecuteParams | None = None,
+        *,
+        execution_options: CoreExecuteOptionsParameter | None = None,
+    ) -> Any:
+        return self._conn.scalar(statement, parameters, execution_options=execution_options)
+
+
+class SyncPool:
+    """Connections of a synchronous engine, lent one transaction at a time.
+
+    ``begin``: the statement that opens each transaction (``BEGIN IMMEDIATE`` for the writer,
+    ``BEGIN`` for a reader); ``pragmas``: what each new connection runs first.
+    """
+
+    def __init__(self, engine: sa.Engine, size: int, *, begin: str, pragmas: Iterable[str]):
+        self.engine = engine
+        self._begin = begin
+        self._pragmas = tuple(pragmas)
+        self._idle: list[sa.Connection] = []
+        self._slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SyncConnection]:
+        """One transaction, committed when the block ends, rolled back if it raises."""
+        if self._slots.locked():  # else the acquire below takes a slot at once
+            try:
+                async with asyncio.timeout(POOL_WAIT_S):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise StoreUnavailable("no connection of the embedded store came free") from None
+        else:
+            await self._slots.acquire()
+        try:
+            conn = self._idle.pop() if self._idle else self._connect()
+            with self._discarding(conn):
+                await self._open(conn)
+            try:
+                yield SyncConnection(conn)
+            except BaseException:
+                with self._discarding(conn):
+                    _end(conn, commit=False)
+                self._idle.append(conn)
+                raise
+            with self._discarding(conn):
+                _end(conn, commit=True)
+            self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    @contextlib.contextmanager
+    def _discarding(self, conn: sa.Connection) -> Iterator[None]:
+        """A connection whose begin, commit or rollback failed is in an unknown state: closed,
+        and a new one replaces it."""
+        try:
+            yield
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+        self.engine.dispose()
+
+    def _connect(self) -> sa.Connection:
+        conn = self.engine.connect()
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        for pragma in self._pragmas:
+            dbapi.execute(pragma)
+        return conn
+
+    async def _open(self, conn: sa.Connection) -> None:
+        """``BEGIN`` on the driver's connection; a held write lock is waited for by sleeping."""
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        deadline = time.monotonic() + LOCK_WAIT_S
+        pause = FIRST_RETRY_S
+        while True:
+            try:
+                dbapi.execute(self._begin)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() > deadline:
+                    raise sa.exc.OperationalError(self._begin, None, exc) from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, LAST_RETRY_S)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPools:
+    """The embedded store's one writer and its readers."""
+
+    writer: SyncPool
+    reader: SyncPool
+
+    def close(self) -> None:
+        self.writer.close()
+        self.reader.close()
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _end(conn: sa.Connection, *, commit: bool) -> None:
+    """Commit or roll back the driver's transaction, and SQLAlchemy's view of it."""
+    if conn.in_transaction():
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+    dbapi = conn.connection.dbapi_connection
+    if dbapi is not None and dbapi.in_transaction:  # a block that ran no statement
+        if commit:
+            dbapi.commit()
+        else:
+            dbapi.rollback()

@@ -1,0 +1,160 @@
+"""The embedded store's transactions on SQLAlchemy's synchronous engine: a held write lock is
+waited for without holding the event loop, a failed body rolls back and keeps its connection,
+rows outlive the statement, and every wait ends in StoreUnavailable, not a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tether.store import sqlite_sync
+from tether.store.errors import StoreUnavailable
+from tether.store.schema import NewInvocation, invocations
+from tether.store.sqlite_sync import SyncConnection
+from tether.store.store import Store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = Store.embedded(str(tmp_path / "t.db"))
+    await store.migrate()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def new(owner: str = "ann") -> NewInvocation:
+    return NewInvocation(str(uuid.uuid4()), owner, None, {}, "h")
+
+
+def hold_write_lock(path: str, held: threading.Event, release: threading.Event) -> None:
+    """Another thread's store holds BEGIN IMMEDIATE until ``release``."""
+
+    async def hold() -> None:
+        other = Store.embedded(path)
+        try:
+            async with other.db.transaction() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+                held.set()
+                await asyncio.to_thread(release.wait, 10)
+        finally:
+            await other.close()
+
+    asyncio.run(hold())
+
+
+async def test_transactions_and_reads_run_on_the_synchronous_pools(store: Store) -> None:
+    assert store.db.sync is not None
+    async with store.db.transaction() as conn:
+        assert isinstance(conn, SyncConnection)
+    async with store.db.connection() as conn:
+        assert isinstance(conn, SyncConnection)
+
+
+async def test_a_held_write_lock_is_waited_for_while_the_loop_serves_others(
+    store: Store, tmp_path: Path
+) -> None:
+    held, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / "t.db"), held, release))
+    thread.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 5)
+        accepting = asyncio.create_task(store.accept(new()))
+        ticks = 0
+        while ticks < 20:  # the loop runs other work while the accept waits for the lock
+            await asyncio.sleep(0.01)
+            ticks += 1
+            assert not accepting.done()
+        release.set()
+        accepted = await asyncio.wait_for(accepting, 10)
+        assert accepted.created
+        assert await store.get(accepted.invocation.id) is not None
+    finally:
+        release.set()
+        await asyncio.to_thread(thread.join, 10)
+
+
+async def test_a_lock_held_past_the_wait_fails_as_unavailable(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_sync, "LOCK_WAIT_S", 0.2)
+    held, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / "t.db"), held, release))
+    thread.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 5)
+        with pytest.raises(StoreUnavailable):
+            await store.accept(new())
+    finally:
+        release.set()
+        await asyncio.to_thread(thread.join, 10)
+    accepted = await store.accept(new())  # the writer's connection still serves
+    assert accepted.created
+
+
+async def test_a_failed_body_rolls_back_and_its_connection_serves_on(store: Store) -> None:
+    assert store.db.sync is not None
+    invocation = new()
+    with pytest.raises(RuntimeError):
+        async with store.db.transaction() as conn:
+            await conn.execute(
+                sa.insert(invocations).values(
+                    id=invocation.id,
+                    owner="ann",
+                    input={},
+                    request_hash="h",
+                    status="queued",
+                    created_at=0.0,
+                    enqueued_at=0.0,
+                )
+            )
+            raise RuntimeError("the body failed")
+    assert await store.get(invocation.id) is None
+    [kept] = store.db.sync.writer._idle
+    accepted = await store.accept(new())
+    assert accepted.created and store.db.sync.writer._idle == [kept]
+
+
+async def test_a_transaction_that_runs_nothing_releases_the_lock(
+    store: Store, tmp_path: Path
+) -> None:
+    async with store.db.transaction():
+        pass
+    other = Store.embedded(str(tmp_path / "t.db"))
+    try:  # would wait for the lock, and fail after LOCK_WAIT_S, had BEGIN stayed open
+        assert (await asyncio.wait_for(other.accept(new()), 5)).created
+    finally:
+        await other.close()
+
+
+async def test_rows_stay_readable_after_the_transaction(store: Store) -> None:
+    ids = sorted(str(uuid.uuid4()) for _ in range(3))
+    await store.accept_many([NewInvocation(i, "ann", None, {}, "h") for i in ids])
+    async with store.db.connection() as conn:
+        result = await conn.execute(sa.select(invocations.c.id).order_by(invocations.c.id))
+    assert [row.id for row in result] == ids
+
+
+async def test_a_pool_that_never_frees_fails_as_unavailable(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_sync, "POOL_WAIT_S", 0.1)
+    entered = asyncio.Event()
+
+    async def hold() -> None:
+        async with store.db.transaction():
+            entered.set()
+            await asyncio.sleep(1)
+
+    holder = asyncio.create_task(hold())
+    await entered.wait()
+    with pytest.raises(StoreUnavailable):
+        await store.accept(new())
+    await holder
