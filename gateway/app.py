@@ -100,8 +100,7 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
         response = internal_error()
-    metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
-    metrics.requests.labels(request.method, route, str(response.status)).inc()
+    metrics.answered(request.method, route, response.status, time.perf_counter() - started)
     return response
 
 

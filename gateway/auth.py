@@ -17,6 +17,7 @@ Tokens and identity values never appear in a response, and nothing here logs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -146,8 +147,14 @@ def peer_address(request: web.Request) -> Address | None:
     peername = transport.get_extra_info("peername") if transport is not None else None
     if not isinstance(peername, tuple) or not peername:
         return None  # a closed connection or a Unix socket: no address to trust
+    return parsed_address(str(peername[0]))
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_address(host: str) -> Address | None:
+    """``host`` as an address, once per host (a gateway sees few: its proxies)."""
     try:
-        address = ip_address(peername[0])
+        address = ip_address(host)
     except ValueError:
         return None
     if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:

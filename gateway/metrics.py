@@ -65,6 +65,29 @@ class GatewayMetrics:
             )
             for name in TENANT_GAUGES
         }
+        self._answered: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
+        self._accepted: dict[tuple[str, bool], Counter] = {}
+
+    def answered(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One request answered: its latency and its count, through each label set's child
+        (``labels()`` checks and converts its values on every call; this is once per set)."""
+        key = (method, route, status)
+        children = self._answered.get(key)
+        if children is None:
+            children = self._answered[key] = (
+                self.latency.labels(method, route),
+                self.requests.labels(method, route, str(status)),
+            )
+        latency, requests = children
+        latency.observe(seconds)
+        requests.inc()
+
+    def count_accepted(self, mode: str, created: bool) -> None:
+        key = (mode, created)
+        child = self._accepted.get(key)
+        if child is None:
+            child = self._accepted[key] = self.accepted.labels(mode=mode, new=str(created).lower())
+        child.inc()
 
     def set_tenant_counts(self, counts: Mapping[str, OpenCounts]) -> None:
         """Every tenant gauge from one grouped count; a tenant with nothing open drops out."""

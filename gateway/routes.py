@@ -135,7 +135,7 @@ async def accept(
         raise ApiError(ErrorCode.TENANT_QUEUE_FULL, headers=retry_after(request)) from None
     except ValueRefused as exc:  # this request alone: the others of its batch were accepted
         raise ApiError(ErrorCode.INVALID_REQUEST, message=exc.public_message) from None
-    request.app[METRICS].accepted.labels(mode=mode, new=str(accepted.created).lower()).inc()
+    request.app[METRICS].count_accepted(mode, accepted.created)
     return accepted
 
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from tether.gateway.auth import AuthConfigError, Authenticator, forwarded_owner, resolve_auth
+from tether.gateway.auth import (
+    AuthConfigError,
+    Authenticator,
+    forwarded_owner,
+    parsed_address,
+    resolve_auth,
+)
 from tether.gateway.responses import ApiError
 from tether.owners import MAX_OWNER_CHARS, SINGLE_USER
 from tether.settings import AuthSettings
@@ -206,3 +213,17 @@ def test_settings_that_would_be_ignored_or_are_ambiguous_stop_the_start(
 ) -> None:
     with pytest.raises(AuthConfigError, match="auth.mode"):
         authenticator(**settings)
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("127.0.0.1", IPv4Address("127.0.0.1")),
+        ("::ffff:10.0.0.7", IPv4Address("10.0.0.7")),  # IPv4-mapped: the IPv4 address
+        ("::1", IPv6Address("::1")),
+        ("not-an-address", None),
+    ],
+)
+def test_a_peer_host_is_read_as_its_address(host: str, expected: object) -> None:
+    assert parsed_address(host) == expected
+    assert parsed_address(host) == expected  # and the same again from the cache
