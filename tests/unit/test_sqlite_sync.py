@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,8 @@ from tether.store.schema import NewInvocation, invocations
 from tether.store.sqlite_sync import SyncConnection
 from tether.store.store import Store
 
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = Store.embedded(str(tmp_path / "t.db"))
-    await store.migrate()
-    try:
-        yield store
-    finally:
-        await store.close()
+FILE = "tether.db"
+"""The file of the unit tests' ``store`` fixture (tests/unit/conftest.py)."""
 
 
 def new(owner: str = "ann") -> NewInvocation:
@@ -62,7 +54,7 @@ async def test_a_held_write_lock_is_waited_for_while_the_loop_serves_others(
     store: Store, tmp_path: Path
 ) -> None:
     held, release = threading.Event(), threading.Event()
-    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / "t.db"), held, release))
+    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / FILE), held, release))
     thread.start()
     try:
         assert await asyncio.to_thread(held.wait, 5)
@@ -86,7 +78,7 @@ async def test_a_lock_held_past_the_wait_fails_as_unavailable(
 ) -> None:
     monkeypatch.setattr(sqlite_sync, "LOCK_WAIT_S", 0.2)
     held, release = threading.Event(), threading.Event()
-    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / "t.db"), held, release))
+    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / FILE), held, release))
     thread.start()
     try:
         assert await asyncio.to_thread(held.wait, 5)
@@ -127,7 +119,7 @@ async def test_a_transaction_that_runs_nothing_releases_the_lock(
 ) -> None:
     async with store.db.transaction():
         pass
-    other = Store.embedded(str(tmp_path / "t.db"))
+    other = Store.embedded(str(tmp_path / FILE))
     try:  # would wait for the lock, and fail after LOCK_WAIT_S, had BEGIN stayed open
         assert (await asyncio.wait_for(other.accept(new()), 5)).created
     finally:
