@@ -11,6 +11,7 @@ quotes the failing row, another user's input) never reaches a log.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -91,6 +92,11 @@ def store_error(exc: BaseException) -> StoreError | None:
         return store_error(exc.orig) if exc.orig is not None else StoreError(_logged(exc))
     if isinstance(exc, sa.exc.DBAPIError):
         return _from_dbapi(exc)
+    if isinstance(exc, sqlite3.Error):  # the embedded store's own driver calls (sqlite_sync)
+        as_dbapi = sa.exc.DBAPIError.instance(None, None, exc, sqlite3.Error)
+        if isinstance(as_dbapi, sa.exc.DBAPIError):
+            return _from_dbapi(as_dbapi)
+        return StoreError(_logged(exc))
     if isinstance(exc, (InvalidJson, UnicodeError, RecursionError)):  # encoding a value
         return ValueRefused(_logged(exc), REFUSED_MESSAGE)
     if isinstance(exc, (OSError, sa.exc.TimeoutError, sa.exc.DisconnectionError)):

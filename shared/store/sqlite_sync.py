@@ -107,7 +107,7 @@ def sync_engine(path: str, *, writer: bool, size: int, **options: Any) -> sa.Eng
         poolclass=sa.pool.QueuePool,
         pool_size=size,
         max_overflow=0,
-        pool_timeout=POOL_WAIT_S,
+        pool_timeout=0,  # never waited on: a pool's semaphore lends no more than it holds
         **options,
     )
 
@@ -152,6 +152,9 @@ class SyncPool:
         self._pragmas = tuple(pragmas)
         self._idle: list[sa.Connection] = []
         self._slots = asyncio.Semaphore(size)
+        # On every new DBAPI connection, reconnects included; a failure here is SQLAlchemy's
+        # to wrap, and it never hands out the connection.
+        sa.event.listen(engine, "connect", self._on_connect)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[SyncConnection]:
@@ -166,8 +169,14 @@ class SyncPool:
             await self._slots.acquire()
         try:
             conn = self._idle.pop() if self._idle else self._connect()
-            with self._discarding(conn):
+            try:
                 await self._open(conn)
+            except asyncio.CancelledError:  # while waiting for the lock: nothing was begun
+                self._idle.append(conn)
+                raise
+            except BaseException:
+                self._discard(conn)
+                raise
             try:
                 yield SyncConnection(conn)
             except BaseException:
@@ -188,9 +197,13 @@ class SyncPool:
         try:
             yield
         except BaseException:
-            conn.invalidate()
-            conn.close()
+            self._discard(conn)
             raise
+
+    @staticmethod
+    def _discard(conn: sa.Connection) -> None:
+        conn.invalidate()
+        conn.close()
 
     def close(self) -> None:
         for conn in self._idle:
@@ -199,12 +212,14 @@ class SyncPool:
         self.engine.dispose()
 
     def _connect(self) -> sa.Connection:
-        conn = self.engine.connect()
-        dbapi = conn.connection.dbapi_connection
-        assert dbapi is not None
+        return self.engine.connect()
+
+    def _on_connect(self, dbapi_connection: sqlite3.Connection, _record: Any) -> None:
         for pragma in self._pragmas:
-            dbapi.execute(pragma)
-        return conn
+            row = dbapi_connection.execute(pragma).fetchone()
+            if pragma.startswith("PRAGMA journal_mode") and (row is None or row[0] != "wal"):
+                # a rollback journal's COMMIT would need every reader gone, at busy timeout 0
+                raise sqlite3.OperationalError(f"the database is not in WAL mode ({row})")
 
     async def _open(self, conn: sa.Connection) -> None:
         """``BEGIN`` on the driver's connection; a held write lock is waited for by sleeping."""
@@ -216,9 +231,11 @@ class SyncPool:
             try:
                 dbapi.execute(self._begin)
                 return
-            except sqlite3.OperationalError as exc:
+            except sqlite3.Error as exc:
                 if not _busy(exc) or time.monotonic() > deadline:
-                    raise sa.exc.OperationalError(self._begin, None, exc) from None
+                    raise sa.exc.DBAPIError.instance(
+                        self._begin, None, exc, sqlite3.Error
+                    ) from None
             await asyncio.sleep(pause)
             pause = min(pause * 2, LAST_RETRY_S)
 
@@ -235,7 +252,7 @@ class SyncPools:
         self.reader.close()
 
 
-def _busy(exc: sqlite3.OperationalError) -> bool:
+def _busy(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

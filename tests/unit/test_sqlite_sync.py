@@ -5,6 +5,7 @@ rows outlive the statement, and every wait ends in StoreUnavailable, not a hang.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether.store import sqlite_sync
-from tether.store.errors import StoreUnavailable
+from tether.store.errors import StoreError, StoreUnavailable, ValueRefused, store_error
 from tether.store.schema import NewInvocation, invocations
 from tether.store.sqlite_sync import SyncConnection
 from tether.store.store import Store
@@ -150,3 +151,57 @@ async def test_a_pool_that_never_frees_fails_as_unavailable(
     with pytest.raises(StoreUnavailable):
         await store.accept(new())
     await holder
+
+
+async def test_a_file_that_is_no_database_fails_as_a_store_error_and_leaks_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "not-a-database.db"
+    path.write_bytes(b"this is not a SQLite database file" * 200)
+    broken = Store.embedded(str(path))
+    try:
+        for _ in range(3):  # each try fails at once: the failed connection went back
+            with pytest.raises(StoreError):
+                await asyncio.wait_for(broken.get("x"), 5)
+            with pytest.raises(StoreError):
+                await asyncio.wait_for(broken.accept(new()), 5)
+        assert broken.db.sync is not None
+        assert broken.db.sync.writer.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        await broken.close()
+
+
+def test_a_raw_sqlite_error_is_classified_like_a_wrapped_one() -> None:
+    assert isinstance(store_error(sqlite3.OperationalError("database is locked")), StoreUnavailable)
+    assert isinstance(store_error(sqlite3.IntegrityError("NOT NULL failed")), ValueRefused)
+    assert isinstance(store_error(sqlite3.DatabaseError("file is not a database")), StoreError)
+
+
+async def test_a_reconnected_reader_is_read_only_again(store: Store) -> None:
+    assert store.db.sync is not None
+    async with store.db.connection() as conn:
+        assert await conn.scalar(sa.text("PRAGMA query_only")) == 1
+    [reader] = store.db.sync.reader._idle
+    reader.invalidate()  # SQLAlchemy opens a new DBAPI connection on next use
+    async with store.db.connection() as conn:
+        assert await conn.scalar(sa.text("PRAGMA query_only")) == 1
+
+
+async def test_a_cancelled_wait_for_the_lock_keeps_the_connection(
+    store: Store, tmp_path: Path
+) -> None:
+    assert store.db.sync is not None
+    await store.accept(new())  # the writer's connection is open and idle
+    [writer] = store.db.sync.writer._idle
+    held, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / FILE), held, release))
+    thread.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 5)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(store.accept(new()), 0.2)
+    finally:
+        release.set()
+        await asyncio.to_thread(thread.join, 10)
+    assert store.db.sync.writer._idle == [writer]
+    assert (await store.accept(new())).created
