@@ -5,9 +5,11 @@ rows outlive the statement, and every wait ends in StoreUnavailable, not a hang.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,21 @@ def hold_write_lock(path: str, held: threading.Event, release: threading.Event) 
     asyncio.run(hold())
 
 
+@contextlib.asynccontextmanager
+async def write_lock_held(path: Path) -> AsyncIterator[threading.Event]:
+    """Another thread holds the write lock on ``path`` until the yielded event is set (or the
+    block ends)."""
+    held, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=hold_write_lock, args=(str(path), held, release))
+    thread.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 5)
+        yield release
+    finally:
+        release.set()
+        await asyncio.to_thread(thread.join, 10)
+
+
 async def test_transactions_and_reads_run_on_the_synchronous_pools(store: Store) -> None:
     assert store.db.sync is not None
     async with store.db.transaction() as conn:
@@ -54,11 +71,7 @@ async def test_transactions_and_reads_run_on_the_synchronous_pools(store: Store)
 async def test_a_held_write_lock_is_waited_for_while_the_loop_serves_others(
     store: Store, tmp_path: Path
 ) -> None:
-    held, release = threading.Event(), threading.Event()
-    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / FILE), held, release))
-    thread.start()
-    try:
-        assert await asyncio.to_thread(held.wait, 5)
+    async with write_lock_held(tmp_path / FILE) as release:
         accepting = asyncio.create_task(store.accept(new()))
         ticks = 0
         while ticks < 20:  # the loop runs other work while the accept waits for the lock
@@ -69,25 +82,15 @@ async def test_a_held_write_lock_is_waited_for_while_the_loop_serves_others(
         accepted = await asyncio.wait_for(accepting, 10)
         assert accepted.created
         assert await store.get(accepted.invocation.id) is not None
-    finally:
-        release.set()
-        await asyncio.to_thread(thread.join, 10)
 
 
 async def test_a_lock_held_past_the_wait_fails_as_unavailable(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sqlite_sync, "LOCK_WAIT_S", 0.2)
-    held, release = threading.Event(), threading.Event()
-    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / FILE), held, release))
-    thread.start()
-    try:
-        assert await asyncio.to_thread(held.wait, 5)
+    async with write_lock_held(tmp_path / FILE):
         with pytest.raises(StoreUnavailable):
             await store.accept(new())
-    finally:
-        release.set()
-        await asyncio.to_thread(thread.join, 10)
     accepted = await store.accept(new())  # the writer's connection still serves
     assert accepted.created
 
@@ -193,15 +196,8 @@ async def test_a_cancelled_wait_for_the_lock_keeps_the_connection(
     assert store.db.sync is not None
     await store.accept(new())  # the writer's connection is open and idle
     [writer] = store.db.sync.writer._idle
-    held, release = threading.Event(), threading.Event()
-    thread = threading.Thread(target=hold_write_lock, args=(str(tmp_path / FILE), held, release))
-    thread.start()
-    try:
-        assert await asyncio.to_thread(held.wait, 5)
+    async with write_lock_held(tmp_path / FILE):
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(store.accept(new()), 0.2)
-    finally:
-        release.set()
-        await asyncio.to_thread(thread.join, 10)
     assert store.db.sync.writer._idle == [writer]
     assert (await store.accept(new())).created
