@@ -19,7 +19,7 @@ from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
 from tether.store.sqlite_inline import inline_creator
-from tether.store.sqlite_sync import SyncPool, SyncPools, sync_engine
+from tether.store.sqlite_sync import SyncPool, SyncPools, run_pragmas, sync_engine
 
 inv = invocations.c
 SQLITE_READERS = 2
@@ -210,12 +210,11 @@ class SQLite(Dialect):
 
     def sync_pools(self, url: sa.URL, **options: Any) -> SyncPools | None:
         path = _sqlite_file(url)
-        writer = sync_engine(path, writer=True, size=1, **options)
-        reader = sync_engine(path, writer=False, size=SQLITE_READERS, **options)
-        return SyncPools(
-            SyncPool(writer, 1, begin=WRITER_BEGIN, pragmas=WRITER_PRAGMAS),
-            SyncPool(reader, SQLITE_READERS, begin=READER_BEGIN, pragmas=READER_PRAGMAS),
+        writer = sync_engine(path, writer=True, size=1, pragmas=WRITER_PRAGMAS, **options)
+        reader = sync_engine(
+            path, writer=False, size=SQLITE_READERS, pragmas=READER_PRAGMAS, **options
         )
+        return SyncPools(SyncPool(writer, begin=WRITER_BEGIN), SyncPool(reader, begin=READER_BEGIN))
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))
@@ -267,10 +266,7 @@ def _on_sqlite_connections(engine: AsyncEngine, pragmas: Sequence[str], *, begin
     @sa.event.listens_for(engine.sync_engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        for pragma in pragmas:
-            cursor.execute(pragma)
-        cursor.close()
+        run_pragmas(dbapi_connection, pragmas)
 
     @sa.event.listens_for(engine.sync_engine, "begin")
     def on_begin(conn: Any) -> None:

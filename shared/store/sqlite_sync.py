@@ -91,10 +91,14 @@ class BufferedConnection(sqlite3.Connection):
         return super().cursor(factory)
 
 
-def sync_engine(path: str, *, writer: bool, size: int, **options: Any) -> sa.Engine:
+def sync_engine(
+    path: str, *, writer: bool, size: int, pragmas: Iterable[str], **options: Any
+) -> sa.Engine:
     """``size`` connections to the file at ``path``, in the driver's autocommit mode (the pool
-    begins every transaction itself). A writer's connections fail at once on a held lock.
-    ``options``: more ``create_engine`` arguments (the JSON serializer, hidden parameters)."""
+    begins every transaction itself), each running ``pragmas`` first (reconnects too). A writer's
+    connections fail at once on a held lock. ``options``: more ``create_engine`` arguments (the
+    JSON serializer, hidden parameters)."""
+    pragmas = tuple(pragmas)
 
     def connect() -> sqlite3.Connection:
         timeout = 0.0 if writer else BUSY_TIMEOUT_S
@@ -102,6 +106,11 @@ def sync_engine(path: str, *, writer: bool, size: int, **options: Any) -> sa.Eng
             path, timeout=timeout, check_same_thread=False, factory=BufferedConnection
         )
         connection.isolation_level = None
+        try:
+            run_pragmas(connection, pragmas)
+        except BaseException:
+            connection.close()  # SQLAlchemy wraps the error and never hands this one out
+            raise
         return connection
 
     return sa.create_engine(
@@ -113,6 +122,21 @@ def sync_engine(path: str, *, writer: bool, size: int, **options: Any) -> sa.Eng
         pool_timeout=0,  # never waited on: a pool's semaphore lends no more than it holds
         **options,
     )
+
+
+def run_pragmas(dbapi_connection: Any, pragmas: Iterable[str]) -> None:
+    """Run ``pragmas`` on a new driver connection (``sqlite3``'s, or SQLAlchemy's adapter of
+    it); a database the journal-mode pragma leaves outside WAL is refused: a rollback
+    journal's ``COMMIT`` would need every reader gone, at the writer's busy timeout of zero."""
+    cursor = dbapi_connection.cursor()
+    try:
+        for pragma in pragmas:
+            cursor.execute(pragma)
+            row = cursor.fetchone()
+            if pragma.startswith("PRAGMA journal_mode") and (row is None or row[0] != "wal"):
+                raise sqlite3.OperationalError(f"the database is not in WAL mode ({row})")
+    finally:
+        cursor.close()
 
 
 class SyncConnection:
@@ -145,19 +169,18 @@ class SyncConnection:
 class SyncPool:
     """Connections of a synchronous engine, lent one transaction at a time.
 
+    ``engine``: from :func:`sync_engine`, as many connections lent at once as its pool holds;
     ``begin``: the statement that opens each transaction (``BEGIN IMMEDIATE`` for the writer,
-    ``BEGIN`` for a reader); ``pragmas``: what each new connection runs first.
+    ``BEGIN`` for a reader).
     """
 
-    def __init__(self, engine: sa.Engine, size: int, *, begin: str, pragmas: Iterable[str]):
+    def __init__(self, engine: sa.Engine, *, begin: str):
         self.engine = engine
         self._begin = begin
-        self._pragmas = tuple(pragmas)
         self._idle: list[sa.Connection] = []
-        self._slots = asyncio.Semaphore(size)
-        # On every new DBAPI connection, reconnects included; a failure here is SQLAlchemy's
-        # to wrap, and it never hands out the connection.
-        sa.event.listen(engine, "connect", self._on_connect)
+        assert isinstance(engine.pool, sa.pool.QueuePool)
+        self._slots = asyncio.Semaphore(engine.pool.size())
+        self._closed = False
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[SyncConnection]:
@@ -175,7 +198,7 @@ class SyncPool:
             try:
                 await self._open(conn)
             except asyncio.CancelledError:  # while waiting for the lock: nothing was begun
-                self._idle.append(conn)
+                self._give_back(conn)
                 raise
             except BaseException:
                 self._discard(conn)
@@ -185,11 +208,11 @@ class SyncPool:
             except BaseException:
                 with self._discarding(conn):
                     _end(conn, commit=False)
-                self._idle.append(conn)
+                self._give_back(conn)
                 raise
             with self._discarding(conn):
                 _end(conn, commit=True)
-            self._idle.append(conn)
+            self._give_back(conn)
         finally:
             self._slots.release()
 
@@ -208,7 +231,15 @@ class SyncPool:
         conn.invalidate()
         conn.close()
 
+    def _give_back(self, conn: sa.Connection) -> None:
+        if self._closed:  # lent when the pool closed: its transaction ended, now it closes
+            conn.close()
+        else:
+            self._idle.append(conn)
+
     def close(self) -> None:
+        """Close the idle connections now, the lent ones as their transactions end."""
+        self._closed = True
         for conn in self._idle:
             conn.close()
         self._idle.clear()
@@ -216,13 +247,6 @@ class SyncPool:
 
     def _connect(self) -> sa.Connection:
         return self.engine.connect()
-
-    def _on_connect(self, dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-        for pragma in self._pragmas:
-            row = dbapi_connection.execute(pragma).fetchone()
-            if pragma.startswith("PRAGMA journal_mode") and (row is None or row[0] != "wal"):
-                # a rollback journal's COMMIT would need every reader gone, at busy timeout 0
-                raise sqlite3.OperationalError(f"the database is not in WAL mode ({row})")
 
     async def _open(self, conn: sa.Connection) -> None:
         """``BEGIN`` on the driver's connection; a held write lock is waited for by sleeping."""

@@ -201,3 +201,18 @@ async def test_a_cancelled_wait_for_the_lock_keeps_the_connection(
             await asyncio.wait_for(store.accept(new()), 0.2)
     assert store.db.sync.writer._idle == [writer]
     assert (await store.accept(new())).created
+
+
+async def test_a_connection_lent_when_the_pool_closes_is_closed_when_its_transaction_ends(
+    tmp_path: Path,
+) -> None:
+    other = Store.embedded(str(tmp_path / "closing.db"))
+    assert other.db.sync is not None
+    pool = other.db.sync.writer
+    try:
+        async with other.db.transaction() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+            pool.close()
+        assert pool._idle == [] and pool.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        await other.close()
