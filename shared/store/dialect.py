@@ -18,6 +18,7 @@ from tether.store.columns import ColumnInsert
 from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
+from tether.store.sqlite_checkpoints import NO_AUTOCHECKPOINT, Checkpoints
 from tether.store.sqlite_inline import inline_creator
 from tether.store.sqlite_sync import SyncPool, SyncPools, run_pragmas, sync_engine
 
@@ -210,11 +211,18 @@ class SQLite(Dialect):
 
     def sync_pools(self, url: sa.URL, **options: Any) -> SyncPools | None:
         path = _sqlite_file(url)
-        writer = sync_engine(path, writer=True, size=1, pragmas=WRITER_PRAGMAS, **options)
+        # the writer's checkpoints run on a thread of their own (sqlite_checkpoints)
+        pragmas = (*WRITER_PRAGMAS, NO_AUTOCHECKPOINT)
+        writer = sync_engine(path, writer=True, size=1, pragmas=pragmas, **options)
         reader = sync_engine(
             path, writer=False, size=SQLITE_READERS, pragmas=READER_PRAGMAS, **options
         )
-        return SyncPools(SyncPool(writer, begin=WRITER_BEGIN), SyncPool(reader, begin=READER_BEGIN))
+        checkpoints = Checkpoints(path)
+        return SyncPools(
+            SyncPool(writer, begin=WRITER_BEGIN, after_commit=checkpoints.committed),
+            SyncPool(reader, begin=READER_BEGIN),
+            checkpoints,
+        )
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(key))

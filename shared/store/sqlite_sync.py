@@ -36,7 +36,7 @@ import contextlib
 import sqlite3
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ from sqlalchemy.engine.interfaces import (
 )
 
 from tether.store.errors import StoreUnavailable
+from tether.store.sqlite_checkpoints import Checkpoints
 from tether.store.sqlite_inline import BUSY_TIMEOUT_S
 
 LOCK_WAIT_S = BUSY_TIMEOUT_S
@@ -171,12 +172,15 @@ class SyncPool:
 
     ``engine``: from :func:`sync_engine`, as many connections lent at once as its pool holds;
     ``begin``: the statement that opens each transaction (``BEGIN IMMEDIATE`` for the writer,
-    ``BEGIN`` for a reader).
+    ``BEGIN`` for a reader); ``after_commit``: told of every commit (the writer's checkpoints).
     """
 
-    def __init__(self, engine: sa.Engine, *, begin: str):
+    def __init__(
+        self, engine: sa.Engine, *, begin: str, after_commit: Callable[[], None] | None = None
+    ):
         self.engine = engine
         self._begin = begin
+        self._after_commit = after_commit
         self._idle: list[sa.Connection] = []
         assert isinstance(engine.pool, sa.pool.QueuePool)
         self._slots = asyncio.Semaphore(engine.pool.size())
@@ -213,6 +217,8 @@ class SyncPool:
             with self._discarding(conn):
                 _end(conn, commit=True)
             self._give_back(conn)
+            if self._after_commit is not None:
+                self._after_commit()
         finally:
             self._slots.release()
 
@@ -269,14 +275,16 @@ class SyncPool:
 
 @dataclass(frozen=True, slots=True)
 class SyncPools:
-    """The embedded store's one writer and its readers."""
+    """The embedded store's one writer, its readers, and the writer's checkpoints."""
 
     writer: SyncPool
     reader: SyncPool
+    checkpoints: Checkpoints
 
     def close(self) -> None:
         self.writer.close()
         self.reader.close()
+        self.checkpoints.close()
 
 
 def _busy(exc: sqlite3.Error) -> bool:
