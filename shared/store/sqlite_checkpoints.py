@@ -14,17 +14,25 @@ the loop serves on meanwhile.
 
 What this asks, and why it holds:
 
-- **The WAL stays bounded.** A checkpoint starts after every :data:`EVERY_COMMITS` commits (one
-  at a time; commits meanwhile count towards the next), as automatic checkpoints did after
-  1,000 pages. ``PASSIVE`` copies what no reader still needs and waits for nobody; a reader's
-  long snapshot holds the WAL back exactly as it did with automatic checkpoints. Other
-  connections to the file (migrations, another process) keep automatic checkpoints, and the
-  last connection to close checkpoints the rest, as before.
+- **The WAL stays bounded.** SQLite writes the WAL from its start again only when a writer
+  begins and finds every frame copied back. A checkpoint inside the writer's commit ensured
+  that; one beside it does not, since the loop commits on while it runs, so under steady
+  writes the WAL would grow for as long as they last. When a ``PASSIVE`` checkpoint reports
+  more than :data:`RESTART_FRAMES` frames in the WAL, the thread runs a ``RESTART`` one: it
+  holds the write lock while it copies what is left and syncs, and waits (at most
+  :data:`RESTART_WAIT_S`) for the readers still on the old frames, so the next write starts
+  the WAL over. The loop's writer meanwhile waits for the lock by sleeping
+  (:mod:`.sqlite_sync`), never on the loop's thread. A reader's long snapshot holds the WAL
+  back, as it did with automatic checkpoints.
+- **Every writer of the store checkpoints this way**, each with its own count (the loop's
+  store, the heartbeat thread's, another process's); migrations keep automatic checkpoints,
+  and the last connection to close the file checkpoints what is left, as before.
 - **Durability is unchanged.** A committed transaction is in the WAL when ``COMMIT`` returns,
   whoever checkpoints it later; a process that dies loses nothing it committed, and (as with
   ``synchronous=NORMAL`` before) a power loss may lose the last transactions not yet synced.
-- **A failed checkpoint costs nothing but time.** It is logged (no text of the error beyond its
-  class) and the next one tries again.
+- **A checkpoint never fails a write.** A failed one is logged (its class, not its text) and
+  the next one tries again; a commit after the store closed (or during the interpreter's
+  exit) starts none.
 """
 
 from __future__ import annotations
@@ -38,6 +46,11 @@ log = logging.getLogger(__name__)
 EVERY_COMMITS = 64
 """Commits between checkpoints: under a burst the writer's commits dirty ~10-20 pages each, so
 about as often as SQLite's own 1,000-page threshold."""
+RESTART_FRAMES = 4096
+"""WAL frames (pages; 16 MiB at SQLite's default 4 KiB) past which a checkpoint restarts it."""
+RESTART_WAIT_S = 1.0
+"""How long a restarting checkpoint waits for the write lock and for the readers on old frames
+before it gives up until the next time."""
 NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint=0"
 """For the connections whose commits :class:`Checkpoints` follows."""
 
@@ -46,9 +59,12 @@ class Checkpoints:
     """``PASSIVE`` checkpoints of the SQLite file at ``path``, on a thread of their own, after
     every :data:`EVERY_COMMITS` calls of :meth:`committed` (the loop's writer calls it)."""
 
-    def __init__(self, path: str, every: int = EVERY_COMMITS) -> None:
+    def __init__(
+        self, path: str, every: int = EVERY_COMMITS, restart_frames: int = RESTART_FRAMES
+    ) -> None:
         self._path = path
         self._every = every
+        self._restart_frames = restart_frames
         self._commits = 0
         self._running: Future[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tether-checkpoints")
@@ -64,11 +80,13 @@ class Checkpoints:
         if self._running is not None and not self._running.done():
             return
         self._commits = 0
-        self._running = self._executor.submit(self._checkpoint)
+        try:
+            self._running = self._executor.submit(self._checkpoint)
+        except RuntimeError:  # the interpreter is exiting: the last close checkpoints
+            self._closed = True
 
     def close(self) -> None:
-        """Wait for a running checkpoint, then close the connection (the last one to close the
-        file checkpoints what is left)."""
+        """Wait for a running checkpoint, then close its connection."""
         if self._closed:
             return
         self._closed = True
@@ -79,9 +97,13 @@ class Checkpoints:
     def _checkpoint(self) -> None:
         try:
             if self._conn is None:
-                self._conn = sqlite3.connect(self._path, isolation_level=None)
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:  # another checkpoint running, the file gone: next time
+                self._conn = sqlite3.connect(
+                    self._path, timeout=RESTART_WAIT_S, isolation_level=None
+                )
+            _, frames, _ = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if frames > self._restart_frames:
+                self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        except Exception as exc:  # another checkpoint running, the file gone: next time
             log.info("checkpoint of the embedded store skipped (%s)", type(exc).__name__)
             self._close()
 

@@ -22,9 +22,10 @@ What this asks, and why it holds:
 - **One coroutine at a time per connection.** Connections are lent through a semaphore, as the
   asynchronous pool did (up to :data:`POOL_WAIT_S`). A body whose statements all run inline
   never yields to the loop anyway.
-- **WAL, set on every new connection.** Each connection's pragmas run in SQLAlchemy's
-  ``connect`` event (reconnects included), and a database not in WAL mode is refused: a
-  rollback journal's ``COMMIT`` would need every reader gone, at a busy timeout of zero.
+- **WAL, set on every new connection.** Each connection's pragmas run as it is made
+  (:func:`sync_engine`'s creator, reconnects included), and a database not in WAL mode is
+  refused: a rollback journal's ``COMMIT`` would need every reader gone, at a busy timeout of
+  zero. The writer's checkpoints run beside it (:mod:`.sqlite_checkpoints`).
 - **Rows are read when the statement runs** (:class:`BufferedCursor`), as the asynchronous
   driver adapter did, so no statement is left in progress at ``COMMIT``.
 """

@@ -45,9 +45,15 @@ def checkpoints_of(store: Store) -> Checkpoints:
     return store.db.sync.checkpoints
 
 
-async def accept(store: Store, count: int) -> None:
+async def accept(store: Store, count: int, input: object = None) -> None:
     for _ in range(count):  # one commit each
-        await store.accept(NewInvocation(str(uuid.uuid4()), "ann", None, {}, "h"))
+        await store.accept(NewInvocation(str(uuid.uuid4()), "ann", None, input or {}, "h"))
+
+
+def wal_frames(path: Path) -> int:
+    """The WAL file's size in frames (one page and its header each)."""
+    wal = path.with_name(path.name + "-wal")
+    return wal.stat().st_size // (4096 + 24) if wal.exists() else 0
 
 
 async def checkpointed(checkpoints: Checkpoints) -> None:
@@ -122,3 +128,15 @@ async def test_closing_the_store_waits_for_the_checkpoints_and_stops_their_threa
     assert not any(t.name.startswith("tether-checkpoints") for t in threading.enumerate())
     checkpoints.committed()  # a late commit's call starts nothing
     assert rows_in_database_file(path) == 2
+
+
+async def test_under_steady_commits_the_wal_starts_over_instead_of_growing(
+    store: Store, tmp_path: Path
+) -> None:
+    checkpoints = checkpoints_of(store)
+    checkpoints._every, checkpoints._restart_frames = 4, 64
+    big = {"text": "x" * 6000}  # two overflow pages and more a commit
+    await accept(store, 400, big)  # back to back: the loop commits while each checkpoint runs
+    await checkpointed(checkpoints)
+    # without the restart, every page ever written stays in the file: over 1,200 frames here
+    assert wal_frames(tmp_path / FILE) < 400
