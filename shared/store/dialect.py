@@ -219,7 +219,7 @@ class SQLite(Dialect):
         )
         checkpoints = Checkpoints(path)
         return SyncPools(
-            SyncPool(writer, begin=WRITER_BEGIN, after_commit=checkpoints.committed),
+            SyncPool(writer, begin=WRITER_BEGIN, checkpoints=checkpoints),
             SyncPool(reader, begin=READER_BEGIN),
             checkpoints,
         )

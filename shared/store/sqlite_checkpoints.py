@@ -18,12 +18,13 @@ What this asks, and why it holds:
   begins and finds every frame copied back. A checkpoint inside the writer's commit ensured
   that; one beside it does not, since the loop commits on while it runs, so under steady
   writes the WAL would grow for as long as they last. When a ``PASSIVE`` checkpoint reports
-  more than :data:`RESTART_FRAMES` frames in the WAL, the thread runs a ``RESTART`` one: it
-  holds the write lock while it copies what is left and syncs, and waits (at most
+  more than :data:`RESTART_FRAMES` frames in the WAL, the writer's pool holds its own writes
+  back (its one connection stays lent, the loop serves everything else) while the thread runs
+  a ``RESTART`` one: it copies what is left, syncs, and waits (at most
   :data:`RESTART_WAIT_S`) for the readers still on the old frames, so the next write starts
-  the WAL over. The loop's writer meanwhile waits for the lock by sleeping
-  (:mod:`.sqlite_sync`), never on the loop's thread. A reader's long snapshot holds the WAL
-  back, as it did with automatic checkpoints.
+  the WAL over. Run beside the loop's writes, it could wait for the write lock for as long as
+  they kept coming. A reader's long snapshot holds the WAL back, as it did with automatic
+  checkpoints.
 - **Every writer of the store checkpoints this way**, each with its own count (the loop's
   store, the heartbeat thread's, another process's); migrations keep automatic checkpoints,
   and the last connection to close the file checkpoints what is left, as before.
@@ -37,9 +38,13 @@ What this asks, and why it holds:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sqlite3
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,8 @@ NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint=0"
 
 class Checkpoints:
     """``PASSIVE`` checkpoints of the SQLite file at ``path``, on a thread of their own, after
-    every :data:`EVERY_COMMITS` calls of :meth:`committed` (the loop's writer calls it)."""
+    every :data:`EVERY_COMMITS` calls of :meth:`committed` (the loop's writer calls it), and a
+    ``RESTART`` one when the WAL has grown past :data:`RESTART_FRAMES`."""
 
     def __init__(
         self, path: str, every: int = EVERY_COMMITS, restart_frames: int = RESTART_FRAMES
@@ -67,42 +73,81 @@ class Checkpoints:
         self._restart_frames = restart_frames
         self._commits = 0
         self._running: Future[None] | None = None
+        """The checkpoint submitted last."""
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="tether-checkpoints")
         self._conn: sqlite3.Connection | None = None
         """Opened, used and closed on the executor's thread only."""
+        self._restart_due = False
+        """Set on the executor's thread: the last checkpoint left the WAL past the limit."""
+        self._restarting = False
         self._closed = False
 
-    def committed(self) -> None:
-        """One more commit; a checkpoint starts once enough have come and none is running."""
+    def committed(self) -> bool:
+        """One more commit; a ``PASSIVE`` checkpoint starts once enough have come and none is
+        running. True: the WAL is due to start over, and the caller is to await
+        :meth:`restart` while no transaction of its own holds the write lock."""
         self._commits += 1
-        if self._commits < self._every or self._closed:
-            return
-        if self._running is not None and not self._running.done():
-            return
+        if self._closed:
+            return False
+        if self._restart_due and not self._restarting:
+            self._restarting = True
+            return True
+        if self._commits < self._every or not self._idle():
+            return False
         self._commits = 0
+        self._submit(self._checkpoint)
+        return False
+
+    async def restart(self, writes_held: Callable[[], AbstractAsyncContextManager[None]]) -> None:
+        """Within ``writes_held`` (the caller's own writes held back), a ``RESTART`` checkpoint
+        on the thread: it copies what is left, waits (at most :data:`RESTART_WAIT_S`) for the
+        readers on old frames, and the next write starts the WAL over."""
         try:
-            self._running = self._executor.submit(self._checkpoint)
-        except RuntimeError:  # the interpreter is exiting: the last close checkpoints
-            self._closed = True
+            async with writes_held():
+                future = self._submit(self._restart)
+                if future is not None:
+                    await asyncio.wrap_future(future)
+        finally:
+            self._restarting = False
 
     def close(self) -> None:
         """Wait for a running checkpoint, then close its connection."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._running is not None:  # else no thread was started, and no connection opened
-            self._executor.submit(self._close)
+        if not self._closed:
+            self._closed = True
+            if self._running is not None:  # else no thread was started, no connection opened
+                self._executor.submit(self._close)
         self._executor.shutdown(wait=True)
 
-    def _checkpoint(self) -> None:
+    def _idle(self) -> bool:
+        return self._running is None or self._running.done()
+
+    def _submit(self, checkpoint: Callable[[], None]) -> Future[None] | None:
         try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(
-                    self._path, timeout=RESTART_WAIT_S, isolation_level=None
-                )
-            _, frames, _ = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if frames > self._restart_frames:
-                self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            self._running = self._executor.submit(checkpoint)
+        except RuntimeError:  # the interpreter is exiting: the last close checkpoints
+            self._closed = True
+            return None
+        return self._running
+
+    def _checkpoint(self) -> None:
+        with self._logged():
+            _, frames, _ = self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            self._restart_due = frames > self._restart_frames
+
+    def _restart(self) -> None:
+        with self._logged():
+            busy, _, _ = self._connection().execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            self._restart_due = bool(busy)  # a reader stayed on old frames: again next commit
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = sqlite3.connect(self._path, timeout=RESTART_WAIT_S, isolation_level=None)
+        return self._conn
+
+    @contextlib.contextmanager
+    def _logged(self) -> Iterator[None]:
+        try:
+            yield
         except Exception as exc:  # another checkpoint running, the file gone: next time
             log.info("checkpoint of the embedded store skipped (%s)", type(exc).__name__)
             self._close()

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,8 @@ from sqlalchemy.engine.interfaces import (
 from tether.store.errors import StoreUnavailable
 from tether.store.sqlite_checkpoints import Checkpoints
 from tether.store.sqlite_inline import BUSY_TIMEOUT_S
+
+log = logging.getLogger(__name__)
 
 LOCK_WAIT_S = BUSY_TIMEOUT_S
 """How long a writer waits for another thread's or process's write lock before failing."""
@@ -173,15 +176,15 @@ class SyncPool:
 
     ``engine``: from :func:`sync_engine`, as many connections lent at once as its pool holds;
     ``begin``: the statement that opens each transaction (``BEGIN IMMEDIATE`` for the writer,
-    ``BEGIN`` for a reader); ``after_commit``: told of every commit (the writer's checkpoints).
+    ``BEGIN`` for a reader); ``checkpoints``: the writer's (:mod:`.sqlite_checkpoints`), told of
+    every commit.
     """
 
-    def __init__(
-        self, engine: sa.Engine, *, begin: str, after_commit: Callable[[], None] | None = None
-    ):
+    def __init__(self, engine: sa.Engine, *, begin: str, checkpoints: Checkpoints | None = None):
         self.engine = engine
         self._begin = begin
-        self._after_commit = after_commit
+        self._checkpoints = checkpoints
+        self._restart: asyncio.Task[None] | None = None
         self._idle: list[sa.Connection] = []
         assert isinstance(engine.pool, sa.pool.QueuePool)
         self._slots = asyncio.Semaphore(engine.pool.size())
@@ -190,15 +193,7 @@ class SyncPool:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[SyncConnection]:
         """One transaction, committed when the block ends, rolled back if it raises."""
-        if self._slots.locked():  # else the acquire below takes a slot at once
-            try:
-                async with asyncio.timeout(POOL_WAIT_S):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise StoreUnavailable("no connection of the embedded store came free") from None
-        else:
-            await self._slots.acquire()
-        try:
+        async with self._slot():
             conn = self._idle.pop() if self._idle else self._connect()
             try:
                 await self._open(conn)
@@ -218,10 +213,33 @@ class SyncPool:
             with self._discarding(conn):
                 _end(conn, commit=True)
             self._give_back(conn)
-            if self._after_commit is not None:
-                self._after_commit()
+            if self._checkpoints is not None and self._checkpoints.committed():
+                self._restart = asyncio.create_task(self._restart_wal())
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the pool's connections to lend, waited for up to :data:`POOL_WAIT_S`."""
+        if self._slots.locked():  # else the acquire below takes a slot at once
+            try:
+                async with asyncio.timeout(POOL_WAIT_S):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise StoreUnavailable("no connection of the embedded store came free") from None
+        else:
+            await self._slots.acquire()
+        try:
+            yield
         finally:
             self._slots.release()
+
+    async def _restart_wal(self) -> None:
+        """The writer's WAL starts over while none of this pool's transactions holds the write
+        lock (:mod:`.sqlite_checkpoints`)."""
+        assert self._checkpoints is not None
+        try:
+            await self._checkpoints.restart(self._slot)
+        except StoreUnavailable:  # every connection stayed lent: the next commit asks again
+            log.info("the embedded store's WAL was not restarted: the writer stayed busy")
 
     @contextlib.contextmanager
     def _discarding(self, conn: sa.Connection) -> Iterator[None]:
@@ -247,6 +265,8 @@ class SyncPool:
     def close(self) -> None:
         """Close the idle connections now, the lent ones as their transactions end."""
         self._closed = True
+        if self._restart is not None:
+            self._restart.cancel()
         for conn in self._idle:
             conn.close()
         self._idle.clear()

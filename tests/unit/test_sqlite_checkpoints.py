@@ -136,7 +136,9 @@ async def test_under_steady_commits_the_wal_starts_over_instead_of_growing(
     checkpoints = checkpoints_of(store)
     checkpoints._every, checkpoints._restart_frames = 4, 64
     big = {"text": "x" * 6000}  # two overflow pages and more a commit
-    await accept(store, 400, big)  # back to back: the loop commits while each checkpoint runs
+    for _ in range(400):  # the loop commits on while each checkpoint runs
+        await accept(store, 1, big)
+        await asyncio.sleep(0)  # as a server's loop turns between requests
     await checkpointed(checkpoints)
-    # without the restart, every page ever written stays in the file: over 1,200 frames here
-    assert wal_frames(tmp_path / FILE) < 400
+    # without the restart every page written stays in the file: ~4,800 frames here
+    assert wal_frames(tmp_path / FILE) < 1000
