@@ -53,9 +53,9 @@ EVERY_COMMITS = 64
 about as often as SQLite's own 1,000-page threshold."""
 RESTART_FRAMES = 4096
 """WAL frames (pages; 16 MiB at SQLite's default 4 KiB) past which a checkpoint restarts it."""
-RESTART_WAIT_S = 1.0
-"""How long a restarting checkpoint waits for the write lock and for the readers on old frames
-before it gives up until the next time."""
+RESTART_WAIT_S = 0.25
+"""How long a restarting checkpoint waits for the readers on old frames (the writer's own writes
+held back meanwhile) before it gives up until the next ``PASSIVE`` one finds the WAL long."""
 NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint=0"
 """For the connections whose commits :class:`Checkpoints` follows."""
 
@@ -90,6 +90,7 @@ class Checkpoints:
         if self._closed:
             return False
         if self._restart_due and not self._restarting:
+            self._restart_due = False  # the next PASSIVE checkpoint decides again
             self._restarting = True
             return True
         if self._commits < self._every or not self._idle():
@@ -136,8 +137,8 @@ class Checkpoints:
 
     def _restart(self) -> None:
         with self._logged():
-            busy, _, _ = self._connection().execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-            self._restart_due = bool(busy)  # a reader stayed on old frames: again next commit
+            # busy: a reader stayed on old frames past the wait; the next PASSIVE one tells
+            self._connection().execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
