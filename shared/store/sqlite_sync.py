@@ -194,7 +194,7 @@ class SyncPool:
     async def transaction(self) -> AsyncIterator[SyncConnection]:
         """One transaction, committed when the block ends, rolled back if it raises."""
         async with self._slot():
-            conn = self._idle.pop() if self._idle else self._connect()
+            conn = self._idle.pop() if self._idle else self.engine.connect()
             try:
                 await self._open(conn)
             except asyncio.CancelledError:  # while waiting for the lock: nothing was begun
@@ -271,9 +271,6 @@ class SyncPool:
             conn.close()
         self._idle.clear()
         self.engine.dispose()
-
-    def _connect(self) -> sa.Connection:
-        return self.engine.connect()
 
     async def _open(self, conn: sa.Connection) -> None:
         """``BEGIN`` on the driver's connection; a held write lock is waited for by sleeping."""
