@@ -364,6 +364,7 @@ class Runtime:
     async def drain(self, grace: float) -> None:
         """Stop taking work, let running attempts finish for ``grace`` s, hand the rest back."""
         self._closing = True
+        log.info("stopping: no new claims; %d attempts running", len(self.attempts))
         await self.settled()
         tasks = [r.task for r in self.attempts.values() if r.task is not None]
         if tasks:

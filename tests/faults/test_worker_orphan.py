@@ -13,7 +13,15 @@ import pytest
 
 from tests.client import new_id
 from tests.faults.conftest import MakeCluster
-from tests.faults.harness_ext import Db, api_for, holding, spawn_worker, until, worker_pid
+from tests.faults.harness_ext import (
+    Db,
+    api_for,
+    holding,
+    process_logged,
+    spawn_worker,
+    until,
+    worker_pid,
+)
 from tests.faults.harness_ext import start_workers as start_more_workers
 from tests.procs import descendants
 
@@ -46,15 +54,21 @@ async def test_worker_processes_whose_parent_is_killed_hand_their_runs_back_and_
         body = {"id": invocation_id, "input": HOLD_THEN_RECOVER, "background": True}
         assert (await api.post(body))[0] == 202
         await until(lambda: db.all_match([invocation_id], holding(3)), 30, "the run to hold")
-        assert worker_pid(db.row(invocation_id)) in children
+        runner = worker_pid(db.row(invocation_id))
+        assert runner in children
 
         os.kill(worker.pid, signal.SIGKILL)
         worker.popen.wait(10)
         await until(lambda: all(exited(pid) for pid in children), 60, "the orphans to exit")
 
         assert worker.log().count("is gone; stopping gracefully") == 2
+        assert process_logged([worker], runner, "handed 1 unfinished attempts back")
         row = db.row(invocation_id)
-        assert row["status"] == "active" and row["heartbeat_at"] == 0  # handed back, not lost
+        if row["status"] == "active":  # handed back, not lost: the next reaper replaces it
+            assert row["heartbeat_at"] == 0 and row["attempt"] == 1, row
+        else:  # the other orphan, still stopping, ran a reaper pass after the hand-back
+            assert row["status"] == "queued", row
+            assert "attempt 1 lost its worker" in worker.log()
         start_more_workers(cluster, 1)
         await until(lambda: db.row(invocation_id)["status"] == "completed", 30, "recovery")
         _, state = await api.get(invocation_id)
