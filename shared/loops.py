@@ -19,7 +19,7 @@ import asyncio
 import gc
 import logging
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,31 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 def new_loop() -> asyncio.AbstractEventLoop:
     """A new event loop of this process's kind (:func:`loop_factory`)."""
     return loop_factory()()
+
+
+CANCEL_AGAIN_AFTER = 0.1
+"""Seconds :func:`cancel_and_wait` gives a task to end before cancelling it again."""
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until every one has ended, cancelling again each
+    :data:`CANCEL_AGAIN_AFTER` seconds those still running.
+
+    One ``cancel()`` is not enough for a loop that runs forever on Python 3.11: its
+    ``asyncio.wait_for`` drops a cancel that arrives in the loop step where the awaited
+    operation completes, and returns that result instead. redis-py sends every command of an
+    async client under ``wait_for`` (its ``socket_timeout``), so a background loop calling
+    Redis (the reaper, the broker watch, a pub/sub reader) could lose the one cancel it got and
+    run on, and whatever awaited it waited forever. Exceptions of the tasks are not raised."""
+    tasks = list(tasks)
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_AFTER)
+    for task in tasks:  # retrieved, as gather(return_exceptions=True) would: none goes unseen
+        if not task.cancelled():
+            task.exception()
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol, TypeVar, cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from tether import loops
 from tether.channels import QUEUED_CHANNEL, events_channel
 from tether.events import Event, decode_batch, encode_batch
 from tether.groupcommit import GroupCommit
@@ -344,9 +345,7 @@ class RedisPubSub(MemoryPubSub):
 
     async def close(self) -> None:
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            await loops.cancel_and_wait([self._reader])
         with contextlib.suppress(RedisError, OSError):
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         await self._redis.aclose()

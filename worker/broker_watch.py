@@ -33,6 +33,7 @@ import dramatiq
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from tether import loops
 from tether.channels import broker_marker, broker_resync
 from tether.queue import Send
 from tether.settings import Settings
@@ -161,6 +162,5 @@ async def watching_broker(settings: Settings, store: Store, send: Send) -> Async
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await loops.cancel_and_wait([task])
         await client.aclose()

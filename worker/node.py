@@ -15,6 +15,7 @@ import random
 import socket
 from collections.abc import AsyncIterator, Callable
 
+from tether import loops
 from tether.app import AgentApp
 from tether.channels import CANCEL_CHANNEL, QUEUED_CHANNEL
 from tether.pubsub import CLOSING, PubSub
@@ -79,9 +80,7 @@ async def run_node(
     finally:
         await runtime.drain(settings.timers.shutdown_grace)
         await app.shutdown()  # after the drain: no attempt uses what it closes
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await loops.cancel_and_wait(tasks)
         heartbeat.stop()
         await asyncio.to_thread(heartbeat.join, 10)
         if liveness is not None:  # after the drain: attempts it still runs keep their worker

@@ -49,3 +49,38 @@ def test_the_cli_refuses_an_unknown_loop_before_it_starts(
     monkeypatch.setenv(loops.ENV, "trio")
     assert main(["dev", "--db", ":memory:"]) == 2
     assert "TETHER_EVENT_LOOP must be one of uvloop, asyncio, not 'trio'" in capsys.readouterr().err
+
+
+async def _redis_like_loop(sent: asyncio.Event, stop: asyncio.Event) -> None:
+    """Until ``stop``: a command sent under ``wait_for``, as redis-py's async client sends each
+    one."""
+
+    async def send() -> None:  # done at its first step, like a small socket write
+        sent.set()
+
+    while not stop.is_set():
+        await asyncio.wait_for(send(), 5)
+        await asyncio.sleep(0)
+
+
+async def test_cancel_and_wait_ends_a_loop_whose_wait_for_dropped_the_cancel() -> None:
+    sent, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(_redis_like_loop(sent, stop))
+    await sent.wait()  # resumes before wait_for wakes: there a lone cancel() is lost on 3.11
+    try:
+        await asyncio.wait_for(loops.cancel_and_wait([task]), 2)
+        assert task.cancelled()
+    finally:  # a failing run ends the loop itself
+        stop.set()
+        await asyncio.wait({task}, timeout=2)
+
+
+async def test_cancel_and_wait_retrieves_what_the_tasks_raised_and_skips_finished_ones() -> None:
+    async def fails() -> None:
+        raise ValueError("boom")
+
+    failed = asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    sleeping = asyncio.create_task(asyncio.sleep(60))
+    await loops.cancel_and_wait([failed, sleeping])
+    assert sleeping.cancelled() and isinstance(failed.exception(), ValueError)
