@@ -58,6 +58,22 @@ CANCEL_AGAIN_AFTER = 0.1
 """Seconds :func:`cancel_and_wait` gives a task to end before cancelling it again."""
 
 
+def cancel_while(task: asyncio.Task[Any], due: Callable[[], bool]) -> None:
+    """Cancel ``task`` now, and again each :data:`CANCEL_AGAIN_AFTER` seconds for as long as
+    it runs and ``due()`` holds (the lost cancel of :func:`cancel_and_wait`, for a task that
+    is not awaited here: a handler a cancel must reach, which cleans up quickly or under
+    ``asyncio.shield``)."""
+
+    def again() -> None:
+        if not task.done() and due():
+            task.cancel()
+            loop.call_later(CANCEL_AGAIN_AFTER, again)
+
+    loop = asyncio.get_running_loop()
+    task.cancel()
+    loop.call_later(CANCEL_AGAIN_AFTER, again)
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
     """Cancel ``tasks`` and wait until every one has ended, cancelling again each
     :data:`CANCEL_AGAIN_AFTER` seconds those still running.

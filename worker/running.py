@@ -35,6 +35,11 @@ class RunningAttempt:
     stop_reason: StopReason | None = None
     in_handler: bool = False
 
+    def interruptible(self) -> bool:
+        """In its handler and not parking: a stop cancels it (a parking attempt leaves by
+        itself, its fenced park committed or refused)."""
+        return self.in_handler and not self.writer.parking
+
 
 def handler_failed(invocation_id: str, exc: Exception) -> Outcome:
     """How a handler that raised ends (called in its ``except`` block, to log the traceback)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tether import loops
 from tether.app import AgentApp, Handler
 from tether.durable import Suspend
 from tether.errors import ErrorCode
@@ -335,9 +336,7 @@ class Runtime:
             return
         if running.stop_reason is None:
             running.stop_reason = reason
-            # A parking attempt leaves by itself: its fenced park either commits (the row is no
-            # longer active, which is what a heartbeat racing it sees) or is refused.
-            interruptible = running.in_handler and not running.writer.parking
+            interruptible = running.interruptible()
             if reason is StopReason.SUPERSEDED:
                 running.writer.superseded = True
                 # Otherwise this is mostly a heartbeat racing the attempt's own finish or park.
@@ -349,8 +348,8 @@ class Runtime:
                 )
             if running.ctx is not None:
                 running.ctx.cancel_requested.set()
-            if interruptible:
-                running.task.cancel()
+            if interruptible:  # a cancel its handler's own wait_for drops is sent again
+                loops.cancel_while(running.task, running.interruptible)
 
     def stop_all(self, reason: StopReason) -> None:
         for invocation_id in list(self.attempts):

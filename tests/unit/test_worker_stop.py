@@ -1,0 +1,76 @@
+"""A stop reaches a handler even when its first cancel is lost: on Python 3.11 a handler's own
+``asyncio.wait_for`` drops a cancel that lands as the awaited operation completes (redis-py, an
+HTTP client, a model call all await under one), and a lone ``cancel()`` left such a handler
+running: a user's cancel went unanswered and a stopping worker waited on it for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from tests.fakes import NoQueue, run_to_end
+from tether import AgentApp, InvocationContext
+from tether.pubsub import MemoryPubSub
+from tether.queue import Queue
+from tether.services import Services
+from tether.store.schema import NewInvocation, Status
+from tether.store.store import Store
+from tether.worker.running import StopReason
+from tether.worker.runtime import Runtime
+
+
+def runtime_for(store: Store, sent: asyncio.Event) -> Runtime:
+    """A runtime whose handler sends, until it is cancelled, one command after another under
+    ``wait_for``, as a client of redis-py's sends each one."""
+
+    async def send() -> None:  # done at its first step, like a small socket write
+        sent.set()
+
+    async def busy_client(input: Any, ctx: InvocationContext) -> Any:
+        while True:
+            await asyncio.wait_for(send(), 5)
+            await asyncio.sleep(0)
+
+    app = AgentApp()
+    app.invoke(busy_client)
+    return Runtime(
+        services=Services(store, MemoryPubSub(), Queue(NoQueue())),
+        app=app,
+        name="host:1",
+        concurrency=10,
+        max_event_bytes=1 << 20,
+    )
+
+
+async def started(store: Store, runtime: Runtime, sent: asyncio.Event) -> str:
+    """An invocation whose handler is running; returned just after a command completed, where
+    a lone cancel is lost."""
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "ann", None, {}, "h"))
+    assert await runtime.start(invocation_id)
+    sent.clear()
+    await sent.wait()  # resumes before the handler's wait_for wakes
+    return invocation_id
+
+
+async def test_a_cancel_the_handlers_wait_for_dropped_is_sent_again(store: Store) -> None:
+    sent = asyncio.Event()
+    runtime = runtime_for(store, sent)
+    invocation_id = await started(store, runtime, sent)
+    runtime.stop(invocation_id, StopReason.CANCEL)
+    await run_to_end(runtime, invocation_id)
+    row = await store.get(invocation_id)
+    assert row is not None and row.status is Status.CANCELLED
+
+
+async def test_a_stopping_worker_hands_back_a_handler_that_lost_its_first_cancel(
+    store: Store,
+) -> None:
+    sent = asyncio.Event()
+    runtime = runtime_for(store, sent)
+    invocation_id = await started(store, runtime, sent)
+    await asyncio.wait_for(runtime.drain(grace=0), 10)
+    row = await store.get(invocation_id)
+    assert row is not None and row.status is Status.ACTIVE  # handed back: recovery takes it
+    assert not runtime.attempts
