@@ -91,7 +91,7 @@ class Runtime:
             self.slots,
             self.store,
             name,
-            self._begin,
+            self._begin_newcomer,
             lambda: self.attempts.values(),
             self.freed.slot_given_back,
         )
@@ -123,7 +123,7 @@ class Runtime:
         slot. False: no slot or nothing may run; the work waits for a freed slot or a pass."""
         if self._closing or not self.slots.try_take():
             if hint:
-                self.freed.token_found_no_slot()
+                self.freed.token_found_no_slot(hint)
             return False
         return await self.start_in_slot(hint)
 
@@ -134,7 +134,7 @@ class Runtime:
             return False
         self._claims_in_flight += 1
         try:
-            claim = await self.freed.claimed(self._claims.submit(hint), token=bool(hint))
+            claim = await self.freed.claimed(self._claims.submit(hint), hint)
             if claim is None:
                 self.slots.give()
                 return False
@@ -184,6 +184,11 @@ class Runtime:
         running = RunningAttempt(claim, writer, limits)
         self.attempts[invocation_id] = running
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
+
+    def _begin_newcomer(self, claim: Claim) -> None:
+        """Begin an attempt a reserved slots' claim won (the freed slots' rule is told)."""
+        self.freed.started(claim.invocation_id)
+        self._begin(claim)
 
     async def _claim_batch(self, hints: list[str]) -> list[Claim | None]:
         """N tokens, one claim transaction choosing up to N invocations."""

@@ -20,6 +20,7 @@ from tether.settings import load_settings
 from tether.status import Status
 from tether.store.schema import Claim, NewInvocation
 from tether.store.store import Store
+from tether.worker import refills
 from tether.worker.newcomers import NewcomerClaims
 from tether.worker.refills import FreedSlots
 from tether.worker.slots import Slots
@@ -42,28 +43,29 @@ async def nothing() -> Claim | None:
     return None
 
 
-async def claim_nothing(freed: FreedSlots, *, token: bool) -> None:
-    assert await freed.claimed(nothing(), token=token) is None
+async def claim_nothing(freed: FreedSlots, *, token: str = "") -> None:
+    """A claim that finds nothing: a freed slot's, or ``token``'s (its invocation id)."""
+    assert await freed.claimed(nothing(), token) is None
 
 
 async def test_where_other_processes_take_tokens_a_freed_slot_always_claims() -> None:
     for freed in (FreedSlots(lambda: 1, started_nothing), rule(alone=False)):
-        await claim_nothing(freed, token=False)
+        await claim_nothing(freed)
         assert freed.claims()
 
 
 async def test_the_sole_process_claims_until_a_claim_alone_finds_nothing() -> None:
     freed = rule()
     assert freed.claims()  # at start: work may be queued from before
-    await claim_nothing(freed, token=False)
+    await claim_nothing(freed)
     assert not freed.claims()
-    freed.token_unserved()
+    await claim_nothing(freed, token="a")  # its invocation waits: it is owed
     assert freed.claims()
 
 
 async def test_a_claim_that_finds_nothing_beside_a_cap_holder_clears_no_doubt() -> None:
     freed = rule(busy=2)  # another attempt runs (or is left to recovery): it may hold a cap
-    await claim_nothing(freed, token=False)
+    await claim_nothing(freed)
     assert freed.claims()
 
 
@@ -71,7 +73,7 @@ async def test_a_claim_that_finds_nothing_while_work_is_queued_clears_no_doubt()
     """The queued work waits for something no claim can start yet (a paused tenant, a session's
     turn, a backoff): once it can run, it may take another tenant's token."""
     freed = rule(none_queued=False)
-    await claim_nothing(freed, token=False)
+    await claim_nothing(freed)
     assert freed.claims()
 
 
@@ -93,20 +95,20 @@ async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept
         await gate.wait()
         return None
 
-    refills = [asyncio.create_task(freed.claimed(slow_nothing(), token=False)) for _ in range(3)]
+    refills = [asyncio.create_task(freed.claimed(slow_nothing(), "")) for _ in range(3)]
     await asyncio.sleep(0)
-    freed.token_found_no_slot()  # one token kept out by three claims: one claims again
+    freed.token_found_no_slot("a")  # one token kept out by three claims: one claims again
     gate.set()
     assert await asyncio.gather(*refills) == [None] * 3
     await freed.settled()
     assert claims == ["again"]
-    await claim_nothing(freed, token=False)  # no token kept out meanwhile: no claim again
+    await claim_nothing(freed)  # no token kept out meanwhile: no claim again
     await freed.settled()
     assert claims == ["again"]
     gate.clear()
-    token = asyncio.create_task(freed.claimed(slow_nothing(), token=True))
+    token = asyncio.create_task(freed.claimed(slow_nothing(), "b"))
     await asyncio.sleep(0)
-    freed.token_found_no_slot()  # kept out by another token's claim: the same
+    freed.token_found_no_slot("c")  # kept out by another token's claim: the same
     gate.set()
     assert await token is None
     await freed.settled()
@@ -155,7 +157,7 @@ async def test_slots_a_newcomers_claim_gives_back_claim_again_for_tokens_it_kept
     beside.newcomers.want(3)  # takes every slot, the unreserved ones included
     await asyncio.sleep(0)
     assert beside.slots.free == 0 and not beside.slots.try_take()
-    beside.freed.token_found_no_slot()
+    beside.freed.token_found_no_slot("a")
     await beside.found_nothing()
     assert beside.slots.free == 3
     assert beside.claims == ["again"]  # once for the one token kept out, not once per slot
@@ -172,27 +174,27 @@ async def test_a_reserved_slot_given_back_leaves_the_kept_out_token_to_the_claim
     beside.newcomers.want(1)  # only the reserved slot is left: it takes that one
     await asyncio.sleep(0)
     assert slots.free == 0
-    freed.token_found_no_slot()
+    freed.token_found_no_slot("a")
     await beside.found_nothing()
     assert beside.claims == []  # the reserved slot came back: no token could have taken it
     slots.give()  # the refill that held an unreserved slot finds nothing, gives it back
-    await claim_nothing(freed, token=False)
+    await claim_nothing(freed)
     await freed.settled()
     assert beside.claims == ["again"]
 
 
 async def test_a_token_that_started_nothing_or_failed_makes_freed_slots_claim() -> None:
     freed = rule()
-    await claim_nothing(freed, token=False)
-    await claim_nothing(freed, token=True)
+    await claim_nothing(freed)
+    await claim_nothing(freed, token="a")
     assert freed.claims()
-    await claim_nothing(freed, token=False)
+    await claim_nothing(freed)
 
     async def broken() -> Claim | None:
         raise RuntimeError("database gone")
 
     with pytest.raises(RuntimeError):
-        await freed.claimed(broken(), token=True)
+        await freed.claimed(broken(), "b")
     assert freed.claims()
 
 
@@ -204,11 +206,114 @@ async def test_a_token_unserved_during_a_claim_keeps_the_doubt() -> None:
         await gate.wait()
         return None
 
-    refill = asyncio.create_task(freed.claimed(slow_nothing(), token=False))
+    refill = asyncio.create_task(freed.claimed(slow_nothing(), ""))
     await asyncio.sleep(0)
-    freed.token_unserved()  # a token found no free slot while the refill's claim ran
+    freed.token_found_no_slot("a")  # while the refill's claim ran
     gate.set()
     assert await refill is None
+    assert freed.claims()
+
+
+def won(invocation_id: str) -> Claim:
+    return Claim(invocation_id, 1, {}, None, None, 1)
+
+
+async def claim_won(freed: FreedSlots, invocation_id: str, *, token: str = "") -> None:
+    async def claim() -> Claim | None:
+        return won(invocation_id)
+
+    assert await freed.claimed(claim(), token) is not None
+
+
+async def test_a_token_whose_claim_started_other_work_leaves_its_own_to_a_freed_slot() -> None:
+    """A token claims whatever runs next: its own invocation is owed until a claim starts it."""
+    freed = rule()
+    await claim_nothing(freed)
+    await claim_won(freed, "older", token="a")
+    assert freed.claims()
+    await claim_won(freed, "a")  # a freed slot's claim started it
+    assert not freed.claims()
+
+
+async def test_a_token_that_comes_after_its_invocation_started_owes_nothing() -> None:
+    freed = rule()
+    await claim_nothing(freed)
+    await claim_won(freed, "a", token="b")  # b's token took a before a's token came
+    assert freed.claims()  # b is owed
+    await claim_nothing(freed, token="a")
+    assert freed.claims()
+    await claim_won(freed, "b")
+    assert not freed.claims()
+
+
+async def test_a_new_token_for_an_invocation_started_before_owes_it_again() -> None:
+    """A parked run's resume (or a replacement) sends its invocation another token."""
+    freed = rule()
+    await claim_nothing(freed)
+    await claim_won(freed, "a", token="a")
+    assert not freed.claims()
+    await claim_won(freed, "b", token="a")  # the resume's token took other work first
+    assert freed.claims()
+
+
+async def test_a_token_coming_past_the_window_after_its_start_owes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    freed = rule()
+    await claim_nothing(freed)
+    await claim_won(freed, "a", token="b")
+    await claim_won(freed, "b")  # a started before its token came
+    monkeypatch.setattr(refills, "LATE_TOKEN_WINDOW", -1.0)  # it comes too late to be that one
+    await claim_won(freed, "c", token="a")
+    assert freed.claims()
+
+
+async def test_while_tokens_claims_stand_for_what_is_owed_a_freed_slot_waits_for_them() -> None:
+    """Under a burst each token's claim starts one invocation: a freed slot that claimed too
+    would find nothing half the time. If a token's claim leaves its work behind, a slot freed
+    meanwhile claims then."""
+    claims: list[str] = []
+
+    async def claim() -> bool:
+        claims.append("freed slot")
+        return False
+
+    freed = FreedSlots(lambda: 1, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    await claim_nothing(freed)
+    assert not freed.claims()
+    gates = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def slow(invocation_id: str, result: Claim | None) -> Claim | None:
+        await gates[invocation_id].wait()
+        return result
+
+    starts_a = asyncio.create_task(freed.claimed(slow("a", won("a")), "a"))
+    leaves_b = asyncio.create_task(freed.claimed(slow("b", None), "b"))  # b waits for a cap
+    await asyncio.sleep(0)
+    assert not freed.claims()  # two owed, two tokens' claims in flight
+    freed.slot_freed()
+    freed.slot_freed()
+    gates["a"].set()
+    await starts_a
+    await freed.settled()
+    assert claims == []
+    gates["b"].set()
+    assert await leaves_b is None
+    await freed.settled()
+    assert claims == ["freed slot"]  # one claim for b, not one per slot freed
+    assert freed.claims()  # b is still owed: the next freed slot claims too
+
+
+async def test_a_second_server_makes_freed_slots_always_claim() -> None:
+    alone = True
+    freed = FreedSlots(lambda: 1, started_nothing)
+    freed.every_token_comes_here(lambda: alone, lambda: True)
+    await claim_nothing(freed)
+    assert not freed.claims()
+    alone = False
+    assert freed.claims()
+    alone = True  # a signed lock file stays signed; the rule does not come back either
     assert freed.claims()
 
 
