@@ -152,8 +152,18 @@ class EventWriter:
 
     async def park(self, waits: Sequence[NewWait]) -> None:
         """End this attempt as ``waiting`` (with its buffered events) and tell the readers."""
-        claim = self._claim
         self.parking = True
+        try:
+            stored = await self._park(waits)
+        except BaseException:  # back in its handler: a stop cancels it again
+            self.parking = False
+            raise
+        self.parked = True
+        await publish_events(self._pubsub, self._claim.invocation_id, stored)
+
+    async def _park(self, waits: Sequence[NewWait]) -> list[Event]:
+        """Write the park (fenced): the events it stored; raises where it did not park."""
+        claim = self._claim
         await self._retrying("writing events", self.flush)
         pending = await self.take_pending()
         journal = self._store.journal
@@ -169,8 +179,7 @@ class EventWriter:
         self.superseded = True  # nothing more may be written by this attempt
         if stored is None:
             raise Superseded(claim.invocation_id)
-        self.parked = True
-        await publish_events(self._pubsub, claim.invocation_id, stored)
+        return stored
 
     def checkpoint(self) -> Any:
         return self._checkpoint

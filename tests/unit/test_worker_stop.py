@@ -6,16 +6,21 @@ running: a user's cancel went unanswered and a stopping worker waited on it for 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from typing import Any
+
+import pytest
 
 from tests.fakes import NoQueue, run_to_end
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
+from tether.store.journal import NewWait, WaitKind
 from tether.store.schema import NewInvocation, Status
-from tether.store.store import Store
+from tether.store.store import Store, Superseded
+from tether.worker.attempt import EventWriter
 from tether.worker.running import StopReason
 from tether.worker.runtime import Runtime
 
@@ -74,3 +79,15 @@ async def test_a_stopping_worker_hands_back_a_handler_that_lost_its_first_cancel
     row = await store.get(invocation_id)
     assert row is not None and row.status is Status.ACTIVE  # handed back: recovery takes it
     assert not runtime.attempts
+
+
+async def test_an_attempt_whose_park_was_refused_can_be_stopped_again(store: Store) -> None:
+    """A park refused (superseded, a cancel pending, the store gone) hands the handler an
+    exception; a handler that catches it runs on, and a stop must still reach it."""
+    await store.accept(NewInvocation(str(uuid.uuid4()), "ann", None, {}, "h"))
+    [claim] = await store.claim_next(1, "host:1")
+    superseded = dataclasses.replace(claim, attempt=claim.attempt + 1)  # fenced: refused
+    writer = EventWriter(store, MemoryPubSub(), superseded)
+    with pytest.raises(Superseded):
+        await writer.park([NewWait("w", WaitKind.INPUT, {"prompt": "ok?"}, None)])
+    assert not writer.parked and not writer.parking
