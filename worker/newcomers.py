@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from tether.store.schema import Claim
 from tether.store.store import Store
+from tether.worker.refills import FreedSlots
 from tether.worker.running import RunningAttempt
 from tether.worker.slots import Slots
 
@@ -31,15 +32,16 @@ class NewcomerClaims:
         worker: str,
         begin: Callable[[Claim], None],
         running: Callable[[], Iterable[RunningAttempt]],
-        given_back: Callable[[], None],
+        freed: FreedSlots,
     ) -> None:
         self._slots = slots
         self._store = store
         self._worker = worker
         self._begin = begin
         self._running = running
-        self._given_back = given_back
-        """Told of each unreserved slot given back: a token it kept out is claimed for."""
+        self._freed = freed
+        """Told of each attempt started, and of each unreserved slot given back: a token it
+        kept out is claimed for."""
         self._task: asyncio.Task[int] | None = None
         self._again = 0
         """Slots asked for while a claim was in flight."""
@@ -90,8 +92,9 @@ class NewcomerClaims:
                 )
             for _ in range(taken - len(won)):
                 if self._slots.give():  # an unreserved slot: it may have kept a token out
-                    self._given_back()
+                    self._freed.slot_given_back()
             for claim in won:
+                self._freed.started(claim.invocation_id)
                 self._begin(claim)
             started += len(won)
             wanted, self._again = self._again, 0

@@ -49,17 +49,24 @@ log = logging.getLogger(__name__)
 LATE_TOKEN_WINDOW = 1.0
 """Seconds after an invocation started before its token came within which that token is taken
 for the one its accept sent (it owes nothing); later, for a new start of it (a resume)."""
+OWED_REMEMBERED = 4096
+"""Owed invocations kept at most: past it (a backlog, or ones no claim will start: cancelled
+while queued), they are forgotten and freed slots claim until one finds nothing with nothing
+queued, as at start."""
 UNTOKENED_REMEMBERED = 4096
 """Invocations started before their token came that :class:`FreedSlots` remembers at most."""
 
 
 class FreedSlots:
-    def __init__(self, busy: Callable[[], int], claim: Callable[[], Awaitable[bool]]) -> None:
+    def __init__(
+        self, busy: Callable[[], int], claim: Callable[[], Awaitable[bool | None]]
+    ) -> None:
         self._busy = busy
         """Cap holders of this process: attempts running or left to recovery, claims in flight
         (the one reporting included)."""
         self._claim = claim
-        """Takes a free slot and claims with it (:meth:`Runtime.start`); False: nothing started."""
+        """Takes a free slot and claims with it (:meth:`Runtime.claim_freed_slot`); False:
+        nothing started, None: no slot was free."""
         self._tasks: set[asyncio.Task[None]] = set()
         """Freed slots' claims in flight."""
         self._alone: Callable[[], bool] = lambda: False
@@ -113,6 +120,8 @@ class FreedSlots:
             return
         if invocation_id in owed:
             del owed[invocation_id]
+            if not owed:
+                self._declined = 0  # nothing left that a slot held back for
             return
         untokened = self._started_untokened
         untokened[invocation_id] = time.monotonic()
@@ -139,11 +148,11 @@ class FreedSlots:
             self._token_claim_ended(won)
         elif won is None and self._unserved == unserved and self._none_waits():
             self._may_wait = False
-            self._declined = 0
+            self._declined = self._kept_out = 0
             if self._owed is not None:
                 self._owed.clear()  # nothing is queued: none of them is owed
         if won is None:
-            self.slot_given_back()
+            self._claim_again(held_back_too=False)
         return won
 
     def _token_claim_ended(self, won: Claim | None) -> None:
@@ -152,15 +161,26 @@ class FreedSlots:
         self._token_claims -= 1
         if won is None:
             self.token_unserved()
-        if self._declined and self._owed and len(self._owed) > self._token_claims:
+        if self._declined and self._owed and self._owes_more():
             self._declined -= 1
             self._claim_soon()
 
     def slot_given_back(self) -> None:
-        """A claim gave its slot back (it found nothing, or less than it took): the slot
-        claims again for a token it kept out, if one is left."""
+        """A reserved slots' claim gave an unreserved slot back (it took more than it used):
+        the slot claims again for a token it kept out, or for a freed slot that held back
+        (whose claim, let go since, may have found no slot: this one held it)."""
+        self._claim_again(held_back_too=True)
+
+    def _claim_again(self, *, held_back_too: bool) -> None:
+        """A claim gave its slot back: it claims again, while work is owed, for a token it
+        kept out, if one is left (and for a freed slot that held back, if asked)."""
         if self._kept_out > 0:
             self._kept_out -= 1
+        elif held_back_too and self._declined > 0:
+            self._declined -= 1
+        else:
+            return
+        if self._owes_more():
             self._claim_soon()
 
     def claims(self) -> bool:
@@ -172,7 +192,12 @@ class FreedSlots:
         if not self._alone():
             self._owed = None  # a second server takes tokens too, from now on
             return True
-        return len(self._owed) > self._token_claims
+        return self._owes_more()
+
+    def _owes_more(self) -> bool:
+        """More invocations owed than the tokens' claims in flight will start (always, where
+        tokens go elsewhere too)."""
+        return self._owed is None or len(self._owed) > self._token_claims
 
     def slot_freed(self) -> None:
         """A slot freed: claim with it at once if queued work may wait for it; if only
@@ -196,8 +221,12 @@ class FreedSlots:
         if self._owed is None:
             return
         started = self._started_untokened.pop(invocation_id, None)
-        if started is None or time.monotonic() - started > LATE_TOKEN_WINDOW:
-            self._owed[invocation_id] = None  # (a later start of it needs this token: a resume)
+        if started is not None and time.monotonic() - started <= LATE_TOKEN_WINDOW:
+            return
+        if len(self._owed) >= OWED_REMEMBERED:  # a backlog: freed slots claim until it is gone
+            self._owed.clear()
+            self._may_wait = True
+        self._owed[invocation_id] = None  # (a later start of it needs this token: a resume)
 
     def _claim_soon(self) -> None:
         task = asyncio.create_task(self._claim_once(), name="refill")
@@ -206,6 +235,7 @@ class FreedSlots:
 
     async def _claim_once(self) -> None:
         try:
-            await self._claim()
+            if await self._claim() is None and self._owed:
+                self._declined += 1  # a slot given back later claims in its place
         except Exception as exc:  # the periodic pass tries again
             log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)

@@ -85,15 +85,16 @@ class Runtime:
         self.slots = Slots(concurrency, reserve)
         """Shared with the Dramatiq threads that hand tokens over (:mod:`.host`)."""
         self.freed = FreedSlots(
-            lambda: len(self.attempts) + self._claims_in_flight + len(self._abandoned), self.start
+            lambda: len(self.attempts) + self._claims_in_flight + len(self._abandoned),
+            self.claim_freed_slot,
         )
         self._newcomers = NewcomerClaims(
             self.slots,
             self.store,
             name,
-            self._begin_newcomer,
+            self._begin,
             lambda: self.attempts.values(),
-            self.freed.slot_given_back,
+            self.freed,
         )
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never
@@ -126,6 +127,12 @@ class Runtime:
                 self.freed.token_found_no_slot(hint)
             return False
         return await self.start_in_slot(hint)
+
+    async def claim_freed_slot(self) -> bool | None:
+        """A freed slot's claim (:mod:`.refills`); None: no slot was free (a token took it)."""
+        if self._closing or not self.slots.try_take():
+            return None
+        return await self.start_in_slot()
 
     async def start_in_slot(self, hint: str = "") -> bool:
         """Claim with a slot the caller took; the slot is given back unless an attempt starts."""
@@ -184,11 +191,6 @@ class Runtime:
         running = RunningAttempt(claim, writer, limits)
         self.attempts[invocation_id] = running
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
-
-    def _begin_newcomer(self, claim: Claim) -> None:
-        """Begin an attempt a reserved slots' claim won (the freed slots' rule is told)."""
-        self.freed.started(claim.invocation_id)
-        self._begin(claim)
 
     async def _claim_batch(self, hints: list[str]) -> list[Claim | None]:
         """N tokens, one claim transaction choosing up to N invocations."""

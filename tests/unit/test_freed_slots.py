@@ -29,7 +29,7 @@ from tether.worker.wiring import embedded_node, sole_server
 NO_PASS = {"claim_poll": 3600.0}
 
 
-async def started_nothing() -> bool:
+async def started_nothing() -> bool | None:
     return False
 
 
@@ -132,7 +132,7 @@ class NewcomersBeside:
             "w",
             lambda claim: None,
             lambda: (),
-            self.freed.slot_given_back,
+            self.freed,
         )
 
     async def _claim_again(self) -> bool:
@@ -303,6 +303,61 @@ async def test_while_tokens_claims_stand_for_what_is_owed_a_freed_slot_waits_for
     await freed.settled()
     assert claims == ["freed slot"]  # one claim for b, not one per slot freed
     assert freed.claims()  # b is still owed: the next freed slot claims too
+
+
+async def test_a_token_kept_out_claims_again_only_while_its_work_is_owed() -> None:
+    """Tokens dropped behind running attempts (not claims) stayed counted; once their work had
+    started, each empty claim set off another, one per token dropped."""
+    claims: list[str] = []
+
+    async def claim() -> bool:
+        claims.append("again")
+        return False
+
+    freed = FreedSlots(lambda: 1, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    await claim_nothing(freed)
+    freed.token_found_no_slot("a")
+    freed.token_found_no_slot("b")
+    await claim_won(freed, "a")
+    await claim_won(freed, "b")
+    await claim_won(freed, "c")  # freed slots started all three
+    await claim_nothing(freed, token="c")  # c's token came late: an empty claim
+    await claim_nothing(freed)
+    await freed.settled()
+    assert claims == []
+
+
+async def test_past_the_owed_it_keeps_freed_slots_claim_until_one_finds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(refills, "OWED_REMEMBERED", 2)
+    freed = rule()
+    await claim_nothing(freed)
+    for invocation_id in "abc":
+        await claim_won(freed, "x" + invocation_id, token=invocation_id)
+    assert freed.claims()
+    await claim_nothing(freed)  # alone, with nothing queued: the backlog is gone
+    assert not freed.claims()
+
+
+async def test_a_freed_slots_claim_that_found_no_slot_leaves_it_to_a_slot_given_back() -> None:
+    """A reserved slots' claim may hold the unreserved slot a freed slot's claim wanted."""
+    answers: list[bool | None] = [None, False]
+
+    async def claim() -> bool | None:
+        return answers.pop(0)
+
+    freed = FreedSlots(lambda: 1, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    await claim_nothing(freed)
+    await claim_won(freed, "older", token="a")  # a is owed
+    freed.slot_freed()
+    await freed.settled()
+    assert answers == [False]  # no slot was free
+    freed.slot_given_back()
+    await freed.settled()
+    assert answers == []
 
 
 async def test_a_second_server_makes_freed_slots_always_claim() -> None:
