@@ -39,6 +39,19 @@ def rule(busy: int = 1, alone: bool = True, none_queued: bool = True) -> FreedSl
     return freed
 
 
+def recording(busy: int = 1) -> tuple[FreedSlots, list[str]]:
+    """``tether dev``'s rule, whose freed slots' claims (which start nothing) are recorded."""
+    claims: list[str] = []
+
+    async def claim() -> bool:
+        claims.append("again")
+        return False
+
+    freed = FreedSlots(lambda: busy, claim)
+    freed.every_token_comes_here(lambda: True, lambda: True)
+    return freed, claims
+
+
 async def nothing() -> Claim | None:
     return None
 
@@ -81,14 +94,7 @@ async def test_a_slot_whose_claim_found_nothing_claims_again_for_a_token_it_kept
     """tether dev's tokens do not wait for a slot: one that found none while a claim held it
     (a freed slot's, the pass's, another token's) has its work claimed as soon as that claim
     gives the slot back, not at the next pass."""
-    claims: list[str] = []
-
-    async def claim() -> bool:
-        claims.append("again")
-        return False
-
-    freed = FreedSlots(lambda: 2, claim)
-    freed.every_token_comes_here(lambda: True, lambda: True)
+    freed, claims = recording(busy=2)
     gate = asyncio.Event()
 
     async def slow_nothing() -> Claim | None:
@@ -272,14 +278,7 @@ async def test_while_tokens_claims_stand_for_what_is_owed_a_freed_slot_waits_for
     """Under a burst each token's claim starts one invocation: a freed slot that claimed too
     would find nothing half the time. If a token's claim leaves its work behind, a slot freed
     meanwhile claims then."""
-    claims: list[str] = []
-
-    async def claim() -> bool:
-        claims.append("freed slot")
-        return False
-
-    freed = FreedSlots(lambda: 1, claim)
-    freed.every_token_comes_here(lambda: True, lambda: True)
+    freed, claims = recording()
     await claim_nothing(freed)
     assert not freed.claims()
     gates = {"a": asyncio.Event(), "b": asyncio.Event()}
@@ -301,21 +300,14 @@ async def test_while_tokens_claims_stand_for_what_is_owed_a_freed_slot_waits_for
     gates["b"].set()
     assert await leaves_b is None
     await freed.settled()
-    assert claims == ["freed slot"]  # one claim for b, not one per slot freed
+    assert claims == ["again"]  # one claim for b, not one per slot freed
     assert freed.claims()  # b is still owed: the next freed slot claims too
 
 
 async def test_a_token_kept_out_claims_again_only_while_its_work_is_owed() -> None:
     """Tokens dropped behind running attempts (not claims) stayed counted; once their work had
     started, each empty claim set off another, one per token dropped."""
-    claims: list[str] = []
-
-    async def claim() -> bool:
-        claims.append("again")
-        return False
-
-    freed = FreedSlots(lambda: 1, claim)
-    freed.every_token_comes_here(lambda: True, lambda: True)
+    freed, claims = recording()
     await claim_nothing(freed)
     freed.token_found_no_slot("a")
     freed.token_found_no_slot("b")

@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import NoQueue, run_to_end
+from tests.fakes import run_to_end
+from tests.unit.test_runtime_faults import runtime_for
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
-from tether.queue import Queue
-from tether.services import Services
 from tether.store.journal import NewWait, WaitKind
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import Store, Superseded
@@ -25,7 +24,7 @@ from tether.worker.running import StopReason
 from tether.worker.runtime import Runtime
 
 
-def runtime_for(store: Store, sent: asyncio.Event) -> Runtime:
+def busy_client_runtime(store: Store, sent: asyncio.Event) -> Runtime:
     """A runtime whose handler sends, until it is cancelled, one command after another under
     ``wait_for``, as a client of redis-py's sends each one."""
 
@@ -39,13 +38,7 @@ def runtime_for(store: Store, sent: asyncio.Event) -> Runtime:
 
     app = AgentApp()
     app.invoke(busy_client)
-    return Runtime(
-        services=Services(store, MemoryPubSub(), Queue(NoQueue())),
-        app=app,
-        name="host:1",
-        concurrency=10,
-        max_event_bytes=1 << 20,
-    )
+    return runtime_for(store, app)
 
 
 async def started(store: Store, runtime: Runtime, sent: asyncio.Event) -> str:
@@ -61,7 +54,7 @@ async def started(store: Store, runtime: Runtime, sent: asyncio.Event) -> str:
 
 async def test_a_cancel_the_handlers_wait_for_dropped_is_sent_again(store: Store) -> None:
     sent = asyncio.Event()
-    runtime = runtime_for(store, sent)
+    runtime = busy_client_runtime(store, sent)
     invocation_id = await started(store, runtime, sent)
     runtime.stop(invocation_id, StopReason.CANCEL)
     await run_to_end(runtime, invocation_id)
@@ -73,7 +66,7 @@ async def test_a_stopping_worker_hands_back_a_handler_that_lost_its_first_cancel
     store: Store,
 ) -> None:
     sent = asyncio.Event()
-    runtime = runtime_for(store, sent)
+    runtime = busy_client_runtime(store, sent)
     invocation_id = await started(store, runtime, sent)
     await asyncio.wait_for(runtime.drain(grace=0), 10)
     row = await store.get(invocation_id)
