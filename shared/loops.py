@@ -58,20 +58,24 @@ CANCEL_AGAIN_AFTER = 0.1
 """Seconds :func:`cancel_and_wait` gives a task to end before cancelling it again."""
 
 
-def cancel_while(task: asyncio.Task[Any], due: Callable[[], bool]) -> None:
-    """Cancel ``task`` now, and again each :data:`CANCEL_AGAIN_AFTER` seconds for as long as
-    it runs and ``due()`` holds (the lost cancel of :func:`cancel_and_wait`, for a task that
-    is not awaited here: a handler a cancel must reach, which cleans up quickly or under
-    ``asyncio.shield``)."""
+def cancel_while(
+    task: asyncio.Task[Any], due: Callable[[], bool], ready: Callable[[], bool] = lambda: True
+) -> None:
+    """For as long as ``task`` runs and ``due()`` holds, cancel it whenever ``ready()`` holds:
+    now, and again each :data:`CANCEL_AGAIN_AFTER` seconds (the lost cancel of
+    :func:`cancel_and_wait`, for a task that is not awaited here: a handler a stop must reach,
+    which cleans up quickly or under ``asyncio.shield``, and which may be in a step no cancel
+    may cut, such as parking)."""
 
     def again() -> None:
-        if not task.done() and due():
+        if task.done() or not due():
+            return
+        if ready():
             task.cancel()
-            loop.call_later(CANCEL_AGAIN_AFTER, again)
+        loop.call_later(CANCEL_AGAIN_AFTER, again)
 
     loop = asyncio.get_running_loop()
-    task.cancel()
-    loop.call_later(CANCEL_AGAIN_AFTER, again)
+    again()
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:

@@ -120,7 +120,7 @@ class FreedSlots:
             return
         if invocation_id in owed:
             del owed[invocation_id]
-            if not owed:
+            if not owed and not self._may_wait:
                 self._declined = 0  # nothing left that a slot held back for
             return
         untokened = self._started_untokened
@@ -161,7 +161,7 @@ class FreedSlots:
         self._token_claims -= 1
         if won is None:
             self.token_unserved()
-        if self._declined and self._owed and self._owes_more():
+        if self._declined and self._owed and self.claims():
             self._declined -= 1
             self._claim_soon()
 
@@ -180,8 +180,10 @@ class FreedSlots:
             self._declined -= 1
         else:
             return
-        if self._owes_more():
+        if self.claims():
             self._claim_soon()
+        elif self._owed:  # tokens' claims in flight stand for it: if one leaves it, claim
+            self._declined += 1
 
     def claims(self) -> bool:
         """Whether a freed slot claims at once: where tokens go elsewhere too, always; alone,
@@ -192,12 +194,7 @@ class FreedSlots:
         if not self._alone():
             self._owed = None  # a second server takes tokens too, from now on
             return True
-        return self._owes_more()
-
-    def _owes_more(self) -> bool:
-        """More invocations owed than the tokens' claims in flight will start (always, where
-        tokens go elsewhere too)."""
-        return self._owed is None or len(self._owed) > self._token_claims
+        return len(self._owed) > self._token_claims
 
     def slot_freed(self) -> None:
         """A slot freed: claim with it at once if queued work may wait for it; if only
@@ -235,7 +232,7 @@ class FreedSlots:
 
     async def _claim_once(self) -> None:
         try:
-            if await self._claim() is None and self._owed:
+            if await self._claim() is None and (self._owed or self._may_wait):
                 self._declined += 1  # a slot given back later claims in its place
         except Exception as exc:  # the periodic pass tries again
             log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)

@@ -355,8 +355,9 @@ class Runtime:
                 )
             if running.ctx is not None:
                 running.ctx.cancel_requested.set()
-            if interruptible:  # a cancel its handler's own wait_for drops is sent again
-                loops.cancel_while(running.task, running.interruptible)
+            if running.in_handler:  # a cancel its own wait_for drops is sent again; a
+                # parking attempt is cancelled only if its park does not happen
+                loops.cancel_while(running.task, lambda: running.in_handler, running.interruptible)
 
     def stop_all(self, reason: StopReason) -> None:
         for invocation_id in list(self.attempts):

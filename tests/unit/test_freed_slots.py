@@ -320,6 +320,33 @@ async def test_a_token_kept_out_claims_again_only_while_its_work_is_owed() -> No
     assert claims == []
 
 
+async def test_a_token_kept_out_behind_a_claim_in_flight_is_claimed_for_when_that_ends() -> None:
+    """A's token found no slot; the claim holding it found nothing (it read before A came) while
+    B's token's claim, which owes nothing, seemed to stand for A: when that ends empty, A is
+    claimed for at once, not at the next pass."""
+    freed, claims = recording()
+    await claim_nothing(freed)
+    await claim_won(freed, "b")  # b started before its token came
+    gates = {"refill": asyncio.Event(), "b": asyncio.Event()}
+
+    async def slow_nothing(gate: str) -> Claim | None:
+        await gates[gate].wait()
+        return None
+
+    refill = asyncio.create_task(freed.claimed(slow_nothing("refill"), ""))
+    late = asyncio.create_task(freed.claimed(slow_nothing("b"), "b"))
+    await asyncio.sleep(0)
+    freed.token_found_no_slot("a")
+    gates["refill"].set()  # the claim that held the slot gives it back
+    assert await refill is None
+    await freed.settled()
+    assert claims == []
+    gates["b"].set()
+    assert await late is None
+    await freed.settled()
+    assert claims == ["again"]
+
+
 async def test_past_the_owed_it_keeps_freed_slots_claim_until_one_finds_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -6,6 +6,7 @@ running: a user's cancel went unanswered and a stopping worker waited on it for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import uuid
 from typing import Any
@@ -16,6 +17,7 @@ from tests.fakes import run_to_end
 from tests.unit.test_runtime_faults import runtime_for
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
+from tether.store.errors import StoreUnavailable
 from tether.store.journal import NewWait, WaitKind
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import Store, Superseded
@@ -84,3 +86,35 @@ async def test_an_attempt_whose_park_was_refused_can_be_stopped_again(store: Sto
     with pytest.raises(Superseded):
         await writer.park([NewWait("w", WaitKind.INPUT, {"prompt": "ok?"}, None)])
     assert not writer.parked and not writer.parking
+
+
+async def test_a_stop_during_a_park_that_then_fails_reaches_the_handler(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop finds the attempt parking (no cancel may cut a park); the park then fails and the
+    handler carries on: the stop must still reach it."""
+    parking, release = asyncio.Event(), asyncio.Event()
+
+    async def failing_park(self: EventWriter, waits: Any) -> Any:
+        parking.set()
+        await release.wait()
+        raise StoreUnavailable("the database went away")
+
+    async def carries_on(input: Any, ctx: InvocationContext) -> Any:
+        with contextlib.suppress(StoreUnavailable):
+            await ctx.wait_for_input("go")
+        await asyncio.Event().wait()  # runs on until it is cancelled
+
+    monkeypatch.setattr(EventWriter, "_park", failing_park)
+    app = AgentApp()
+    app.invoke(carries_on)
+    runtime = runtime_for(store, app)
+    invocation_id = str(uuid.uuid4())
+    await store.accept(NewInvocation(invocation_id, "ann", None, {}, "h"))
+    assert await runtime.start(invocation_id)
+    await parking.wait()
+    runtime.stop(invocation_id, StopReason.CANCEL)
+    release.set()
+    await run_to_end(runtime, invocation_id)
+    row = await store.get(invocation_id)
+    assert row is not None and row.status is Status.CANCELLED
