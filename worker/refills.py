@@ -232,7 +232,8 @@ class FreedSlots:
 
     async def _claim_once(self) -> None:
         try:
-            if await self._claim() is None and (self._owed or self._may_wait):
-                self._declined += 1  # a slot given back later claims in its place
+            started = await self._claim()
+            if started is None and self._owed is not None and (self._owed or self._may_wait):
+                self._declined += 1  # alone: a slot given back later claims in its place
         except Exception as exc:  # the periodic pass tries again
             log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)
