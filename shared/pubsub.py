@@ -324,7 +324,7 @@ class RedisPubSub(MemoryPubSub):
 
     async def _reconnect(self) -> None:
         with contextlib.suppress(RedisError, OSError):
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
         self._pubsub = self._redis.pubsub()
         channels = list(self.subscribers)
         loop = asyncio.get_running_loop()
@@ -347,7 +347,7 @@ class RedisPubSub(MemoryPubSub):
         if self._reader is not None:
             await loops.cancel_and_wait([self._reader])
         with contextlib.suppress(RedisError, OSError):
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
         await self._redis.aclose()
         await super().close()
 

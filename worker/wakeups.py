@@ -51,7 +51,7 @@ class WakeUpListener:
     consumer that subscribes before its first fetch misses no wake-up)."""
 
     def __init__(self, client: redis.Redis, queue: str) -> None:
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         self._pubsub.subscribe(wake_channel(queue))
 
     def wait(self, timeout: float) -> bool:

@@ -74,7 +74,7 @@ async def raw_pubsub_latencies(streams: int, ticks: int, interval: float) -> lis
             timeout=ticks * interval + 60,
         )
     finally:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
         await subscriber.aclose()
         await publisher.aclose()
     return latencies

@@ -41,7 +41,7 @@ async def raw_round_trips(db: Database, count: int) -> list[float]:
                     pass
                 out.append(time.perf_counter() - started)
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
             await subscriber.aclose()
             await publisher.aclose()
     return out

@@ -80,7 +80,7 @@ def test_a_burst_of_wake_ups_is_answered_by_one_wait(server: fakeredis.FakeServe
 
 
 def test_a_wake_up_goes_out_on_the_queues_channel(server: fakeredis.FakeServer) -> None:
-    pubsub = client(server).pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = client(server).pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
     pubsub.subscribe(wake_channel("q"))
     publish_wake_up(client(server), "q")
     got = None
