@@ -38,12 +38,19 @@ class GroupCommit(Generic[Item, Result]):
         self._runners: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: Item) -> Result:
+        return await self.submit_nowait(item)
+
+    def submit_nowait(self, item: Item) -> asyncio.Future[Result]:
+        """Queue ``item`` for the next flush without waiting: its future has the result. A
+        caller that must not wait (or start a task of its own to wait) gets its item into the
+        very next batch, one loop step sooner. Cancelling the future skips the result, not the
+        write."""
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         self._runners = {runner for runner in self._runners if not runner.done()}
         if len(self._runners) < self._in_flight:
             self._runners.add(asyncio.create_task(self._run(), name="group-commit"))
-        return await future
+        return future
 
     async def idle(self) -> None:
         """Wait until no flush runs (one started meanwhile is waited for too)."""

@@ -155,6 +155,10 @@ class Subscription:
 class PubSub(Protocol):
     async def publish(self, channel: str, messages: list[str]) -> None: ...
 
+    def publish_soon(self, channel: str, messages: list[str]) -> None:
+        """Publish without waiting (in order with every other publish of this process); a
+        failure is logged."""
+
     def subscribe(self, channel: str) -> contextlib.AbstractAsyncContextManager[Subscription]: ...
 
     async def ping(self) -> None: ...
@@ -191,6 +195,9 @@ class MemoryPubSub(_Fanout):
         self.max_pending_bytes = max_pending_bytes
 
     async def publish(self, channel: str, messages: list[str]) -> None:
+        self.publish_soon(channel, messages)
+
+    def publish_soon(self, channel: str, messages: list[str]) -> None:
         for message in messages:
             self.deliver(channel, message)
 
@@ -237,6 +244,12 @@ class RedisPubSub(MemoryPubSub):
         """Concurrent publishes go out together, in order, in one pipeline on one connection
         (one at a time each would need a pooled connection apiece: the pool caps them at 100)."""
         await self._publishes.submit((channel, messages))
+
+    def publish_soon(self, channel: str, messages: list[str]) -> None:
+        """Joins the next pipeline; a failure only delays the readers (they re-read the
+        store)."""
+        sent = self._publishes.submit_nowait((channel, messages))
+        sent.add_done_callback(lambda done: _log_failed_publish(channel, done))
 
     async def _publish_batch(self, batch: list[tuple[str, list[str]]]) -> list[None]:
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -365,6 +378,11 @@ async def announce_queued(pubsub: PubSub, tenants: list[str]) -> None:
         await pubsub.publish(QUEUED_CHANNEL, tenants)
     except (RedisError, OSError) as exc:
         log.warning("queued-work announcement failed (%s)", type(exc).__name__)
+
+
+def _log_failed_publish(channel: str, sent: asyncio.Future[None]) -> None:
+    if not sent.cancelled() and (exc := sent.exception()) is not None:
+        log.warning("publish to %s failed (%s)", channel, type(exc).__name__)
 
 
 async def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:

@@ -1,9 +1,10 @@
 """One running attempt's event log writer: cursors handed out at once, rows written in batches.
 
 ``emit`` returns the event's cursor without waiting for the database (the attempt is the only
-writer of its invocation's log while it holds the fence). A flush task writes whatever has
-accumulated in one fenced transaction and only then publishes it, so no reader ever sees an
-event that is not durable. Events still buffered when a worker dies were never seen by anyone.
+writer of its invocation's log while it holds the fence). Its events join the next batch of
+:class:`EventBatches` at once: one fenced transaction for every attempt that emitted meanwhile,
+which publishes each attempt's events only once they are stored, so no reader ever sees an event
+that is not durable. Events still buffered when a worker dies were never seen by anyone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tether.events import Event
+from tether.channels import events_channel
+from tether.events import Event, encode_batch
+from tether.groupcommit import GroupCommit
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
 from tether.store.journal import CancelPending, NewWait
@@ -37,8 +40,44 @@ TRANSIENT = (StoreUnavailable,)
 retried."""
 T = TypeVar("T")
 
-Append = Callable[[AppendRequest], Awaitable[list[Event]]]
-"""How a writer stores a batch: ``Store.append``, or a group commit over many writers."""
+
+class EventBatches:
+    """The buffered events of many attempts, stored together (group commit) and published.
+
+    A writer joins the next batch as soon as it has events (no task of its own first) and its
+    events are taken when the batch is written, so whatever it emits until then goes along. A
+    batch publishes each attempt's stored events before it wakes their writers: one loop step
+    from the write to the readers, where a writer publishing them itself took another."""
+
+    def __init__(self, store: Store, pubsub: PubSub) -> None:
+        self._store = store
+        self._pubsub = pubsub
+        self._group: GroupCommit[EventWriter, list[Event]] = GroupCommit(self._write)
+
+    def write_soon(self, writer: EventWriter) -> asyncio.Future[list[Event]]:
+        """``writer``'s buffered events, in the next batch: its future has them stored."""
+        return self._group.submit_nowait(writer)
+
+    async def _write(
+        self, writers: list[EventWriter]
+    ) -> list[list[Event] | Superseded | StoreError]:
+        taken = [writer.take_buffer() for writer in writers]
+        try:
+            results = await self._store.append_many(
+                [writer.request(events) for writer, events in zip(writers, taken, strict=True)]
+            )
+        except BaseException:  # none stored: each writer keeps its events for the next write
+            for writer, events in zip(writers, taken, strict=True):
+                writer.put_back(events)
+            raise
+        for writer, events, result in zip(writers, taken, results, strict=True):
+            if not isinstance(result, list):
+                writer.put_back(events)
+            elif result:
+                self._pubsub.publish_soon(
+                    events_channel(writer.invocation_id), [encode_batch(result)]
+                )
+        return results
 
 
 class EventWriter:
@@ -49,18 +88,18 @@ class EventWriter:
         store: Store,
         pubsub: PubSub,
         claim: Claim,
-        append: Append | None = None,
+        batches: EventBatches | None = None,
         retry_for: float = 0.0,
     ) -> None:
         self._store = store
         self._retry_for = retry_for
-        self._append = append or store.append
+        self._batches = batches or EventBatches(store, pubsub)
         self._pubsub = pubsub
         self._claim = claim
         self._next_cursor = claim.started_cursor
         self._buffer: list[NewEvent] = []
-        self._lock = asyncio.Lock()
-        self._flush_task: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[list[Event]] | None = None
+        """This writer's place in the next (or the running) batch."""
         self._checkpoint = claim.checkpoint
         self.superseded = False
         self.parked = False
@@ -76,40 +115,71 @@ class EventWriter:
         self._buffer.append(NewEvent(event_type, data))
         if len(self._buffer) >= MAX_BUFFERED:
             await self.flush()
-        elif self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._flush_soon())
+        elif self._writing is None:
+            self._write_soon()
         return self._next_cursor
 
-    async def _flush_soon(self) -> None:
-        try:
-            await self.flush()
-        except Superseded:
+    def _write_soon(self) -> asyncio.Future[list[Event]]:
+        writing = self._writing = self._batches.write_soon(self)
+        writing.add_done_callback(self._written)
+        return writing
+
+    def _written(self, writing: asyncio.Future[list[Event]]) -> None:
+        """A batch wrote (or failed to write) this writer's events; what it emitted since then
+        goes in the next one. After a failure the next emit, flush or the finish writes the
+        same events again. Runs once per write: as its callback, or first from a flush."""
+        if self._writing is not writing:
+            return
+        self._writing = None
+        exc = None if writing.cancelled() else writing.exception()
+        if isinstance(exc, Superseded):
             self.superseded = True
-        except StoreError as exc:  # the next flush or the finish retries the same events
-            log.warning("invocation %s: writing events failed (%s)", self._claim.invocation_id, exc)
+        elif exc is not None:
+            log.warning(
+                "invocation %s: writing events failed (%s)",
+                self._claim.invocation_id,
+                type(exc).__name__,
+            )
+        elif self._buffer:
+            self._write_soon()
+
+    def take_buffer(self) -> list[NewEvent]:
+        """The buffered events, for the batch being written (see :meth:`put_back`)."""
+        events, self._buffer = self._buffer, []
+        return events
+
+    def put_back(self, events: list[NewEvent]) -> None:
+        """``events`` were not stored: they come before whatever was emitted since."""
+        self._buffer = events + self._buffer
+
+    @property
+    def invocation_id(self) -> str:
+        return self._claim.invocation_id
+
+    def request(self, events: list[NewEvent]) -> AppendRequest:
+        return AppendRequest(self._claim.invocation_id, self._claim.attempt, events)
 
     async def flush(self) -> None:
-        """Write and publish every buffered event."""
-        async with self._lock:
-            if not self._buffer:
-                return
-            batch = self._buffer
-            self._buffer = []
-            try:
-                claim = self._claim
-                stored = await self._append(
-                    AppendRequest(claim.invocation_id, claim.attempt, batch)
-                )
-            except Exception:
-                self._buffer = batch + self._buffer
-                raise
-        await publish_events(self._pubsub, self._claim.invocation_id, stored)
+        """Write and publish every buffered event; raises what a write raised (its events stay
+        buffered)."""
+        while self._buffer or self._writing is not None:
+            writing = self._writing or self._write_soon()
+            await self._settled(writing)
+            if not writing.cancelled() and (exc := writing.exception()) is not None:
+                raise exc
 
     async def take_pending(self) -> list[NewEvent]:
-        """Stop flushing and hand over what is still buffered (the finish writes it)."""
-        async with self._lock:
-            pending, self._buffer = self._buffer, []
-            return pending
+        """Stop writing and hand over what is still buffered (the finish writes it)."""
+        while self._writing is not None:
+            await self._settled(self._writing)
+        return self.take_buffer()
+
+    async def _settled(self, writing: asyncio.Future[list[Event]]) -> None:
+        """Wait for ``writing`` (never cancelling it: the batch writes the events anyway, and
+        its result must reach them), then note it, whether or not its callback ran yet."""
+        if not writing.done():
+            await asyncio.wait((writing,))
+        self._written(writing)
 
     def last_cursor(self) -> int:
         return self._next_cursor

@@ -17,7 +17,6 @@ from tether import loops
 from tether.app import AgentApp, Handler
 from tether.durable import Suspend
 from tether.errors import ErrorCode
-from tether.events import Event
 from tether.groupcommit import GroupCommit
 from tether.jsonvalue import InvalidJson, dumps
 from tether.outcomes import Outcome, cancelled, completed, failed
@@ -25,7 +24,6 @@ from tether.pubsub import publish_events
 from tether.services import Services
 from tether.store.schema import Claim
 from tether.store.store import (
-    AppendRequest,
     Finished,
     FinishRequest,
     NewEvent,
@@ -34,7 +32,7 @@ from tether.store.store import (
     Superseded,
     ValueRefused,
 )
-from tether.worker.attempt import EventWriter
+from tether.worker.attempt import EventBatches, EventWriter
 from tether.worker.contexts import AttemptContexts
 from tether.worker.newcomers import NewcomerClaims
 from tether.worker.refills import FreedSlots
@@ -105,9 +103,7 @@ class Runtime:
         self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(
             services.store.finish_many
         )
-        self._appends: GroupCommit[AppendRequest, list[Event]] = GroupCommit(
-            services.store.append_many
-        )
+        self._events = EventBatches(services.store, services.pubsub)
         self._contexts = AttemptContexts(
             services,
             app,
@@ -180,9 +176,7 @@ class Runtime:
         """Register a won attempt and run it on this loop."""
         invocation_id = claim.invocation_id
         # an attempt's events, stored with the other attempts' writing meanwhile (group commit)
-        writer = EventWriter(
-            self.store, self.pubsub, claim, self._appends.submit, self._finish_retry
-        )
+        writer = EventWriter(self.store, self.pubsub, claim, self._events, self._finish_retry)
         limits = AttemptLimits(
             self._limits,
             invocation_id,

@@ -1,0 +1,174 @@
+"""Attempts' events written together (``EventBatches``): what emits meanwhile goes along, readers
+get only stored events and get them before the writer wakes, and a failed or abandoned write
+loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.channels import events_channel
+from tether.events import decode_batch
+from tether.pubsub import MemoryPubSub, RedisPubSub, Subscription
+from tether.store.schema import Claim, NewInvocation
+from tether.store.store import AppendRequest, Store, StoreUnavailable, Superseded
+from tether.worker.attempt import EventBatches, EventWriter
+
+
+class WatchedStore(Store):
+    """The embedded store, whose appends are recorded, can be held at a gate, and fail the next
+    ``failures`` times as if the database went away."""
+
+    failures = 0
+    gate: asyncio.Event | None = None
+    writing: asyncio.Event | None = None
+    before_write: Any = None
+
+    _appends: list[list[AppendRequest]] | None = None
+
+    @property
+    def appends(self) -> list[list[AppendRequest]]:
+        if self._appends is None:
+            self._appends = []
+        return self._appends
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> Any:
+        self.appends.append(list(requests))
+        if self.before_write is not None:
+            self.before_write()
+        if self.writing is not None:
+            self.writing.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailable("OperationalError: server closed the connection")
+        return await super().append_many(requests)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[WatchedStore]:
+    s = WatchedStore.embedded(str(tmp_path / "tether.db"))
+    assert isinstance(s, WatchedStore)
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def claimed(store: Store) -> Claim:
+    await store.accept(NewInvocation(str(uuid.uuid4()), "ann", None, {}, "h"))
+    [claim] = await store.claim_next(1, "host:1")
+    assert claim is not None
+    return claim
+
+
+def published(sub: Subscription) -> list[tuple[int, Any]]:
+    out = []
+    while sub._pending:
+        out += [(e.cursor, e.data) for e in decode_batch(str(sub._pending.popleft()))]
+    return out
+
+
+async def stored(store: Store, claim: Claim) -> list[tuple[int, Any]]:
+    events = await store.events_after(claim.invocation_id, claim.started_cursor)
+    return [(e.cursor, e.data) for e in events]
+
+
+async def test_what_attempts_emit_meanwhile_is_one_write_published_once_stored(
+    store: WatchedStore,
+) -> None:
+    pubsub = MemoryPubSub()
+    batches = EventBatches(store, pubsub)
+    first, second = await claimed(store), await claimed(store)
+    a = EventWriter(store, pubsub, first, batches)
+    b = EventWriter(store, pubsub, second, batches)
+    async with pubsub.subscribe(events_channel(first.invocation_id)) as sub:
+        store.before_write = lambda: published(sub) == [] or pytest.fail("published unstored")
+        cursors = [await a.emit("tick", {"n": n}) for n in range(3)]
+        await b.emit("tick", {"n": 9})
+        await a.flush()  # the batch published a's events before a woke
+        assert published(sub) == [(c, {"n": n}) for n, c in enumerate(cursors)]
+        await b.flush()
+    assert [[len(r.events) for r in batch] for batch in store.appends] == [[3, 1]]
+    assert await stored(store, first) == [(c, {"n": n}) for n, c in enumerate(cursors)]
+    assert await stored(store, second) == [(second.started_cursor + 1, {"n": 9})]
+
+
+async def test_a_failed_write_keeps_its_events_in_order_for_the_next(store: WatchedStore) -> None:
+    pubsub = MemoryPubSub()
+    claim = await claimed(store)
+    writer = EventWriter(store, pubsub, claim)
+    store.gate, store.writing, store.failures = asyncio.Event(), asyncio.Event(), 1
+    await writer.emit("tick", {"n": 0})
+    await writer.emit("tick", {"n": 1})
+    await store.writing.wait()  # the write has taken both
+    await writer.emit("tick", {"n": 2})  # meanwhile: it goes after the two, whatever happens
+    store.gate.set()
+    with pytest.raises(StoreUnavailable):
+        await writer.flush()
+    await writer.flush()
+    start = claim.started_cursor
+    assert await stored(store, claim) == [(start + n + 1, {"n": n}) for n in range(3)]
+    assert [len(r.events) for [r] in store.appends] == [2, 3]
+    assert await writer.take_pending() == []
+
+
+async def test_a_write_whose_waiter_is_cancelled_still_stores_and_publishes(
+    store: WatchedStore,
+) -> None:
+    pubsub = MemoryPubSub()
+    claim = await claimed(store)
+    writer = EventWriter(store, pubsub, claim)
+    store.gate, store.writing = asyncio.Event(), asyncio.Event()
+    async with pubsub.subscribe(events_channel(claim.invocation_id)) as sub:
+        await writer.emit("tick", {"n": 0})
+        flushing = asyncio.create_task(writer.flush())
+        await store.writing.wait()
+        flushing.cancel()  # the handler stopped while its events were being written
+        with pytest.raises(asyncio.CancelledError):
+            await flushing
+        store.gate.set()
+        assert await writer.take_pending() == []  # waits for the write: nothing left over
+        assert published(sub) == [(claim.started_cursor + 1, {"n": 0})]
+    assert await stored(store, claim) == [(claim.started_cursor + 1, {"n": 0})]
+
+
+async def test_a_superseded_attempt_in_a_batch_fails_alone(store: WatchedStore) -> None:
+    pubsub = MemoryPubSub()
+    batches = EventBatches(store, pubsub)
+    live, fenced = await claimed(store), await claimed(store)
+    fenced = dataclasses.replace(fenced, attempt=fenced.attempt + 1)  # not the holder: refused
+    a = EventWriter(store, pubsub, live, batches)
+    b = EventWriter(store, pubsub, fenced, batches)
+    await a.emit("tick", {"n": 0})
+    await b.emit("tick", {"n": 1})
+    with pytest.raises(Superseded):
+        await b.flush()
+    await a.flush()
+    assert len(store.appends) == 1
+    assert b.superseded
+    with pytest.raises(Superseded):
+        await b.emit("tick", {"n": 2})
+    assert await stored(store, live) == [(live.started_cursor + 1, {"n": 0})]
+    assert [(e.type, e.data) for e in await b.take_pending()] == [("tick", {"n": 1})]
+    assert await stored(store, fenced) == []
+
+
+async def test_a_publish_that_cannot_reach_redis_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pubsub = RedisPubSub("redis://127.0.0.1:1/0")  # nothing listens there
+    try:
+        pubsub.publish_soon(events_channel("i-1"), ["[]"])
+        await pubsub._publishes.idle()
+    finally:
+        await pubsub.close()
+    assert "publish to tether:events:i-1 failed (ConnectionError)" in caplog.text
