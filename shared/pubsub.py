@@ -357,6 +357,7 @@ class RedisPubSub(MemoryPubSub):
         await self._redis.ping()
 
     async def close(self) -> None:
+        await self._publishes.idle()  # what publish_soon sent last
         if self._reader is not None:
             await loops.cancel_and_wait([self._reader])
         with contextlib.suppress(RedisError, OSError):

@@ -58,6 +58,10 @@ class EventBatches:
         """``writer``'s buffered events, in the next batch: its future has them stored."""
         return self._group.submit_nowait(writer)
 
+    async def idle(self) -> None:
+        """Wait until no batch is being written."""
+        await self._group.idle()
+
     async def _write(
         self, writers: list[EventWriter]
     ) -> list[list[Event] | Superseded | StoreError]:
@@ -66,10 +70,12 @@ class EventBatches:
             results = await self._store.append_many(
                 [writer.request(events) for writer, events in zip(writers, taken, strict=True)]
             )
-        except BaseException:  # none stored: each writer keeps its events for the next write
+        except Exception:  # none stored: each writer keeps its events for the next write
             for writer, events in zip(writers, taken, strict=True):
                 writer.put_back(events)
             raise
+        # (a cancel, at the loop's end, may land after a commit: its events are not put back,
+        # so that none is written twice)
         for writer, events, result in zip(writers, taken, results, strict=True):
             if not isinstance(result, list):
                 writer.put_back(events)
@@ -100,6 +106,8 @@ class EventWriter:
         self._buffer: list[NewEvent] = []
         self._writing: asyncio.Future[list[Event]] | None = None
         """This writer's place in the next (or the running) batch."""
+        self._handing_over = False
+        """The finish (or a park) takes what is buffered: a write that ends leaves the rest."""
         self._checkpoint = claim.checkpoint
         self.superseded = False
         self.parked = False
@@ -140,7 +148,7 @@ class EventWriter:
                 self._claim.invocation_id,
                 type(exc).__name__,
             )
-        elif self._buffer:
+        elif self._buffer and not self._handing_over:
             self._write_soon()
 
     def take_buffer(self) -> list[NewEvent]:
@@ -170,6 +178,7 @@ class EventWriter:
 
     async def take_pending(self) -> list[NewEvent]:
         """Stop writing and hand over what is still buffered (the finish writes it)."""
+        self._handing_over = True
         while self._writing is not None:
             await self._settled(self._writing)
         return self.take_buffer()
@@ -243,13 +252,21 @@ class EventWriter:
                 lambda: journal.park(claim.invocation_id, claim.attempt, waits, pending),
             )
         except CancelPending:  # the handler gets the cancel; its finish writes these events
-            self._buffer = pending + self._buffer
+            self._take_back(pending)
             self.cancel_pending = True
             raise asyncio.CancelledError from None
+        except Exception:  # not parked: the handler carries on, and these events are still its
+            self._take_back(pending)
+            raise
         self.superseded = True  # nothing more may be written by this attempt
         if stored is None:
             raise Superseded(claim.invocation_id)
         return stored
+
+    def _take_back(self, pending: list[NewEvent]) -> None:
+        """A park that did not happen gives back the events it took."""
+        self.put_back(pending)
+        self._handing_over = False
 
     def checkpoint(self) -> Any:
         return self._checkpoint

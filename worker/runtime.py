@@ -375,6 +375,7 @@ class Runtime:
         await self._hand_back(leftovers, StopReason.SHUTDOWN)
         if leftovers:
             log.warning("handed %d unfinished attempts back for recovery", len(leftovers))
+        await self._events.idle()  # a stopped handler's last events, still being written
 
     async def _hand_back(self, attempts: list[RunningAttempt], reason: StopReason) -> None:
         """Stop these attempts, then mark each stale (fenced): the next reap pass replaces it."""

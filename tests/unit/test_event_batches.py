@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import embedded_store
 from tether.channels import events_channel
 from tether.events import decode_batch
 from tether.pubsub import MemoryPubSub, RedisPubSub, Subscription
+from tether.store.journal import NewWait, WaitKind
 from tether.store.schema import Claim, NewInvocation
 from tether.store.store import AppendRequest, Store, StoreUnavailable, Superseded
 from tether.worker.attempt import EventBatches, EventWriter
@@ -54,13 +56,8 @@ class WatchedStore(Store):
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[WatchedStore]:
-    s = WatchedStore.embedded(str(tmp_path / "tether.db"))
-    assert isinstance(s, WatchedStore)
-    await s.migrate()
-    try:
+    async with embedded_store(WatchedStore, tmp_path) as s:
         yield s
-    finally:
-        await s.close()
 
 
 async def claimed(store: Store) -> Claim:
@@ -172,3 +169,49 @@ async def test_a_publish_that_cannot_reach_redis_is_logged_not_raised(
     finally:
         await pubsub.close()
     assert "publish to tether:events:i-1 failed (ConnectionError)" in caplog.text
+
+
+async def test_the_finish_takes_what_was_emitted_while_a_write_ran(store: WatchedStore) -> None:
+    """Events emitted during the last write go to the finish (its one transaction), not to a
+    write of their own that the finish would wait for."""
+    claim = await claimed(store)
+    writer = EventWriter(store, MemoryPubSub(), claim)
+    store.gate, store.writing = asyncio.Event(), asyncio.Event()
+    await writer.emit("tick", {"n": 0})
+    await store.writing.wait()
+    await writer.emit("tick", {"n": 1})  # the handler's last event, while the write runs
+    taking = asyncio.create_task(writer.take_pending())
+    store.gate.set()
+    assert [(e.type, e.data) for e in await taking] == [("tick", {"n": 1})]
+    assert [len(r.events) for [r] in store.appends] == [1]
+
+
+async def test_a_park_that_fails_gives_the_handler_back_its_events(
+    store: WatchedStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler carries on after a park the database refused: the events the park took are
+    still its own, written by its next write."""
+
+    async def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("OperationalError: server closed the connection")
+
+    async def no_flush() -> None:  # as if n=1 came from another task after the park's flush
+        return None
+
+    claim = await claimed(store)
+    writer = EventWriter(store, MemoryPubSub(), claim)
+    store.gate, store.writing = asyncio.Event(), asyncio.Event()
+    await writer.emit("tick", {"n": 0})
+    await store.writing.wait()
+    await writer.emit("tick", {"n": 1})  # buffered behind the write: the park takes it
+    monkeypatch.setattr(writer, "flush", no_flush)
+    monkeypatch.setattr(store.journal, "park", unavailable)
+    store.gate.set()
+    with pytest.raises(StoreUnavailable):
+        await writer.park([NewWait("w", WaitKind.INPUT, {"prompt": "ok?"}, None)])
+    assert not writer.parked
+    await writer.emit("tick", {"n": 2})
+    monkeypatch.undo()
+    await writer.flush()
+    start = claim.started_cursor
+    assert await stored(store, claim) == [(start + n + 1, {"n": n}) for n in range(3)]
