@@ -4,13 +4,31 @@ tests that drive a worker runtime by hand share."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.store.journal import NewWait, Recorded, Resolution, StepRecord, WaitRecord
+from tether.store.store import Store
 
 if TYPE_CHECKING:
     from tether.worker.runtime import Runtime
+
+
+S = TypeVar("S", bound=Store)
+
+
+@contextlib.asynccontextmanager
+async def embedded_store(kind: type[S], tmp_path: Path) -> AsyncIterator[S]:
+    """A ``kind`` (the embedded store or a subclass of it) on a fresh SQLite file, migrated."""
+    s = kind.embedded(str(tmp_path / "tether.db"))
+    assert isinstance(s, kind)
+    await s.migrate()
+    try:
+        yield s
+    finally:
+        await s.close()
 
 
 async def run_to_end(runtime: Runtime, *invocation_ids: str, within: float = 10) -> None:

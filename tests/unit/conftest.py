@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import embedded_store
 from tether.store.store import Store
 
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     """The embedded store on a fresh SQLite file, migrated (a test module may override it)."""
-    s = Store.embedded(str(tmp_path / "tether.db"))
-    await s.migrate()
-    try:
+    async with embedded_store(Store, tmp_path) as s:
         yield s
-    finally:
-        await s.close()

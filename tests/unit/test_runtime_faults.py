@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import NoQueue, run_to_end
+from tests.fakes import NoQueue, embedded_store, run_to_end
 from tether import AgentApp, InvocationContext
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
@@ -44,13 +44,8 @@ class BlippingStore(Store):
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[BlippingStore]:
-    s = BlippingStore.embedded(str(tmp_path / "tether.db"))
-    assert isinstance(s, BlippingStore)
-    await s.migrate()
-    try:
+    async with embedded_store(BlippingStore, tmp_path) as s:
         yield s
-    finally:
-        await s.close()
 
 
 def runtime_for(store: Store, app: AgentApp, finish_retry: float = 5.0) -> Runtime:
