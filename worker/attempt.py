@@ -71,11 +71,11 @@ class EventBatches:
                 [writer.request(events) for writer, events in zip(writers, taken, strict=True)]
             )
         except Exception:  # none stored: each writer keeps its events for the next write
+            # (not on a cancel, at the loop's end: it may land after a commit, and no event
+            # may be written twice)
             for writer, events in zip(writers, taken, strict=True):
                 writer.put_back(events)
             raise
-        # (a cancel, at the loop's end, may land after a commit: its events are not put back,
-        # so that none is written twice)
         for writer, events, result in zip(writers, taken, results, strict=True):
             if not isinstance(result, list):
                 writer.put_back(events)
@@ -165,7 +165,7 @@ class EventWriter:
         return self._claim.invocation_id
 
     def request(self, events: list[NewEvent]) -> AppendRequest:
-        return AppendRequest(self._claim.invocation_id, self._claim.attempt, events)
+        return AppendRequest(self.invocation_id, self._claim.attempt, events)
 
     async def flush(self) -> None:
         """Write and publish every buffered event; raises what a write raised (its events stay
