@@ -13,6 +13,7 @@ import redis
 
 from bench.baselines import DISPATCH_LUA
 from bench.procs import REDIS_URL, Database
+from tether.store.opencounts import recount_statements
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,12 @@ class Pg:
         row = self.conn.execute(sql, params).fetchone()
         return row[0] if row else None
 
+    def recount_open(self) -> None:
+        """The store's open counts (owner cap, max_queued) made to include rows seeded here."""
+        with self.conn.transaction():
+            for statement in recount_statements("postgresql"):
+                self.conn.execute(statement)
+
     def count(self, status: str) -> int:
         return int(
             self.scalar("SELECT count(*) FROM tether_invocations WHERE status = %s", status) or 0
@@ -217,6 +224,7 @@ class Pg:
             " FROM generate_series(1, %s) AS g RETURNING id",
             (count,),
         ).fetchall()
+        self.recount_open()
         return [r[0] for r in rows]
 
 

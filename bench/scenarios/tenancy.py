@@ -45,9 +45,9 @@ def insert_queued(
         (json.dumps({} if input is None else input), tenants, numbers),
     )
     pg.queries += 1
-    if not returning:
-        return []
-    return [r[0] for r in sorted(rows.fetchall(), key=lambda r: int(r[1]))]
+    ids = [r[0] for r in sorted(rows.fetchall(), key=lambda r: int(r[1]))] if returning else []
+    pg.recount_open()
+    return ids
 
 
 def db_now(pg: Pg) -> float:

@@ -3,7 +3,8 @@ ending a dead attempt, the API cancelling a queued invocation.
 
 One statement ends every row of a batch that still meets its condition, writes its outcome and
 its last events (the terminal one last), and each ended invocation names its session's next
-queued invocation, which may run now.
+queued invocation, which may run now. The ended rows leave their owner's and tenant's open
+counts (:mod:`.opencounts`) as the transaction's last write.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tether.store.bound import BoundBatch
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.eventlog import advanced, insert_events, numbered
+from tether.store.opencounts import add_open, changes
 from tether.store.schema import Json, Status, invocations, status_is
 from tether.store.writes import Finished, FinishRequest, NewEvent
 
@@ -71,6 +73,7 @@ async def write_endings(
         successor = await _successor(conn, row.owner, row.session_id)
         results.append(Finished(logged[ending.invocation_id], successor))
     await insert_events(conn, dialect.now, logged)
+    await add_open(conn, dialect, changes(((r.owner, r.tenant) for r in ended.values()), -1))
     return results
 
 
@@ -133,7 +136,7 @@ def _end_statement(dialect: Dialect, shape: int) -> sa.Update:
             finished_at=dialect.now,
             last_event_id=advanced(ends.c.events),
         )
-        .returning(inv.id, inv.owner, inv.session_id, inv.last_event_id)
+        .returning(inv.id, inv.owner, inv.tenant, inv.session_id, inv.last_event_id)
     )
 
 

@@ -23,9 +23,9 @@ from tether.store.errors import (
     TenantLimitReached,
     ValueRefused,
 )
+from tether.store.opencounts import OWNER, TENANT, Key, add_open, changes
 from tether.store.schema import (
     INVOCATION_COLUMNS,
-    OPEN,
     TERMINAL_VALUES,
     Invocation,
     NewInvocation,
@@ -87,6 +87,7 @@ class Invocations:
     ) -> dict[int, Accepted | Conflict | Refused]:
         news = {new.id: new for new in batch}
         new_rows = [_row(new) for new in batch]
+        dialect = self._db.dialect
         async with self._db.transaction() as conn:
             if self._columns is None:  # executemany: one multi-row INSERT, cached
                 inserted = await conn.execute(self._insert, new_rows)
@@ -94,14 +95,18 @@ class Invocations:
                 columns, insert = self._columns
                 inserted = await conn.execute(insert, columns.params(new_rows))
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
-            refused = await caps.over(conn, [n for n in batch if n.id in created])
-            if refused:  # as if rolled back: nobody ever saw these rows
-                await conn.execute(sa.delete(invocations).where(inv.id.in_(list(refused))))
             others = [new.id for new in batch if new.id not in created]
             existing: dict[str, Invocation] = {}
             if others:
                 rows = await conn.execute(sa.select(*INVOCATION_COLUMNS).where(inv.id.in_(others)))
                 existing = {row["id"]: Invocation.from_row(row) for row in rows.mappings()}
+            opened = [new for new in batch if new.id in created]
+            counts = await add_open(conn, dialect, changes(map(_counted, opened), +1))
+            refused = caps.over(counts, opened)
+            if refused:  # as if rolled back: nobody ever saw these rows
+                await conn.execute(sa.delete(invocations).where(inv.id.in_(list(refused))))
+                gone = (_counted(new) for new in opened if new.id in refused)
+                await add_open(conn, dialect, changes(gone, -1))
         verdicts = {n: _verdict(new, created, refused, existing) for n, new in enumerate(batch)}
         return {n: verdict for n, verdict in verdicts.items() if verdict is not None}
 
@@ -214,72 +219,54 @@ def _verdict(
 
 @dataclass(frozen=True, slots=True)
 class OpenCaps:
-    """The caps on open invocations an accept enforces: one rule, counted by owner and by
-    tenant."""
+    """The caps on open invocations an accept enforces: one rule, over the counts by owner and
+    by tenant (:mod:`.opencounts`)."""
 
     per_owner: int
     """0: none."""
     per_tenant: dict[str, int]
     """Tenants without an entry have no cap; 0 refuses every new invocation."""
 
-    async def over(self, conn: Connection, created: Sequence[NewInvocation]) -> dict[str, Refused]:
-        """Just-inserted rows that put their owner or tenant over its cap (the latest of the
-        batch first), with why. Every accept enforces the caps, so each count stays near them."""
+    def over(
+        self, counts: Mapping[Key, int], opened: Sequence[NewInvocation]
+    ) -> dict[str, Refused]:
+        """Rows just ``opened`` (``counts``: the open counts with them) that put their owner
+        or tenant over its cap, the latest of the batch first, with why."""
         refused: dict[str, Refused] = {}
         if self.per_owner:
-            by_owner = _over_cap(
-                conn, created, _OPEN_BY_OWNER, lambda n: n.owner, {}, self.per_owner, {}
-            )
-            refused.update({i: OwnerLimitReached(o) for i, o in (await by_owner).items()})
-        capped = [n for n in created if n.tenant_or_owner in self.per_tenant]
+            by_owner = _beyond(opened, counts, OWNER, lambda n: n.owner, {}, self.per_owner, {})
+            refused.update({i: OwnerLimitReached(o) for i, o in by_owner.items()})
+        capped = [n for n in opened if n.tenant_or_owner in self.per_tenant]
         if capped:
-            by_tenant = _over_cap(
-                conn,
-                capped,
-                _OPEN_BY_TENANT,
-                lambda n: n.tenant_or_owner,
-                self.per_tenant,
-                0,
-                refused,
+            by_tenant = _beyond(
+                capped, counts, TENANT, lambda n: n.tenant_or_owner, self.per_tenant, 0, refused
             )
-            refused.update({i: TenantLimitReached(t) for i, t in (await by_tenant).items()})
+            refused.update({i: TenantLimitReached(t) for i, t in by_tenant.items()})
         return refused
 
 
-def _open_counts(column: sa.ColumnElement[str]) -> sa.Select[str, int]:
-    """Open invocations per value of ``column`` among the bound ``keys``; built once (building
-    it on every accept batch was 4 % of the gateway's CPU)."""
-    keys = sa.bindparam("keys", expanding=True, type_=sa.Text)
-    return (
-        sa.select(column, sa.func.count())
-        .where(column.in_(keys), status_is(inv.status, *OPEN))
-        .group_by(column)
-    )
+def _counted(new: NewInvocation) -> tuple[str, str]:
+    """Whose open counts the invocation is in: its owner's and its tenant's."""
+    return new.owner, new.tenant_or_owner
 
 
-_OPEN_BY_OWNER = _open_counts(inv.owner)
-_OPEN_BY_TENANT = _open_counts(inv.tenant)
-
-
-async def _over_cap(
-    conn: Connection,
-    created: Sequence[NewInvocation],
-    open_counts: sa.Select[str, int],
+def _beyond(
+    opened: Sequence[NewInvocation],
+    counts: Mapping[Key, int],
+    scope: str,
     key: Callable[[NewInvocation], str],
     caps: Mapping[str, int],
     cap: int,
     already: Mapping[str, object],
 ) -> dict[str, str]:
-    """Ids of ``created`` rows beyond their key's cap (``caps``, else ``cap``) of open
-    invocations (counted by ``open_counts``), with their key; rows ``already`` refused are not
-    counted."""
-    keys = sorted({key(new) for new in created})
-    counts = await conn.execute(open_counts, {"keys": keys})
+    """Ids of ``opened`` rows beyond their key's cap (``caps``, else ``cap``) of open
+    invocations, counted in ``scope`` with them, with their key; rows ``already`` refused
+    are not counted."""
     over: dict[str, str] = {}
-    for name, open_count in counts.all():
-        mine = [new.id for new in created if key(new) == name]
+    for name in sorted({key(new) for new in opened}):
+        mine = [new.id for new in opened if key(new) == name]
         gone = sum(1 for i in mine if i in already)
-        excess = int(open_count) - gone - caps.get(name, cap)
+        excess = counts[scope, name] - gone - caps.get(name, cap)
         if excess > 0:
             over.update({i: name for i in [i for i in mine if i not in already][-excess:]})
     return over

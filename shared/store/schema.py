@@ -180,6 +180,16 @@ tenant_usage = sa.Table(
 )
 """What each tenant's model calls used per budget period (:mod:`tether.store.usage`)."""
 
+open_counts = sa.Table(
+    "tether_open_counts",
+    metadata,
+    sa.Column("scope", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("open_count", sa.BigInteger, nullable=False),
+)
+"""Open invocations per owner and per tenant, kept by every accept and ending
+(:mod:`tether.store.opencounts`)."""
+
 USAGE_COLUMNS = [
     invocations.c[name]
     for name in (

@@ -35,7 +35,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
                 sa.text(
                     "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
                     "tether_tenants, tether_global_limits, tether_tenant_buckets, "
-                    "tether_tenant_usage, tether_tenant_passes, tether_claim_clock"
+                    "tether_tenant_usage, tether_tenant_passes, tether_claim_clock, "
+                    "tether_open_counts"
                 )
             )
     try:
