@@ -43,6 +43,9 @@ class Dialect(ABC):
     """Whether a connection may commit each statement on its own (``Database.autocommit``)."""
     lateral: bool
     """Whether it runs ``JOIN LATERAL`` (the claim's per-tenant probes in one plan)."""
+    writes_in_with: bool = False
+    """Whether a statement's ``WITH`` may hold writes (``INSERT … RETURNING`` as a CTE): two
+    writes in one round trip."""
     arrays: bool = False
     """Whether it binds arrays: a batch as one array per column (:class:`.bound.BoundBatch`)."""
     probes_listed_tenants: bool = False
@@ -130,6 +133,7 @@ class PostgreSQL(Dialect):
     name = "postgresql"
     lateral = True
     arrays = True
+    writes_in_with = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
     autocommits = True
 

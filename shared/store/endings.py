@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -21,7 +22,7 @@ from tether.store.bound import BoundBatch
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.eventlog import advanced, insert_events, numbered
-from tether.store.opencounts import add_open, changes
+from tether.store.opencounts import add_open, changes, closed_in
 from tether.store.schema import Json, Status, invocations, status_is
 from tether.store.writes import Finished, FinishRequest, NewEvent
 
@@ -73,7 +74,8 @@ async def write_endings(
         successor = await _successor(conn, row.owner, row.session_id)
         results.append(Finished(logged[ending.invocation_id], successor))
     await insert_events(conn, dialect.now, logged)
-    await add_open(conn, dialect, changes(((r.owner, r.tenant) for r in ended.values()), -1))
+    if not dialect.writes_in_with:  # else the ending statement took them off (closed_in)
+        await add_open(conn, dialect, changes(((r.owner, r.tenant) for r in ended.values()), -1))
     return results
 
 
@@ -92,7 +94,9 @@ NO_ENDING = ("", "", None, None, "", None, None, None, 0)
 """A filler row: no invocation has the id ``""``."""
 
 
-def _end_all(dialect: Dialect, endings: Sequence[Ending]) -> tuple[sa.Update, dict[str, object]]:
+def _end_all(
+    dialect: Dialect, endings: Sequence[Ending]
+) -> tuple[sa.Update | sa.Select[Any], dict[str, object]]:
     rows = [
         (
             e.invocation_id,
@@ -116,11 +120,11 @@ def _ends(dialect: Dialect) -> BoundBatch:
 
 
 @functools.cache
-def _end_statement(dialect: Dialect, shape: int) -> sa.Update:
+def _end_statement(dialect: Dialect, shape: int) -> sa.Update | sa.Select[Any]:
     ends = _ends(dialect).cte(shape)
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a column all NULL may come out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
-    return (
+    end = (
         sa.update(invocations)
         .where(
             inv.id == ends.c.id,
@@ -137,6 +141,13 @@ def _end_statement(dialect: Dialect, shape: int) -> sa.Update:
             last_event_id=advanced(ends.c.events),
         )
         .returning(inv.id, inv.owner, inv.tenant, inv.session_id, inv.last_event_id)
+    )
+    ended = end.cte("ended")
+    closed = closed_in(dialect, ended)
+    if closed is None:
+        return end
+    return sa.select(ended.c.id, ended.c.owner, ended.c.session_id, ended.c.last_event_id).add_cte(
+        closed
     )
 
 
