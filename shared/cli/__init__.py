@@ -172,6 +172,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+RECOUNT_HELP = (
+    "then count every owner's and tenant's open invocations again (the caps read those counts):"
+    " after processes of a version before migration 0011 ran on the new schema"
+)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply pending migrations to PostgreSQL."""
     from tether.store.store import Store
@@ -181,12 +187,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     async def run() -> list[str]:
         store = Store.postgres(settings.database_url, pool_size=1)
         try:
-            return await store.migrate()
+            applied = await store.migrate()
+            if args.recount:
+                await store.recount_open()
+            return applied
         finally:
             await store.close()
 
     applied = asyncio.run(run())
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+    if args.recount:
+        print("counted every owner's and tenant's open invocations again")
     return 0
 
 
@@ -275,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--threads", type=int)
     wk.set_defaults(func=cmd_worker)
 
-    sub.add_parser("migrate", help=cmd_migrate.__doc__).set_defaults(func=cmd_migrate)
+    mig = sub.add_parser("migrate", help=cmd_migrate.__doc__)
+    mig.add_argument("--recount", action="store_true", help=RECOUNT_HELP)
+    mig.set_defaults(func=cmd_migrate)
     with_app(sub.add_parser("reap", help=cmd_reap.__doc__)).set_defaults(func=cmd_reap)
     add_tenants_parser(sub)
 

@@ -45,6 +45,7 @@ from tether.store.journal import Journal
 from tether.store.liveness import Registry
 from tether.store.maintenance import Maintenance, Queued
 from tether.store.migrate import migrate
+from tether.store.opencounts import recount_open
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
 from tether.store.tenants import Tenants
 from tether.store.threads import Threads
@@ -126,6 +127,13 @@ class Store:
     async def migrate(self) -> list[str]:
         with wrapped():
             return await migrate(self.engine)
+
+    async def recount_open(self) -> None:
+        """Count every owner's and tenant's open invocations again (``tether migrate
+        --recount``): after rows were written around the store, or by processes of a version
+        before the counts were kept."""
+        async with self.db.transaction() as conn:
+            await recount_open(conn, self.db.dialect)
 
     async def close(self) -> None:
         self.db.close_sync()

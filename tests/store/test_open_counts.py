@@ -14,7 +14,6 @@ import sqlalchemy as sa
 
 from tether.outcomes import cancelled, completed
 from tether.store.journal import NewWait, WaitKind
-from tether.store.opencounts import recount_open
 from tether.store.schema import NewInvocation, invocations, open_counts
 from tether.store.store import (
     Accepted,
@@ -123,7 +122,7 @@ async def test_a_recount_takes_in_rows_written_around_the_store(store: Store) ->
     await store.accept(new("ann"))
     async with store.engine.begin() as conn:
         await conn.execute(sa.delete(open_counts))
-        await recount_open(conn, store.db.dialect)
+    await store.recount_open()
     assert await kept(store) == {("owner", "ann"): 1, ("tenant", "ann"): 1}
 
 
@@ -190,6 +189,37 @@ async def test_the_migration_counts_the_rows_already_open(kind: str, tmp_path: P
                 ("owner", "ann"): 1,
                 ("tenant", "ann"): 1,
                 ("owner", "bob"): 1,
+                ("tenant", "acme"): 1,
+            }
+        finally:
+            await store.close()
+
+
+async def test_tether_migrate_recount_counts_the_rows_again() -> None:
+    from tests.harness import Launch
+    from tests.services import private_migrated_database
+
+    with private_migrated_database() as url:
+        store = Store.postgres(url, pool_size=1)
+        try:
+            await store.accept_many([new("ann"), new("ann", "acme")])
+            async with store.engine.begin() as conn:  # as if written by an older version
+                await conn.execute(sa.delete(open_counts))
+            launch = Launch()
+            command = await asyncio.create_subprocess_exec(
+                *launch.command,
+                "migrate",
+                "--recount",
+                cwd=launch.cwd,
+                env=launch.env({"TETHER_DATABASE_URL": url}),
+                stdout=asyncio.subprocess.PIPE,
+            )
+            out, _ = await asyncio.wait_for(command.communicate(), 60)
+            assert command.returncode == 0
+            assert "open invocations again" in out.decode()
+            assert await kept(store) == {
+                ("owner", "ann"): 2,
+                ("tenant", "ann"): 1,
                 ("tenant", "acme"): 1,
             }
         finally:
