@@ -4,7 +4,7 @@ ending a dead attempt, the API cancelling a queued invocation.
 One statement ends every row of a batch that still meets its condition, writes its outcome and
 its last events (the terminal one last), and each ended invocation names its session's next
 queued invocation, which may run now. The ended rows leave their owner's and tenant's open
-counts (:mod:`.opencounts`) as the transaction's last write.
+counts (:mod:`.opencounts`), locked after the invocation rows.
 """
 
 from __future__ import annotations

@@ -10,9 +10,12 @@ take theirs off, each in the transaction that makes the change. Moves between op
 terminal rows.
 
 A count's row stays locked by the transaction that changed it until it ends, so two accepts
-for one owner take turns and the cap holds exactly across gateways. Every transaction changes
-its counts as its last write, in (scope, name) order: one waiting for a count holds no row the
-holder of that count could want, so no two wait for each other.
+for one owner take turns and the cap holds exactly across gateways. Every transaction locks its
+counts in (scope, name) order, after every invocation row it locks, and afterwards writes only
+rows it already holds or just inserted (an ending's events): one waiting for a count holds
+nothing the holder of that count could want, so no two wait for each other. The price: an
+owner's (or tenant's) accepts and endings queue on its count row, each for the rest of its
+transaction.
 """
 
 from __future__ import annotations
