@@ -135,7 +135,7 @@ async def test_two_processes_accepting_at_once_never_pass_the_cap(store: Store) 
     other = store.sibling()
     owners = ["ann", "bob", "cat"]
     try:
-        seeded = [new(owner) for owner in owners for _ in range(10)]
+        seeded = [new(owners[k % 3]) for k in range(30)]  # the owners interleaved
         await store.accept_many(seeded, max_open_per_owner=cap)
         for item in seeded:
             assert await store.claim(item.id, "w") is not None
@@ -147,9 +147,11 @@ async def test_two_processes_accepting_at_once_never_pass_the_cap(store: Store) 
                 verdicts += await gateway.accept_many(batch, max_open_per_owner=cap)
             return verdicts
 
-        async def endings() -> None:
-            for item in seeded:
-                await store.finish(FinishRequest(item.id, 1, completed(None)))
+        async def endings() -> None:  # batches spanning the three owners, as a worker's
+            for k in range(0, len(seeded), 6):
+                chunk = seeded[k : k + 6][::-1]
+                requests = [FinishRequest(item.id, 1, completed(None)) for item in chunk]
+                await store.finish_many(requests)
 
         done = await asyncio.gather(accepts(store, 30), accepts(other, 30), endings())
         assert all(isinstance(v, Accepted | OwnerLimitReached) for v in done[0] + done[1])
