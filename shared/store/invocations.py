@@ -23,7 +23,15 @@ from tether.store.errors import (
     TenantLimitReached,
     ValueRefused,
 )
-from tether.store.opencounts import OWNER, TENANT, Key, add_open, changes
+from tether.store.opencounts import (
+    OWNER,
+    TENANT,
+    Key,
+    RecountPace,
+    add_open,
+    changes,
+    correct,
+)
 from tether.store.schema import (
     INVOCATION_COLUMNS,
     TERMINAL_VALUES,
@@ -47,6 +55,7 @@ AcceptResult = Accepted | Conflict | Refused | StoreError
 class Invocations:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._recounts = RecountPace()
         now = db.now
         returned = (inv.id, inv.seq, inv.created_at)  # the rest is the request's own
         self._insert = (
@@ -103,6 +112,9 @@ class Invocations:
             opened = [new for new in batch if new.id in created]
             counts = await add_open(conn, dialect, changes(map(_counted, opened), +1))
             refused = caps.over(counts, opened)
+            if refused and (stale := self._recounts.due(_refused_keys(opened, refused))):
+                counts.update(await correct(conn, counts, stale))  # drifted? not for good
+                refused = caps.over(counts, opened)
             if refused:  # as if rolled back: nobody ever saw these rows
                 await conn.execute(sa.delete(invocations).where(inv.id.in_(list(refused))))
                 gone = (_counted(new) for new in opened if new.id in refused)
@@ -248,6 +260,17 @@ class OpenCaps:
 def _counted(new: NewInvocation) -> tuple[str, str]:
     """Whose open counts the invocation is in: its owner's and its tenant's."""
     return new.owner, new.tenant_or_owner
+
+
+def _refused_keys(opened: Sequence[NewInvocation], refused: Mapping[str, Refused]) -> set[Key]:
+    """The counts that refused rows: each refused row's owner's or tenant's."""
+    return {
+        (OWNER, new.owner)
+        if isinstance(refused[new.id], OwnerLimitReached)
+        else (TENANT, new.tenant_or_owner)
+        for new in opened
+        if new.id in refused
+    }
 
 
 def _beyond(

@@ -16,13 +16,22 @@ rows it already holds or just inserted (an ending's events): one waiting for a c
 nothing the holder of that count could want, so no two wait for each other. The price: an
 owner's (or tenant's) accepts and endings queue on its count row, each for the rest of its
 transaction.
+
+A count can drift from the rows when something writes them around the store (a manual
+``DELETE``, a ``TRUNCATE``, a process of an older version). One that reads too high would refuse
+an owner for good, so before a refusal stands, :func:`correct` counts the refused keys' rows
+again under their count rows' locks and writes the true figure (at most once per key and
+:data:`RECOUNT_PACE_S` in a process, so an owner at its cap does not pay the row count on every
+request). ``tether migrate --recount`` (:func:`recount_open`) counts every key again.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import sqlalchemy as sa
 
@@ -30,7 +39,9 @@ from tether.status import OPEN
 from tether.store.bound import BoundBatch
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
-from tether.store.schema import open_counts
+from tether.store.schema import invocations, open_counts, status_is
+
+log = logging.getLogger(__name__)
 
 OWNER = "owner"
 TENANT = "tenant"
@@ -89,6 +100,80 @@ def recount_statements(dialect: str) -> list[str]:
     ]
     lock = ["LOCK TABLE tether_invocations IN SHARE MODE"] if dialect == "postgresql" else []
     return [*lock, "DELETE FROM tether_open_counts", *recount]
+
+
+RECOUNT_PACE_S = 10.0
+"""How long after counting a key's rows again a process takes its count as it stands."""
+RECOUNTS_KEPT = 4096
+"""Keys a process remembers counting; past it, those counted over a pace ago are forgotten."""
+
+
+class RecountPace:
+    """Which keys a refusal may count again now: each at most once per ``pace`` seconds."""
+
+    def __init__(
+        self, pace: float = RECOUNT_PACE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._pace = pace
+        self._clock = clock
+        self._counted_at: dict[Key, float] = {}
+
+    def due(self, keys: Iterable[Key]) -> list[Key]:
+        """The keys not counted within the pace, in key order, now marked counted."""
+        now = self._clock()
+        if len(self._counted_at) > RECOUNTS_KEPT:
+            self._counted_at = {
+                key: at for key, at in self._counted_at.items() if now - at < self._pace
+            }
+        due = [
+            key for key in sorted(set(keys)) if now - self._counted_at.get(key, -1e18) >= self._pace
+        ]
+        self._counted_at.update((key, now) for key in due)
+        return due
+
+
+async def correct(
+    conn: Connection, counts: Mapping[Key, int], keys: Collection[Key]
+) -> dict[Key, int]:
+    """Count the open rows of ``keys`` (whose count rows this transaction holds: ``counts`` are
+    their values) and write the true figure where it differs; the true counts of ``keys``."""
+    true: dict[Key, int] = {}
+    for scope in (OWNER, TENANT):
+        names = [name for key_scope, name in keys if key_scope == scope]
+        if names:
+            rows = await conn.execute(_COUNT_ROWS[scope], {"names": names})
+            found = {name: n for name, n in rows.all()}
+            true.update({(scope, name): int(found.get(name, 0)) for name in names})
+    drifted = [key for key, n in true.items() if counts.get(key) != n]
+    for scope, name in drifted:
+        log.warning(
+            "open count of %s %r read %s, its open rows are %d: corrected",
+            scope,
+            name,
+            counts.get((scope, name)),
+            true[scope, name],
+        )
+    if drifted:
+        await conn.execute(_SET_COUNT, [{"s": s, "n": n, "count": true[s, n]} for s, n in drifted])
+    return true
+
+
+def _count_rows(column: sa.ColumnElement[str]) -> sa.Select[str, int]:
+    names = sa.bindparam("names", expanding=True, type_=sa.Text)
+    return (
+        sa.select(column, sa.func.count())
+        .where(column.in_(names), status_is(invocations.c.status, *OPEN))
+        .group_by(column)
+    )
+
+
+_COUNT_ROWS = {OWNER: _count_rows(invocations.c.owner), TENANT: _count_rows(invocations.c.tenant)}
+"""Open rows per name of a scope, through the open-by-owner and open-by-tenant indexes."""
+_SET_COUNT = (
+    sa.update(open_counts)
+    .where(open_counts.c.scope == sa.bindparam("s"), open_counts.c.name == sa.bindparam("n"))
+    .values(open_count=sa.bindparam("count"))
+)
 
 
 def closed_in(dialect: Dialect, rows: sa.CTE) -> sa.CTE | None:

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from tether.outcomes import cancelled, completed
 from tether.store.journal import NewWait, WaitKind
+from tether.store.opencounts import RECOUNTS_KEPT, RecountPace
 from tether.store.schema import NewInvocation, invocations, open_counts
 from tether.store.store import (
     Accepted,
@@ -124,6 +125,64 @@ async def test_a_recount_takes_in_rows_written_around_the_store(store: Store) ->
         await conn.execute(sa.delete(open_counts))
     await store.recount_open()
     assert await kept(store) == {("owner", "ann"): 1, ("tenant", "ann"): 1}
+
+
+async def drift(store: Store, scope: str, name: str, open_count: int) -> None:
+    """Set a count as something writing around the store would leave it."""
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            sa.update(open_counts)
+            .where(open_counts.c.scope == scope, open_counts.c.name == name)
+            .values(open_count=open_count)
+        )
+
+
+async def test_a_count_read_too_high_is_counted_again_before_it_refuses(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.accept(new("ann", "acme"), max_open_per_owner=2)
+    await drift(store, "owner", "ann", 40)  # as if rows were deleted by hand
+    await store.accept(new("ann", "acme"), max_open_per_owner=2)
+    assert "open count of owner 'ann' read 41, its open rows are 2: corrected" in caplog.text
+    await assert_exact(store)
+    with pytest.raises(OwnerLimitReached):  # the true count refuses
+        await store.accept(new("ann", "acme"), max_open_per_owner=2)
+    await assert_exact(store)
+
+    await drift(store, "tenant", "acme", 40)
+    await store.accept(new("bob", "acme"), max_queued={"acme": 3})
+    await assert_exact(store)
+    assert await kept(store) == {("owner", "ann"): 2, ("tenant", "acme"): 3, ("owner", "bob"): 1}
+
+
+async def test_a_refusal_that_the_rows_confirm_corrects_nothing(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    batch = [new("ann") for _ in range(4)]
+    results = await store.accept_many(batch, max_open_per_owner=3)
+    assert [type(r).__name__ for r in results] == ["Accepted"] * 3 + ["OwnerLimitReached"]
+    assert "corrected" not in caplog.text
+    await assert_exact(store)
+
+
+def test_a_key_is_counted_again_at_most_once_per_pace() -> None:
+    now = [0.0]
+    pace = RecountPace(10.0, clock=lambda: now[0])
+    ann, acme = ("owner", "ann"), ("tenant", "acme")
+    assert pace.due([acme, ann, ann]) == [ann, acme]
+    now[0] = 9.9
+    assert pace.due([ann]) == []
+    now[0] = 10.0
+    assert pace.due([ann, acme]) == [ann, acme]
+
+
+def test_the_pace_forgets_keys_counted_long_ago() -> None:
+    now = [0.0]
+    pace = RecountPace(1.0, clock=lambda: now[0])
+    assert len(pace.due(("owner", str(n)) for n in range(RECOUNTS_KEPT + 1))) == RECOUNTS_KEPT + 1
+    now[0] = 5.0
+    assert pace.due([("owner", "new")]) == [("owner", "new")]
+    assert len(pace._counted_at) == 1
 
 
 async def test_two_processes_accepting_at_once_never_pass_the_cap(store: Store) -> None:
