@@ -105,7 +105,9 @@ def recount_statements(dialect: str) -> list[str]:
 RECOUNT_PACE_S = 10.0
 """How long after counting a key's rows again a process takes its count as it stands."""
 RECOUNTS_KEPT = 4096
-"""Keys a process remembers counting; past it, those counted over a pace ago are forgotten."""
+"""Keys a process remembers counting before it forgets those counted over a pace ago (and then
+not again until it remembers twice as many as are left, so a flood of refused keys does not
+sweep the map on every refusal)."""
 
 
 class RecountPace:
@@ -117,14 +119,20 @@ class RecountPace:
         self._pace = pace
         self._clock = clock
         self._counted_at: dict[Key, float] = {}
+        self._sweep_past = RECOUNTS_KEPT
+
+    def __len__(self) -> int:
+        """How many keys it remembers."""
+        return len(self._counted_at)
 
     def due(self, keys: Iterable[Key]) -> list[Key]:
         """The keys not counted within the pace, in key order, now marked counted."""
         now = self._clock()
-        if len(self._counted_at) > RECOUNTS_KEPT:
+        if len(self._counted_at) > self._sweep_past:
             self._counted_at = {
                 key: at for key, at in self._counted_at.items() if now - at < self._pace
             }
+            self._sweep_past = max(RECOUNTS_KEPT, 2 * len(self._counted_at))
         due = [
             key for key in sorted(set(keys)) if now - self._counted_at.get(key, -1e18) >= self._pace
         ]

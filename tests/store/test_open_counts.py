@@ -182,7 +182,20 @@ def test_the_pace_forgets_keys_counted_long_ago() -> None:
     assert len(pace.due(("owner", str(n)) for n in range(RECOUNTS_KEPT + 1))) == RECOUNTS_KEPT + 1
     now[0] = 5.0
     assert pace.due([("owner", "new")]) == [("owner", "new")]
-    assert len(pace._counted_at) == 1
+    assert len(pace) == 1
+
+
+def test_keys_all_within_the_pace_are_swept_again_only_at_twice_as_many() -> None:
+    now = [0.0]
+    pace = RecountPace(10.0, clock=lambda: now[0])
+    pace.due(("owner", str(n)) for n in range(RECOUNTS_KEPT + 1))
+    pace.due([("owner", "a")])  # a sweep that forgets nothing: all counted within the pace
+    now[0] = 20.0
+    pace.due([("owner", "b")])  # past the pace, but under twice the kept: no sweep yet
+    assert len(pace) == RECOUNTS_KEPT + 3
+    pace.due(("tenant", str(n)) for n in range(RECOUNTS_KEPT))
+    pace.due([("owner", "c")])  # past twice as many: the keys counted at 0 are forgotten
+    assert len(pace) == RECOUNTS_KEPT + 2
 
 
 async def test_two_processes_accepting_at_once_never_pass_the_cap(store: Store) -> None:
