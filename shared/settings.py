@@ -74,6 +74,14 @@ class Timers(BaseModel):
     retention: float = Field(
         7 * 24 * 3600.0, gt=0, description="Delete terminal invocations older than this."
     )
+    count_audit: float = Field(
+        300.0,
+        ge=0,
+        description=(
+            "How often each worker's reaper compares the kept open counts (owner cap, "
+            "max_queued) with the open rows and corrects any that drifted (0: never)."
+        ),
+    )
     shutdown_grace: float = Field(
         30.0, ge=0, description="How long a stopping worker lets running attempts finish."
     )

@@ -7,6 +7,9 @@ transition is a conditional update that only one of them wins.
 from __future__ import annotations
 
 import logging
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether.errors import ErrorCode
@@ -35,6 +38,7 @@ class ReapReport:
     cancelled: int = 0
     requeued: int = 0
     deleted: int = 0
+    counts_corrected: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +75,18 @@ class Reaper:
         services: Services,
         settings: Settings,
         has_recover: bool,
+        audit_now: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``audit_now``: the first pass audits the open counts (``tether reap``); else the
+        first audit comes one ``timers.count_audit`` after start, jittered, so workers starting
+        together do not audit together."""
         self.services = services
         self.store = services.store
         self.settings = settings
         self.has_recover = has_recover
+        self._clock = clock
+        self._next_audit = clock() + (0.0 if audit_now else self._audit_period())
 
     async def reap_once(self) -> ReapReport:
         report = ReapReport()
@@ -89,9 +100,21 @@ class Reaper:
             report.deleted += deleted
             if deleted < DELETE_BATCH:
                 break
-        if report.recovered or report.failed or report.cancelled or report.requeued:
+        if self.settings.timers.count_audit and self._clock() >= self._next_audit:
+            self._next_audit = self._clock() + self._audit_period()
+            report.counts_corrected = len(await self.store.audit_open_counts())
+        if (
+            report.recovered
+            or report.failed
+            or report.cancelled
+            or report.requeued
+            or (report.counts_corrected)
+        ):
             log.info("reaper: %s", report)
         return report
+
+    def _audit_period(self) -> float:
+        return self.settings.timers.count_audit * random.uniform(0.8, 1.2)
 
     async def _requeue_unclaimed(self) -> int:
         """Re-send wake-ups for work nobody claimed for ``requeue_after``, up to

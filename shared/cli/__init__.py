@@ -212,7 +212,10 @@ def cmd_reap(args: argparse.Namespace) -> int:
     async def run() -> None:
         async with distributed_services(settings) as services:
             reaper = Reaper(
-                services=services, settings=settings, has_recover=app.recover_handler is not None
+                services=services,
+                settings=settings,
+                has_recover=app.recover_handler is not None,
+                audit_now=True,
             )
             print(await reaper.reap_once())
 

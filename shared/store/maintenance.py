@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from tether.store.attempts import fence
 from tether.store.engine import Database
+from tether.store.opencounts import Key, correct, lock_counts, suspects
 from tether.store.schema import (
     CRASH,
     TERMINAL_VALUES,
@@ -37,9 +38,30 @@ class Queued:
     """Seconds before it is due: a replacement waiting out its backoff; 0 for the rest."""
 
 
+AUDIT_KEYS = 1000
+"""The most keys one audit counts again; the rest wait for the next."""
+AUDIT_BATCH = 50
+"""Keys counted again in one transaction, each holding its count row until it ends."""
+
+
 class Maintenance:
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    async def audit_open_counts(self, limit: int = AUDIT_KEYS) -> list[Key]:
+        """Count again the open rows of the keys whose count differs from them (up to
+        ``limit``), each under its count row's lock, and write the true figures
+        (:mod:`.opencounts`); the keys that had drifted, each logged."""
+        async with self._db.connection() as conn:
+            keys = (await suspects(conn))[:limit]
+        drifted: list[Key] = []
+        for start in range(0, len(keys), AUDIT_BATCH):
+            batch = keys[start : start + AUDIT_BATCH]
+            async with self._db.transaction() as conn:
+                counts = await lock_counts(conn, self._db.dialect, batch)
+                true = await correct(conn, counts, batch)
+            drifted += [key for key in batch if counts[key] != true[key]]
+        return drifted
 
     async def stale_attempts(self, stale_after: float, limit: int = 100) -> list[StaleAttempt]:
         """Active attempts that have not beaten for ``stale_after`` seconds, oldest first.

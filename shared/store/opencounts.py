@@ -22,7 +22,10 @@ A count can drift from the rows when something writes them around the store (a m
 an owner for good, so before a refusal stands, :func:`correct` counts the refused keys' rows
 again under their count rows' locks and writes the true figure (at most once per key and
 :data:`RECOUNT_PACE_S` in a process, so an owner at its cap does not pay the row count on every
-request). ``tether migrate --recount`` (:func:`recount_open`) counts every key again.
+request). One that reads too low would let an owner past its cap, which no refusal reveals: so
+every worker's reaper audits the counts every ``timers.count_audit`` (:func:`suspects`, then
+:func:`lock_counts` and :func:`correct` for each key that differs). ``tether migrate --recount``
+(:func:`recount_open`) counts every key again at once.
 """
 
 from __future__ import annotations
@@ -71,7 +74,17 @@ async def add_open(
 ) -> dict[Key, int]:
     """Apply ``changed`` to the counts, in key order (the lock order), in one statement; the
     new counts of the changed keys."""
-    rows = sorted((scope, name, change) for (scope, name), change in changed.items() if change)
+    return await _upsert(conn, dialect, {key: change for key, change in changed.items() if change})
+
+
+async def lock_counts(conn: Connection, dialect: Dialect, keys: Iterable[Key]) -> dict[Key, int]:
+    """Hold the count rows of ``keys`` for the rest of the transaction, in key order (a key
+    without one gets a row at 0); their counts."""
+    return await _upsert(conn, dialect, dict.fromkeys(keys, 0))
+
+
+async def _upsert(conn: Connection, dialect: Dialect, changed: Mapping[Key, int]) -> dict[Key, int]:
+    rows = sorted((scope, name, change) for (scope, name), change in changed.items())
     if not rows:
         return {}
     batch = _changes(dialect)
@@ -166,6 +179,23 @@ async def correct(
     return true
 
 
+async def suspects(conn: Connection) -> list[Key]:
+    """The keys whose count differs from their open rows, in key order, read without a lock:
+    a key whose rows and count a transaction is changing meanwhile may differ for that moment
+    alone, so each is to be counted again under its count row's lock (:func:`correct`)."""
+    kept_rows = await conn.execute(
+        sa.select(open_counts.c.scope, open_counts.c.name, open_counts.c.open_count).where(
+            open_counts.c.open_count != 0
+        )
+    )
+    kept = {(scope, name): int(n) for scope, name, n in kept_rows.all()}
+    found: dict[Key, int] = {}
+    for scope, statement in _OPEN_ROWS.items():
+        rows = await conn.execute(statement)
+        found.update(((scope, name), int(n)) for name, n in rows.all())
+    return sorted(key for key in kept.keys() | found.keys() if kept.get(key) != found.get(key))
+
+
 def _count_rows(column: sa.ColumnElement[str]) -> sa.Select[str, int]:
     names = sa.bindparam("names", expanding=True, type_=sa.Text)
     return (
@@ -177,6 +207,13 @@ def _count_rows(column: sa.ColumnElement[str]) -> sa.Select[str, int]:
 
 _COUNT_ROWS = {OWNER: _count_rows(invocations.c.owner), TENANT: _count_rows(invocations.c.tenant)}
 """Open rows per name of a scope, through the open-by-owner and open-by-tenant indexes."""
+_OPEN_ROWS = {
+    scope: sa.select(column, sa.func.count())
+    .where(status_is(invocations.c.status, *OPEN))
+    .group_by(column)
+    for scope, column in ((OWNER, invocations.c.owner), (TENANT, invocations.c.tenant))
+}
+"""Every name's open rows, for the audit."""
 _SET_COUNT = (
     sa.update(open_counts)
     .where(open_counts.c.scope == sa.bindparam("s"), open_counts.c.name == sa.bindparam("n"))

@@ -306,3 +306,8 @@ class Store:
 
     async def delete_expired(self, retention: float, limit: int = 500) -> int:
         return await self._maintenance.delete_expired(retention, limit)
+
+    async def audit_open_counts(self) -> list[tuple[str, str]]:
+        """Correct the open counts that drifted from the rows (the reaper, every
+        ``timers.count_audit``); the (scope, name) keys corrected."""
+        return await self._maintenance.audit_open_counts()

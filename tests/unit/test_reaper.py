@@ -356,3 +356,30 @@ async def test_retention_deletes_terminal_invocations_with_their_events_in_batch
         assert await count_events(store, invocation_id) == 0
     assert await store.get(recent) is not None and await count_events(store, recent) == 2
     assert await store.get(old_but_open) is not None
+
+
+async def test_the_reaper_audits_the_open_counts_once_a_period(store: Store) -> None:
+    """The first audit one period after start (workers starting together spread theirs), then
+    one a period; ``tether reap`` audits at once; 0 never."""
+    now = [0.0]
+
+    async def drifted_then_reaped(reaper: Reaper) -> int:
+        async with store.engine.begin() as conn:
+            await conn.execute(sa.text("UPDATE tether_open_counts SET open_count = 0"))
+        return (await reaper.reap_once()).counts_corrected
+
+    await accepted(store)  # ann: an owner count and a tenant count
+    services = Services(store, MemoryPubSub(), Queue(Enqueued()))
+    every = settings(count_audit=60)
+    reaper = Reaper(services=services, settings=every, has_recover=True, clock=lambda: now[0])
+    assert await drifted_then_reaped(reaper) == 0
+    now[0] = 72.0  # past the first period and its jitter
+    assert await drifted_then_reaped(reaper) == 2
+    now[0] = 119.0  # within the next one
+    assert await drifted_then_reaped(reaper) == 0
+    now[0] = 72.0 + 72.0
+    assert await drifted_then_reaped(reaper) == 2
+    by_hand = Reaper(services=services, settings=every, has_recover=True, audit_now=True)
+    assert await drifted_then_reaped(by_hand) == 2
+    never = Reaper(services=services, settings=settings(count_audit=0), has_recover=True)
+    assert await drifted_then_reaped(never) == 0
