@@ -16,6 +16,7 @@ from tether.errors import ErrorCode
 from tether.outcomes import Outcome, cancelled, failed
 from tether.services import Services
 from tether.settings import Settings
+from tether.store.errors import StoreError
 from tether.store.schema import StaleAttempt
 from tether.store.store import FinishRequest, Superseded
 
@@ -78,15 +79,15 @@ class Reaper:
         audit_now: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``audit_now``: the first pass audits the open counts (``tether reap``); else the
-        first audit comes one ``timers.count_audit`` after start, jittered, so workers starting
-        together do not audit together."""
+        """``audit_now``: the first pass audits the open counts, whatever
+        ``timers.count_audit`` says (``tether reap``); else the first audit comes one period
+        after start, jittered, so workers starting together do not audit together."""
         self.services = services
         self.store = services.store
         self.settings = settings
         self.has_recover = has_recover
         self._clock = clock
-        self._next_audit = clock() + (0.0 if audit_now else self._audit_period())
+        self._next_audit = clock() if audit_now else self._after_period()
 
     async def reap_once(self) -> ReapReport:
         report = ReapReport()
@@ -100,21 +101,27 @@ class Reaper:
             report.deleted += deleted
             if deleted < DELETE_BATCH:
                 break
-        if self.settings.timers.count_audit and self._clock() >= self._next_audit:
-            self._next_audit = self._clock() + self._audit_period()
-            report.counts_corrected = len(await self.store.audit_open_counts())
-        if (
-            report.recovered
-            or report.failed
-            or report.cancelled
-            or report.requeued
-            or (report.counts_corrected)
-        ):
+        if self._next_audit is not None and self._clock() >= self._next_audit:
+            self._next_audit = self._after_period()
+            report.counts_corrected = await self._audit()
+        counted = (report.recovered, report.failed, report.cancelled, report.requeued)
+        if any(counted) or report.counts_corrected:
             log.info("reaper: %s", report)
         return report
 
-    def _audit_period(self) -> float:
-        return self.settings.timers.count_audit * random.uniform(0.8, 1.2)
+    def _after_period(self) -> float | None:
+        """When the next audit is due: one ``timers.count_audit`` (±20 %) on; None if off."""
+        every = self.settings.timers.count_audit
+        return self._clock() + every * random.uniform(0.8, 1.2) if every else None
+
+    async def _audit(self) -> int:
+        """Correct the open counts that drifted; how many. A failure is logged and waits for
+        the next period: the pass's other work is done and reported."""
+        try:
+            return len(await self.store.audit_open_counts())
+        except StoreError as exc:
+            log.warning("open count audit failed (%s)", exc)
+            return 0
 
     async def _requeue_unclaimed(self) -> int:
         """Re-send wake-ups for work nobody claimed for ``requeue_after``, up to

@@ -116,3 +116,18 @@ class Database:
                 return
             async with (self.reader or self.engine).connect() as conn:
                 yield conn
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Connection]:
+        """A connection whose reads all see one moment: PostgreSQL's ``REPEATABLE READ``, read
+        only; the embedded store's reader transaction already is one (WAL)."""
+        if self.sync is not None:
+            async with self.connection() as conn:
+                yield conn
+            return
+        with wrapped():
+            async with (self.reader or self.engine).connect() as conn:
+                await conn.execution_options(
+                    isolation_level="REPEATABLE READ", postgresql_readonly=True
+                )
+                yield conn

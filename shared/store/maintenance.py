@@ -52,7 +52,7 @@ class Maintenance:
         """Count again the open rows of the keys whose count differs from them (up to
         ``limit``), each under its count row's lock, and write the true figures
         (:mod:`.opencounts`); the keys that had drifted, each logged."""
-        async with self._db.connection() as conn:
+        async with self._db.snapshot() as conn:
             keys = (await suspects(conn))[:limit]
         drifted: list[Key] = []
         for start in range(0, len(keys), AUDIT_BATCH):

@@ -111,7 +111,14 @@ def recount_statements(dialect: str) -> list[str]:
         f" WHERE {is_open} GROUP BY {scope}"
         for scope in (OWNER, TENANT)
     ]
-    lock = ["LOCK TABLE tether_invocations IN SHARE MODE"] if dialect == "postgresql" else []
+    lock = (  # the counts too: an audit holds count rows while it reads invocations
+        [
+            "LOCK TABLE tether_invocations IN SHARE MODE",
+            "LOCK TABLE tether_open_counts IN EXCLUSIVE MODE",
+        ]
+        if dialect == "postgresql"
+        else []
+    )
     return [*lock, "DELETE FROM tether_open_counts", *recount]
 
 
@@ -180,9 +187,11 @@ async def correct(
 
 
 async def suspects(conn: Connection) -> list[Key]:
-    """The keys whose count differs from their open rows, in key order, read without a lock:
-    a key whose rows and count a transaction is changing meanwhile may differ for that moment
-    alone, so each is to be counted again under its count row's lock (:func:`correct`)."""
+    """The keys whose count differs from their open rows, in key order, read without a lock
+    on a connection whose reads see one moment (every transaction changes a key's rows and its
+    count together, so a key that differs there has drifted). Each is then counted again under
+    its count row's lock (:func:`lock_counts`, :func:`correct`), since rows and counts may have
+    changed since that moment."""
     kept_rows = await conn.execute(
         sa.select(open_counts.c.scope, open_counts.c.name, open_counts.c.open_count).where(
             open_counts.c.open_count != 0

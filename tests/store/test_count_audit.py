@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether.outcomes import completed
-from tether.store.schema import open_counts
+from tether.store.schema import invocations, open_counts
 from tether.store.store import FinishRequest, OwnerLimitReached, Store
 
 from .test_open_counts import assert_exact, drift, kept, new
@@ -103,3 +103,43 @@ async def test_audits_beside_accepts_and_endings_leave_the_counts_exact(store: S
         await assert_exact(store)
     finally:
         await other.close()
+
+
+async def test_an_audit_waits_for_a_write_in_flight_on_the_key_it_corrects(store: Store) -> None:
+    """A key that drifted, and an accept for it still in its transaction (its row inserted, its
+    count raised, neither committed): the audit takes the count row's lock before it counts, so
+    it waits for that accept and counts its row; counting first would write a figure without
+    it, over the accept's raise."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite has one writer: an audit cannot start beside a write")
+    await store.accept(new("ann"))
+    await drift(store, "owner", "ann", 5)
+    in_flight = new("ann")
+    async with store.engine.connect() as held:
+        await held.execute(
+            sa.insert(invocations).values(
+                id=in_flight.id,
+                owner="ann",
+                tenant="ann",
+                input={},
+                request_hash="h",
+                status="queued",
+                attempt=0,
+                cancel_requested=False,
+                last_event_id=0,
+                created_at=0.0,
+                enqueued_at=0.0,
+            )
+        )
+        await held.execute(
+            sa.update(open_counts)
+            .where(open_counts.c.scope.in_(["owner", "tenant"]), open_counts.c.name == "ann")
+            .values(open_count=open_counts.c.open_count + 1)
+        )
+        audit = asyncio.create_task(store.audit_open_counts())
+        await asyncio.sleep(0.5)
+        assert not audit.done()  # waiting for the count row the accept holds
+        await held.commit()
+    assert await audit == [("owner", "ann")]
+    await assert_exact(store)
+    assert await kept(store) == {("owner", "ann"): 2, ("tenant", "ann"): 2}

@@ -19,6 +19,7 @@ from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
 from tether.settings import Limits, Settings
+from tether.store.errors import StoreError
 from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 from tether.worker import reaper as reaper_module
@@ -379,7 +380,27 @@ async def test_the_reaper_audits_the_open_counts_once_a_period(store: Store) -> 
     assert await drifted_then_reaped(reaper) == 0
     now[0] = 72.0 + 72.0
     assert await drifted_then_reaped(reaper) == 2
-    by_hand = Reaper(services=services, settings=every, has_recover=True, audit_now=True)
-    assert await drifted_then_reaped(by_hand) == 2
-    never = Reaper(services=services, settings=settings(count_audit=0), has_recover=True)
+    off = settings(count_audit=0)
+    never = Reaper(services=services, settings=off, has_recover=True)
     assert await drifted_then_reaped(never) == 0
+    by_hand = Reaper(services=services, settings=off, has_recover=True, audit_now=True)
+    assert await drifted_then_reaped(by_hand) == 2  # tether reap audits even when it is off
+    assert await drifted_then_reaped(by_hand) == 0  # once
+
+
+async def test_a_failed_audit_is_logged_and_the_pass_still_reports(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def fails() -> list[tuple[str, str]]:
+        raise StoreError("the database went away")
+
+    invocation_id = await running(store)
+    await shift(store, invocation_id, heartbeat_at=60)
+    monkeypatch.setattr(store, "audit_open_counts", fails)
+    reaper = make_reaper(store, Enqueued())
+    reaper = Reaper(
+        services=reaper.services, settings=reaper.settings, has_recover=True, audit_now=True
+    )
+    report = await reaper.reap_once()
+    assert report.recovered == 1 and report.counts_corrected == 0
+    assert "open count audit failed (the database went away)" in caplog.text
