@@ -205,24 +205,24 @@ async def suspects(conn: Connection) -> list[Key]:
     return sorted(key for key in kept.keys() | found.keys() if kept.get(key) != found.get(key))
 
 
-def _count_rows(column: sa.ColumnElement[str]) -> sa.Select[str, int]:
-    names = sa.bindparam("names", expanding=True, type_=sa.Text)
+def _open_rows(column: sa.ColumnElement[str]) -> sa.Select[str, int]:
     return (
         sa.select(column, sa.func.count())
-        .where(column.in_(names), status_is(invocations.c.status, *OPEN))
+        .where(status_is(invocations.c.status, *OPEN))
         .group_by(column)
     )
 
 
-_COUNT_ROWS = {OWNER: _count_rows(invocations.c.owner), TENANT: _count_rows(invocations.c.tenant)}
-"""Open rows per name of a scope, through the open-by-owner and open-by-tenant indexes."""
-_OPEN_ROWS = {
-    scope: sa.select(column, sa.func.count())
-    .where(status_is(invocations.c.status, *OPEN))
-    .group_by(column)
-    for scope, column in ((OWNER, invocations.c.owner), (TENANT, invocations.c.tenant))
+_SCOPES = {OWNER: invocations.c.owner, TENANT: invocations.c.tenant}
+_OPEN_ROWS = {scope: _open_rows(column) for scope, column in _SCOPES.items()}
+"""Every name's open rows, per scope (the audit's)."""
+_COUNT_ROWS = {
+    scope: _open_rows(column).where(
+        column.in_(sa.bindparam("names", expanding=True, type_=sa.Text))
+    )
+    for scope, column in _SCOPES.items()
 }
-"""Every name's open rows, for the audit."""
+"""Open rows per name of a scope, through the open-by-owner and open-by-tenant indexes."""
 _SET_COUNT = (
     sa.update(open_counts)
     .where(open_counts.c.scope == sa.bindparam("s"), open_counts.c.name == sa.bindparam("n"))
