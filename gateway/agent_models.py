@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    TypeAdapter,
+)
 
 from tether.gateway.models import STRICT, Timestamp, storable_text
 
@@ -20,6 +28,8 @@ ThreadId = Annotated[
     Text,
     Field(min_length=1, max_length=256, description="The thread: the session its turns share."),
 ]
+THREAD_ID: TypeAdapter[str] = TypeAdapter(ThreadId)
+"""The same rules for a thread id in a path."""
 
 
 class ChatRequest(BaseModel):

@@ -15,12 +15,14 @@ import uuid
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from tether.agent_surface import AgentsSurface
 from tether.app import InputRejected
 from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.gateway.agent_models import (
+    THREAD_ID,
     AgentsInfo,
     ApproveRequest,
     ApproveResponse,
@@ -79,7 +81,8 @@ async def start_turn(
     credential = caller_credential(request, owner, checked_input(request, value))
     invocation_id = str(uuid.uuid4())
     await admit(request, invocation_id, owner)
-    await request.app[SERVICES].store.threads.ensure(owner, thread_id)
+    threads = request.app[SERVICES].store.threads
+    created = await threads.ensure(owner, thread_id)
     new = NewInvocation(
         invocation_id,
         owner,
@@ -89,7 +92,12 @@ async def start_turn(
         user_auth=credential is not None,
         tenant=tenant,
     )
-    return (await accept(request, new, mode, credential)).invocation
+    try:
+        return (await accept(request, new, mode, credential)).invocation
+    except ApiError:  # refused (a cap, a rate): nothing was accepted, so no new thread stays
+        if created:
+            await threads.delete(owner, thread_id)
+        raise
 
 
 @routes.post("/api/agents/chat")
@@ -201,11 +209,20 @@ async def approve(request: web.Request) -> web.Response:
     return json_response(ApproveResponse(decision=body.decision))
 
 
+def path_thread_id(request: web.Request) -> str:
+    """The thread id in the path, by the body's ``threadId`` rules; 404 when it breaks them
+    (no such thread can exist)."""
+    try:
+        return THREAD_ID.validate_python(request.match_info["id"])
+    except ValidationError:
+        raise ApiError(ErrorCode.NOT_FOUND, message="Thread not found") from None
+
+
 @routes.get("/api/agents/threads/{id}")
 async def get_thread(request: web.Request) -> web.Response:
     owner = request.app[AUTH].owner(request)
     keep = request.app[SETTINGS].agents.max_thread_messages
-    found = await request.app[SERVICES].store.threads.get(owner, request.match_info["id"], keep)
+    found = await request.app[SERVICES].store.threads.get(owner, path_thread_id(request), keep)
     if found is None:
         raise ApiError(ErrorCode.NOT_FOUND, message="Thread not found")
     messages = [
@@ -228,7 +245,7 @@ async def get_thread(request: web.Request) -> web.Response:
 @routes.delete("/api/agents/threads/{id}")
 async def delete_thread(request: web.Request) -> web.Response:
     owner = request.app[AUTH].owner(request)
-    if not await request.app[SERVICES].store.threads.delete(owner, request.match_info["id"]):
+    if not await request.app[SERVICES].store.threads.delete(owner, path_thread_id(request)):
         raise ApiError(ErrorCode.NOT_FOUND, message="Thread not found")
     return json_response(DeletedResponse(deleted=True))
 

@@ -38,7 +38,10 @@ async def read_body(request: web.Request, handler: Handler) -> web.StreamRespons
                 await request.read()
         except TimeoutError:
             log.info(
-                "%s %s: request body not received within %gs", request.method, request.path, timeout
+                "%s %s: request body not received within %gs",
+                request.method,
+                request.rel_url.raw_path,  # as sent, still percent-encoded: one line a message
+                timeout,
             )
             response = error_response(ErrorCode.REQUEST_TIMEOUT)
             response.force_close()  # the rest of the body is never read
@@ -60,5 +63,5 @@ def is_gone(request: web.Request) -> bool:
 
 
 def client_left(request: web.Request, when: str) -> web.Response:
-    log.debug("%s %s: the client disconnected %s", request.method, request.path, when)
+    log.debug("%s %s: the client disconnected %s", request.method, request.rel_url.raw_path, when)
     return web.Response(status=CLIENT_CLOSED_REQUEST, reason="Client Closed Request")

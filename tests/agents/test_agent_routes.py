@@ -3,13 +3,17 @@ P14–P16, P25), threads and memory (§4.10), and agent input refused at POST ti
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.agents.agent_server import ALICE, BOB, Counter, agent_app, parse_sse, serve, wait_for
+from tether.gateway.keys import SERVICES
+from tether.store.schema import threads
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -265,3 +269,22 @@ async def test_a_chat_stream_resumes_after_last_event_id(client: Any) -> None:
     whole = [f["data"]["sequence_number"] for f in frames[1:]]
     tail = [f["data"]["sequence_number"] for f in rest]
     assert whole[-len(tail) :] == tail
+
+
+async def test_a_refused_turn_leaves_no_new_thread_behind(client: Any) -> None:
+    """A turn the tenant's limits refuse (429) accepted nothing, so the new thread it named is
+    gone too: a caller at its cap cannot fill the threads table with empty threads."""
+    store = client.app[SERVICES].store
+    await store.tenants.set("alice", {"max_queued": 0})
+    assert (await chat(client, "hi"))[0] == 429
+    r = await client.post("/api/agents/invocations", json={"input": "hi"}, headers=ALICE)
+    assert r.status == 429
+    async with store.engine.connect() as conn:
+        assert (await conn.execute(sa.select(sa.func.count()).select_from(threads))).scalar() == 0
+    await store.tenants.set("alice", {"max_queued": 5})
+    for _ in range(100):  # the gateway reads limits again within a second
+        code, frames = await chat(client, "hi")
+        if code == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert code == 200 and meta(frames)["threadId"]  # a turn allowed gets its thread

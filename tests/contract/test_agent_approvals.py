@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from yarl import URL
 
 from tests.client import Api, assert_clean_log, new_id
 from tests.harness import Cluster, start_dev
@@ -184,3 +185,12 @@ async def test_agents_info_lists_the_example_agents(api: Api) -> None:
         assert r.status == 200
         body = await r.json()
     assert {"greeter", "bookings"} <= set(body["agents"])
+
+
+async def test_a_thread_id_no_thread_can_have_is_404_in_the_path(api: Api) -> None:
+    """A NUL (which PostgreSQL's text refuses) or an id over 256 characters: 404, never 500."""
+    for raw in ("a%00b", "x" * 300):
+        url = URL(f"{api.base}/api/agents/threads/{raw}", encoded=True)
+        for method in ("GET", "DELETE"):
+            async with api.session.request(method, url, headers=api.headers) as r:
+                assert r.status == 404, (method, raw, await r.text())

@@ -52,6 +52,23 @@ async def test_a_silent_upload_gets_408_in_the_error_shape(tmp_path: Path) -> No
     assert answer["detail"] == answer["error"]["message"]
 
 
+async def test_a_path_is_logged_as_sent_so_an_encoded_newline_cannot_forge_a_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
+    timers = {"body_read_timeout": 0.3, "shutdown_grace": 0.2}
+    async with dev_server(tmp_path, timers=timers) as base:
+        silent = await RawConnection.open(base)
+        try:
+            head = {"Content-Type": "application/json", "Content-Length": "100"}
+            await silent.send(request("POST", "/x%0A2026-01-01%20ERROR%20forged", head))
+            assert (await silent.read_head()).status == 408
+        finally:
+            silent.close()
+    lines = [r.getMessage() for r in caplog.records if "not received within" in r.getMessage()]
+    assert lines == ["POST /x%0A2026-01-01%20ERROR%20forged: request body not received within 0.3s"]
+
+
 async def test_a_client_that_hangs_up_mid_upload_is_logged_as_no_error_and_counted_as_499(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
