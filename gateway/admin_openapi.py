@@ -103,6 +103,19 @@ def admin_paths() -> Json:
             "put": _write("Set every default limit", LimitsChange, DefaultsView, []),
             "patch": _write("Change some default limits", LimitsChange, DefaultsView, []),
         },
+        "/api/admin/metrics": {
+            "get": {
+                "summary": "Prometheus metrics by tenant: open invocations, refusals, model "
+                "tokens and cost (admins only: a tenant is its owner unless one is named)",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **refusals(*READ_REFUSALS),
+                },
+            }
+        },
         "/api/admin/global": {
             "get": _read("Deployment-wide limits", GlobalView),
             "put": _write("Set the global cap on running attempts", GlobalChange, GlobalView, []),

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from tether.app import AgentApp
 from tether.errors import ErrorCode
@@ -108,12 +108,23 @@ async def metrics_view(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     with contextlib.suppress(Exception):
         metrics.queued.set(await request.app[QUEUED].value())
+    return prometheus_text(metrics.registry)
+
+
+async def tenant_metrics_view(request: web.Request) -> web.Response:
+    """The per-tenant series: tenants' names are often owners', so admins only."""
+    request.app[TENANCY].require_admin(request)
+    metrics = request.app[METRICS]
     with contextlib.suppress(Exception):
         await request.app[TENANT_USAGE].refresh()
     with contextlib.suppress(Exception):
         metrics.set_tenant_counts(await request.app[TENANT_COUNTS].value())
+    return prometheus_text(metrics.tenant_registry)
+
+
+def prometheus_text(registry: CollectorRegistry) -> web.Response:
     return web.Response(
-        body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
 
 
@@ -167,7 +178,9 @@ def create_app(
                 pubsub=services.pubsub,
             )
             app[QUEUED] = QueuedGauge(services.store)
-            app[TENANT_USAGE] = TenantUsageMetrics(services.store.usage, app[METRICS].registry)
+            app[TENANT_USAGE] = TenantUsageMetrics(
+                services.store.usage, app[METRICS].tenant_registry
+            )
             app[TENANT_COUNTS] = OpenCountsCache(services.store.tenants)
             app[INVOCATION_READS] = InvocationReads(services.store)
             app[STREAM_READS] = StreamReads(services.store, settings.limits.replay_cache_bytes)
@@ -180,6 +193,7 @@ def create_app(
     app.add_routes(agent_routes)
     app.add_routes(admin_routes)
     app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/api/admin/metrics", tenant_metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     for route in agent_app.routes:
         app.router.add_route(route.method, route.path, route.handler)

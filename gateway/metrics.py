@@ -1,4 +1,7 @@
-"""Prometheus metrics of one gateway process, in a registry of its own."""
+"""Prometheus metrics of one gateway process, in two registries of its own: ``registry`` on the
+unauthenticated ``/metrics`` (counts and latencies, never an owner's or a tenant's name), and
+``tenant_registry``, every series labelled by tenant (a tenant is its owner unless one is
+named), on ``/api/admin/metrics`` for admins alone."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ TENANT_GAUGES = ("queued", "running", "waiting")
 class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.tenant_registry = CollectorRegistry()
         self.requests = Counter(
             "tether_http_requests",
             "HTTP requests answered, by route and status.",
@@ -54,14 +58,14 @@ class GatewayMetrics:
             "Accepts refused for a tenant, by reason: rate (its token bucket was empty) or "
             "max_queued (it had that many open invocations).",
             ["tenant", "reason"],
-            registry=self.registry,
+            registry=self.tenant_registry,
         )
         self.tenant_open = {
             name: Gauge(
                 f"tether_tenant_{name}",
                 f"The tenant's {name} invocations (tenants with none open are left out).",
                 ["tenant"],
-                registry=self.registry,
+                registry=self.tenant_registry,
             )
             for name in TENANT_GAUGES
         }

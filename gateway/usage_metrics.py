@@ -1,7 +1,7 @@
-"""Per-tenant model usage on ``/metrics``, read from the store when scraped (at most once a
-second): tokens and cost over every stored budget period (counters), and tokens in the current
-period (a gauge). The worker has no metrics endpoint; the store is where every worker's usage
-meets."""
+"""Per-tenant model usage on ``/api/admin/metrics``, read from the store when scraped (at
+most once a second): tokens and cost over every stored budget period (counters), and tokens in
+the current period (a gauge). The worker has no metrics endpoint; the store is where every
+worker's usage meets."""
 
 from __future__ import annotations
 

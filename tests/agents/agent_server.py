@@ -120,7 +120,7 @@ async def serve(aiohttp_client: Any, tmp_path: Path, app: AgentApp) -> TestClien
         None,
         embedded_path=str(tmp_path / "agents.db"),
         timers={"shutdown_grace": 0.2, "sync_timeout": 10},
-        auth={"mode": "forwarded", "trusted_proxies": ["127.0.0.1"]},
+        auth={"mode": "forwarded", "trusted_proxies": ["127.0.0.1"], "admins": ["root"]},
     )
     client: TestClient[Any, Any] = await aiohttp_client(
         dev_app(settings, app), trace_configs=[checked_trace()]

@@ -71,7 +71,7 @@ async def test_the_status_document_and_the_metrics_show_the_runs_usage(client: A
         "estimated": False,
         "model_calls": 1,
     }
-    r = await client.get("/metrics")
+    r = await client.get("/api/admin/metrics", headers={"X-Forwarded-User": "root"})
     text = await r.text()
     assert 'tether_tenant_tokens_total{tenant="alice"} 120.0' in text
     assert 'tether_tenant_period_tokens{tenant="alice"} 120.0' in text

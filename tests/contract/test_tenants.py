@@ -131,12 +131,14 @@ async def test_the_metrics_show_each_tenants_open_invocations(api: Api) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 10
     while True:  # a scrape reads the counts at most once a second
-        async with api.session.get(f"{api.base}/metrics") as response:
+        async with api.session.get(f"{api.base}/api/admin/metrics", headers=ROOT) as response:
             text = await response.text()
         if any(line in row and not row.startswith("#") for row in text.splitlines()):
             break
-        assert loop.time() < deadline, "the tenant never showed in /metrics"
+        assert loop.time() < deadline, "the tenant never showed in /api/admin/metrics"
         await asyncio.sleep(0.2)
+    async with api.session.get(f"{api.base}/metrics") as response:  # no login: no names
+        assert tenant not in await response.text()
     await api.cancel(body["id"])
 
 

@@ -183,7 +183,7 @@ async def test_a_tenant_past_its_burst_gets_429_with_retry_after_and_nothing_is_
     # another tenant has a bucket of its own (here: none at all)
     bob = {"X-Forwarded-User": "bob"}
     assert (await post(client, bob, input=WAITS, background=True)).status == 202
-    metrics = await (await client.get("/metrics")).text()
+    metrics = await (await client.get("/api/admin/metrics", headers=ROOT)).text()
     assert 'tether_tenant_throttled_total{reason="rate",tenant="alice"} 1.0' in metrics
 
 
@@ -201,7 +201,7 @@ async def test_a_tenant_at_max_queued_gets_429_until_one_ends(
     cancelled = await client.post(f"/api/invocations/{first_id}/cancel", json={}, headers=ALICE)
     assert cancelled.status == 200
     assert (await post(client, ALICE, input=WAITS, background=True)).status == 202
-    metrics = await (await client.get("/metrics")).text()
+    metrics = await (await client.get("/api/admin/metrics", headers=ROOT)).text()
     assert 'tether_tenant_throttled_total{reason="max_queued",tenant="alice"} 1.0' in metrics
 
 
@@ -256,7 +256,7 @@ async def test_metrics_count_each_tenants_open_invocations(
     await post(client, ALICE, input=WAITS, background=True)
     for _ in range(2):
         await post(client, {"X-Forwarded-User": "bob"}, input=WAITS, background=True)
-    text = await (await client.get("/metrics")).text()
+    text = await (await client.get("/api/admin/metrics", headers=ROOT)).text()
     open_of = {
         tenant: sum(
             float(line.rsplit(" ", 1)[1])
@@ -269,6 +269,20 @@ async def test_metrics_count_each_tenants_open_invocations(
     }
     assert open_of == {"alice": 1.0, "team-b": 2.0}
     assert "tether_tenant_waiting" in text
+
+
+async def test_only_admins_see_the_series_by_tenant_which_name_owners(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await proxied(aiohttp_client, tmp_path)
+    await post(client, ALICE, input=WAITS, background=True)
+    public = await (await client.get("/metrics")).text()  # no login: counts, never names
+    assert "tether_http_requests_total" in public
+    assert "alice" not in public and "tenant=" not in public
+    assert (await client.get("/api/admin/metrics", headers=ALICE)).status == 403
+    assert (await client.get("/api/admin/metrics")).status == 401
+    admin = await client.get("/api/admin/metrics", headers=ROOT)
+    assert admin.status == 200 and 'tenant="alice"' in await admin.text()
 
 
 # -- agent turns ------------------------------------------------------------------------------
