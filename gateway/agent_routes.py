@@ -81,8 +81,6 @@ async def start_turn(
     credential = caller_credential(request, owner, checked_input(request, value))
     invocation_id = str(uuid.uuid4())
     await admit(request, invocation_id, owner)
-    threads = request.app[SERVICES].store.threads
-    created = await threads.ensure(owner, thread_id)
     new = NewInvocation(
         invocation_id,
         owner,
@@ -92,12 +90,11 @@ async def start_turn(
         user_auth=credential is not None,
         tenant=tenant,
     )
-    try:
-        return (await accept(request, new, mode, credential)).invocation
-    except ApiError:  # refused (a cap, a rate): nothing was accepted, so no new thread stays
-        if created:
-            await threads.delete(owner, thread_id)
-        raise
+    accepted = await accept(request, new, mode, credential)
+    # Only once accepted: a refused turn (a cap, a rate) leaves no thread. The run's first
+    # append creates the thread too, so which of the two comes first does not matter.
+    await request.app[SERVICES].store.threads.ensure(owner, thread_id)
+    return accepted.invocation
 
 
 @routes.post("/api/agents/chat")

@@ -268,7 +268,8 @@ def service_paths() -> Json:
         },
         "/metrics": {
             "get": {
-                "summary": "Prometheus metrics",
+                "summary": "Prometheus metrics: counts and latencies, no owners or tenants (by "
+                "tenant: /api/admin/metrics)",
                 "responses": {
                     "200": {
                         "description": "Prometheus text format",

@@ -42,16 +42,15 @@ class Threads:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def ensure(self, owner: str, thread_id: str) -> bool:
-        """Create the thread if it does not exist yet (a new chat's, before its first turn);
-        whether this call created it."""
+    async def ensure(self, owner: str, thread_id: str) -> None:
+        """Create the thread if it does not exist yet (a new chat's, once its first turn is
+        accepted; the turn's own append creates it as well)."""
         now = self._db.now
         insert = self._db.dialect.insert_new(threads, "owner", "id")
         async with self._db.transaction() as conn:
-            created = await conn.execute(
+            await conn.execute(
                 insert.values(owner=owner, id=thread_id, created_at=now, updated_at=now)
             )
-            return bool(created.rowcount)
 
     async def exists(self, owner: str, thread_id: str) -> bool:
         query = sa.select(thr.id).where(thr.owner == owner, thr.id == thread_id)
