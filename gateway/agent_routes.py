@@ -10,6 +10,7 @@ answered exactly as an unknown one. The gateway knows the agent app only through
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -51,9 +52,11 @@ from tether.gateway.routes import (
 )
 from tether.jsonvalue import request_hash
 from tether.outcomes import iso_utc
+from tether.store.errors import StoreError
 from tether.store.journal import InputAnswer
 from tether.store.schema import Invocation, NewInvocation, Status
 
+log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 STREAM_GONE = "Stream not found or already completed"
 APPROVAL_GONE = "Approval not found or already settled"
@@ -92,8 +95,14 @@ async def start_turn(
     )
     accepted = await accept(request, new, mode, credential)
     # Only once accepted: a refused turn (a cap, a rate) leaves no thread. The run's first
-    # append creates the thread too, so which of the two comes first does not matter.
-    await request.app[SERVICES].store.threads.ensure(owner, thread_id)
+    # append creates the thread too, so which of the two comes first does not matter, and a
+    # failure here must not answer an error for a turn that was accepted and will run.
+    try:
+        await request.app[SERVICES].store.threads.ensure(owner, thread_id)
+    except StoreError as exc:
+        log.warning(
+            "invocation %s: its thread is left to its run to write (%s)", invocation_id, exc
+        )
     return accepted.invocation
 
 

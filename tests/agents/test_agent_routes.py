@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from tests.agents.agent_server import ALICE, BOB, Counter, agent_app, parse_sse, serve, wait_for
 from tether.gateway.keys import SERVICES
+from tether.store.errors import StoreError
 from tether.store.schema import threads
 
 pytestmark = pytest.mark.timeout(60)
@@ -288,3 +289,22 @@ async def test_a_refused_turn_leaves_no_new_thread_behind(client: Any) -> None:
             break
         await asyncio.sleep(0.05)
     assert code == 200 and meta(frames)["threadId"]  # a turn allowed gets its thread
+
+
+async def test_a_turn_accepted_answers_even_if_its_thread_is_not_written_at_once(
+    client: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The thread is written after the accept; a failure there leaves it to the run's append,
+    and the caller gets the stream of a turn that was accepted, not an error."""
+    store = client.app[SERVICES].store
+
+    async def unavailable(owner: str, thread_id: str) -> None:
+        raise StoreError("the database went away")
+
+    monkeypatch.setattr(store.threads, "ensure", unavailable)
+    code, frames = await chat(client, "hi")
+    assert code == 200 and frames[-1]["event"] == "response.completed"
+    thread = meta(frames)["threadId"]
+    assert "its thread is left to its run to write (the database went away)" in caplog.text
+    r = await client.get(f"/api/agents/threads/{thread}", headers=ALICE)
+    assert r.status == 200  # the run's append wrote it
