@@ -1,7 +1,9 @@
-"""The reaper: replaces dead attempts, re-enqueues lost work, deletes expired invocations.
+"""The reaper: replaces dead attempts, re-enqueues lost work, deletes expired invocations, and
+every ``timers.count_audit`` corrects open counts that drifted from the rows.
 
 Every worker process runs a pass on a timer; passes are safe to run concurrently because every
-transition is a conditional update that only one of them wins.
+transition is a conditional update that only one of them wins (and an audit writes a count only
+under its row's lock).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The reaper's side of the store: dead attempts, lost messages, expired invocations.
+"""The reaper's side of the store: dead attempts, lost messages, expired invocations, and the
+audit of the open counts.
 
 Every query is safe to run from many reapers at once: each transition is a conditional update
-that only one of them wins. (A dead attempt that gets no replacement is ended through the
-attempt's own finish, with ``FinishRequest.stale_after``.)
+that only one of them wins, and an audit writes a count only under its row's lock. (A dead
+attempt that gets no replacement is ended through the attempt's own finish, with
+``FinishRequest.stale_after``.)
 """
 
 from __future__ import annotations
