@@ -52,7 +52,7 @@ class Attempts:
                 for r in free
                 if r.invocation_id in last
             }
-            await insert_events(conn, self._db.now, stored)
+            await insert_events(conn, self._db.dialect, stored)
         return {
             n: stored.get(r.invocation_id, Superseded(r.invocation_id))
             for n, r in enumerate(requests)
@@ -185,9 +185,8 @@ async def _advance_logs(
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
     batch = _counts(dialect.arrays)
-    params = batch.params(rows, filler=("", 0, 0))  # no invocation has id ""
-    advance = _advance_statement(dialect.arrays, batch.shape(len(rows)))
-    return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
+    advance = _advance_statement(dialect.arrays)
+    return {row.id: row.last_event_id for row in await conn.execute(advance, batch.params(rows))}
 
 
 def _counts(arrays: bool) -> BoundBatch:
@@ -195,8 +194,8 @@ def _counts(arrays: bool) -> BoundBatch:
 
 
 @functools.cache
-def _advance_statement(arrays: bool, shape: int) -> sa.Update:
-    counts = _counts(arrays).cte(shape)
+def _advance_statement(arrays: bool) -> sa.Update:
+    counts = _counts(arrays).cte()
     return (
         sa.update(invocations)
         .where(

@@ -1,21 +1,29 @@
-"""Batches as bound parameters, so a batch's SQL text is one of a few per statement.
+"""Batches as bound parameters, so a batch's SQL text is the same for every batch size.
 
-Where the database binds arrays (PostgreSQL), a batch is one array per column, unnested: one
-text for every batch size (each array bound as text and cast by the statement), which psycopg
-prepares once it has seen it five times and which PostgreSQL plans in constant time. Elsewhere
-(SQLite) rows are bound parameters with fixed names, and batch sizes round up to a power of two
-with filler rows that match nothing, so the text repeats. Those rows are a ``UNION ALL`` of
-one-row ``SELECT``s rather than a ``VALUES`` list: SQLAlchemy gives a statement holding
-``VALUES`` no cache key, so it compiled those statements on every execution (the ``UPDATE …
-FROM`` of a batch's endings and of its event counts: about a tenth of ``tether dev``'s CPU under
-a burst, 3 % of a busy worker's), where a compound ``SELECT`` of bound parameters is compiled
-once per size. PostgreSQL must not get that form: it plans a ``UNION ALL`` of 128 one-row
-``SELECT``s in ~28 ms (256: ~100 ms) against ~2 ms for the arrays, on every execution until the
-text is prepared.
+Where the database binds arrays (PostgreSQL), a batch is one array per column, unnested: each
+array bound as text and cast by the statement, which psycopg prepares once it has seen it five
+times and which PostgreSQL plans in constant time. Elsewhere (SQLite) a batch is one parameter,
+a JSON array of rows, each row an array of its values, taken apart in SQLite's C code
+(``json_each``, ``json_extract``).
+
+Both keep the statement's text the same for every batch, so SQLAlchemy compiles it once, and
+both bind a handful of parameters whatever the batch's size. SQLite used to get a ``UNION ALL``
+of one-row ``SELECT``s of bound parameters (``{name}_{column}_{row}``), padded to a power of two:
+one text per padded size, but a parameter per value, each passing through SQLAlchemy's binding
+(its parameter processing was about a sixth of a store transaction's CPU in ``tether dev``).
+PostgreSQL must not get that form either: it plans a ``UNION ALL`` of 128 one-row ``SELECT``s in
+~28 ms (256: ~100 ms) against ~2 ms for the arrays, on every execution until the text is
+prepared.
+
+JSON values of a batch (a JSON column's) travel as their text, a string in the row; the statement
+assigns that text to the JSON column it belongs to (:meth:`.dialect.Dialect.json`). None is SQL
+``NULL`` where the column's type says so (``none_as_null``), else JSON ``null``, as SQLAlchemy
+binds it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,82 +39,49 @@ def padded(count: int) -> int:
     return 1 << (max(count, 1) - 1).bit_length()
 
 
-COMPOUND_TERMS = 256
-"""``SELECT``s per compound ``SELECT`` (a power of two): SQLite's holds at most 500 terms."""
-
-
-def bound_values(name: str, columns: Sequence[sa.ColumnClause[Any]], size: int) -> sa.CTE:
-    """A ``WITH name(columns) AS (SELECT … UNION ALL SELECT …)`` of ``size`` rows of bound
-    parameters, named ``{name}_{column}_{row}``; :func:`bound_rows` gives their values. Over
-    :data:`COMPOUND_TERMS` rows, a ``UNION ALL`` of such unions, each a subquery."""
-    rows = [
-        sa.select(
-            *(sa.bindparam(f"{name}_{c.name}_{n}", type_=c.type).label(c.name) for c in columns)
-        )
-        for n in range(size)
-    ]
-    chunks = [_union(rows[k : k + COMPOUND_TERMS]) for k in range(0, len(rows), COMPOUND_TERMS)]
-    if len(chunks) == 1:
-        return chunks[0].cte(name)
-    return _union([sa.select(*chunk.subquery().c) for chunk in chunks]).cte(name)
-
-
-def _union(selects: Sequence[sa.Select[Any]]) -> sa.Select[Any] | sa.CompoundSelect[Any]:
-    return selects[0] if len(selects) == 1 else sa.union_all(*selects)
-
-
-def bound_rows(
-    name: str,
-    columns: Sequence[sa.ColumnClause[Any]],
-    rows: Sequence[Sequence[Any]],
-    filler: Sequence[Any],
-) -> dict[str, Any]:
-    """The parameters of :func:`bound_values` for ``rows``, padded with ``filler`` rows."""
-    params: dict[str, Any] = {}
-    for n in range(padded(len(rows))):
-        row = rows[n] if n < len(rows) else filler
-        for column, value in zip(columns, row, strict=True):
-            params[f"{name}_{column.name}_{n}"] = value
-    return params
-
-
 @dataclass(frozen=True)
 class BoundBatch:
     """Rows of ``columns`` as a CTE named ``name``: arrays unnested where the database binds
-    them (``arrays``), else :func:`bound_values`. A statement holding the CTE is built for a
-    :meth:`shape`; :meth:`params` binds the rows."""
+    them (``arrays``), else the elements of one JSON array. A statement holding :meth:`cte`
+    is built once; :meth:`params` binds the rows."""
 
     name: str
     columns: tuple[sa.ColumnClause[Any], ...]
     arrays: bool
 
-    def shape(self, count: int) -> int:
-        """The statement's shape for ``count`` rows: one shape for every count with arrays
-        (0), else the count padded to a power of two."""
-        return 0 if self.arrays else padded(count)
-
-    def cte(self, shape: int) -> sa.CTE:
+    def cte(self) -> sa.CTE:
         if not self.arrays:
-            return bound_values(self.name, self.columns, shape)
+            rows = sa.func.json_each(sa.bindparam(self.name, type_=sa.Text)).table_valued("value")
+            values = [
+                sa.type_coerce(
+                    sa.func.json_extract(rows.c.value, sa.literal_column(f"'$[{i}]'")), c.type
+                ).label(c.name)
+                for i, c in enumerate(self.columns)
+            ]
+            return sa.select(*values).select_from(rows).cte(self.name)
         arrays = [
             sa.cast(sa.bindparam(f"{self.name}_{c.name}"), ARRAY(self._array_type(c)))
             for c in self.columns
         ]
-        rows = (
+        unnested = (
             sa.func.unnest(*arrays)
             .table_valued(*(c.name for c in self.columns))
             .render_derived(name=f"{self.name}_rows")
         )
-        return sa.select(*rows.c).cte(self.name)
+        return sa.select(*unnested.c).cte(self.name)
 
-    def params(self, rows: Sequence[Sequence[Any]], filler: Sequence[Any]) -> dict[str, Any]:
-        """The parameters for ``rows``; ``filler``, a row that matches nothing, pads them
-        where the shape needs it. Arrays hold text (JSON values as JSON text), cast by the
-        statement: psycopg refuses a list mixing ints and floats, and types a list of ints by
-        its largest (``int2[]`` …), so values as they come would make several prepared
+    def params(self, rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+        """The parameters for ``rows``. Arrays hold text (JSON values as JSON text), cast by
+        the statement: psycopg refuses a list mixing ints and floats, and types a list of ints
+        by its largest (``int2[]`` …), so values as they come would make several prepared
         statements of one text, or none."""
+        json_columns = [i for i, c in enumerate(self.columns) if isinstance(c.type, sa.JSON)]
         if not self.arrays:
-            return bound_rows(self.name, self.columns, rows, filler)
+            if json_columns:
+                rows = [self._with_json_text(row, json_columns) for row in rows]
+            # every value was checked by the store on its way in (tether.jsonvalue); a lone
+            # surrogate left would fail the bind, as it would fail a parameter of its own
+            return {self.name: json.dumps(rows, separators=(",", ":"), ensure_ascii=False)}
         return {
             f"{self.name}_{c.name}": [_array_value(c, row[i]) for row in rows]
             for i, c in enumerate(self.columns)
@@ -116,8 +91,21 @@ class BoundBatch:
     def _array_type(column: sa.ColumnClause[Any]) -> Any:
         return sa.Text() if isinstance(column.type, sa.JSON) else column.type
 
+    def _with_json_text(self, row: Sequence[Any], json_columns: Sequence[int]) -> list[Any]:
+        values = list(row)
+        for i in json_columns:
+            values[i] = _json_text(self.columns[i], values[i])
+        return values
+
+
+def _json_text(column: sa.ColumnClause[Any], value: Any) -> str | None:
+    """A JSON column's value as its text; None as its column's type binds it."""
+    if value is None and getattr(column.type, "none_as_null", False):
+        return None
+    return dumps(value)
+
 
 def _array_value(column: sa.ColumnClause[Any], value: Any) -> str | None:
-    if value is None:
-        return None
-    return dumps(value) if isinstance(column.type, sa.JSON) else str(value)
+    if isinstance(column.type, sa.JSON):
+        return _json_text(column, value)
+    return None if value is None else str(value)

@@ -240,7 +240,7 @@ class Claims:
         if not rows:
             return []
         started = {r.id: numbered(r.last_event_id, [opening(r)]) for r in rows}
-        await insert_events(conn, self._db.now, started)
+        await insert_events(conn, self._db.dialect, started)
         return [_claim(r) for r in rows]
 
     async def _advance(

@@ -73,7 +73,7 @@ async def write_endings(
         logged[ending.invocation_id] = numbered(row.last_event_id, ending.events)
         successor = await _successor(conn, row.owner, row.session_id)
         results.append(Finished(logged[ending.invocation_id], successor))
-    await insert_events(conn, dialect.now, logged)
+    await insert_events(conn, dialect, logged)
     if not dialect.writes_in_with:  # else the ending statement took them off (closed_in)
         await add_open(conn, dialect, changes(((r.owner, r.tenant) for r in ended.values()), -1))
     return results
@@ -90,8 +90,6 @@ ENDS = (
     sa.column("error_message", sa.Text),
     sa.column("events", sa.Integer),
 )
-NO_ENDING = ("", "", None, None, "", None, None, None, 0)
-"""A filler row: no invocation has the id ``""``."""
 
 
 def _end_all(
@@ -112,7 +110,7 @@ def _end_all(
         for e in endings
     ]
     batch = _ends(dialect)
-    return _end_statement(dialect, batch.shape(len(rows))), batch.params(rows, NO_ENDING)
+    return _end_statement(dialect), batch.params(rows)
 
 
 def _ends(dialect: Dialect) -> BoundBatch:
@@ -120,8 +118,8 @@ def _ends(dialect: Dialect) -> BoundBatch:
 
 
 @functools.cache
-def _end_statement(dialect: Dialect, shape: int) -> sa.Update | sa.Select[Any]:
-    ends = _ends(dialect).cte(shape)
+def _end_statement(dialect: Dialect) -> sa.Update | sa.Select[Any]:
+    ends = _ends(dialect).cte()
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a column all NULL may come out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     end = (

@@ -7,15 +7,25 @@ the log continues across attempts with no gap and no duplicate.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from tether.events import Event
+from tether.store.bound import BoundBatch
 from tether.store.connection import Connection
-from tether.store.schema import events, invocations
+from tether.store.dialect import Dialect
+from tether.store.schema import JsonValue, events, invocations
 from tether.store.writes import NewEvent
+
+EVENT_ROWS = (
+    sa.column("invocation_id", sa.Text),
+    sa.column("cursor", sa.BigInteger),
+    sa.column("type", sa.Text),
+    sa.column("data", JsonValue),
+)
 
 
 def advanced(count: int | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
@@ -30,13 +40,32 @@ def numbered(last_event_id: int, new: Sequence[NewEvent]) -> list[Event]:
 
 
 async def insert_events(
-    conn: Connection, now: sa.ColumnElement[float], logged: Mapping[str, Sequence[Event]]
+    conn: Connection, dialect: Dialect, logged: Mapping[str, Sequence[Event]]
 ) -> None:
-    """Store numbered events, by invocation id, in one statement."""
+    """Store numbered events, by invocation id, in one statement whose text is the same for
+    every batch (:class:`.bound.BoundBatch`)."""
     rows = [
-        {"invocation_id": invocation_id, "cursor": e.cursor, "type": e.type, "data": e.data}
+        (invocation_id, e.cursor, e.type, e.data)
         for invocation_id, batch in logged.items()
         for e in batch
     ]
     if rows:
-        await conn.execute(events.insert().values(created_at=now), rows)
+        await conn.execute(_insert_statement(dialect), _event_rows(dialect).params(rows))
+
+
+def _event_rows(dialect: Dialect) -> BoundBatch:
+    return BoundBatch("event_rows", EVENT_ROWS, dialect.arrays)
+
+
+@functools.cache
+def _insert_statement(dialect: Dialect) -> sa.Insert:
+    rows = _event_rows(dialect).cte()
+    source = sa.select(
+        rows.c.invocation_id,
+        rows.c.cursor,
+        rows.c.type,
+        dialect.json(rows.c.data),
+        dialect.now,
+    )
+    names = ["invocation_id", "cursor", "type", "data", "created_at"]
+    return events.insert().from_select(names, source)

@@ -12,15 +12,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from tether.store.bound import COMPOUND_TERMS, padded
+from tether.store.bound import padded
 from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.eventlog import advanced
 from tether.store.schema import OPEN, Status, invocations, status_is
 
 inv = invocations.c
-UNION_BRANCHES = COMPOUND_TERMS
-"""Tenants per head statement on SQLite (one compound ``SELECT``)."""
+UNION_BRANCHES = 256
+"""Tenants per head statement on SQLite (one compound ``SELECT``; SQLite's holds at most 500
+terms)."""
 
 
 class HeadStarts:

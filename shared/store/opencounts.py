@@ -56,8 +56,6 @@ CHANGES = (
     sa.column("name", sa.Text),
     sa.column("change", sa.BigInteger),
 )
-NO_CHANGE = ("", "", 0)
-"""A filler row (:class:`.bound.BoundBatch`), skipped: no count has the scope ``""``."""
 
 
 def changes(rows: Iterable[tuple[str, str]], sign: int) -> Counter[Key]:
@@ -88,9 +86,7 @@ async def _upsert(conn: Connection, dialect: Dialect, changed: Mapping[Key, int]
     if not rows:
         return {}
     batch = _changes(dialect)
-    result = await conn.execute(
-        _add_statement(dialect, batch.shape(len(rows))), batch.params(rows, NO_CHANGE)
-    )
+    result = await conn.execute(_add_statement(dialect), batch.params(rows))
     return {(row.scope, row.name): int(row.open_count) for row in result}
 
 
@@ -258,12 +254,12 @@ def _changes(dialect: Dialect) -> BoundBatch:
 
 
 @functools.cache
-def _add_statement(dialect: Dialect, shape: int) -> sa.Insert:
-    batch = _changes(dialect).cte(shape)
+def _add_statement(dialect: Dialect) -> sa.Insert:
+    batch = _changes(dialect).cte()
     change = sa.cast(batch.c.change, sa.BigInteger)
     rows = (
         sa.select(batch.c.scope, batch.c.name, change)
-        .where(batch.c.scope != "")  # also SQLite's "WHERE" that an upsert from SELECT needs
+        .where(batch.c.scope != "")  # every row: SQLite parses an upsert from SELECT with a WHERE
         .order_by(batch.c.scope, batch.c.name)
     )
     insert = dialect.upsert(open_counts).from_select(["scope", "name", "open_count"], rows)

@@ -24,7 +24,7 @@ SELECT 1 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND state = 'idle in transaction'
   AND (query LIKE 'UPDATE tether_invocations%'
-       OR query LIKE 'INSERT INTO tether_events%'
+       OR query LIKE 'WITH event_rows AS%'
        OR (query LIKE 'SELECT tether_invocations.id%' AND query LIKE '%FOR UPDATE%'))
 """
 """A session of this process mid-transaction on an invocation row: it locked the row (the group

@@ -1,19 +1,19 @@
-"""The batch statements (an attempt's events counted, a batch of attempts ended), on both
-stores: compiled once per batch size and reused from SQLAlchemy's cache, and right for a batch
-of any size, also one over a compound ``SELECT``'s limit of terms; where arrays bind
-(PostgreSQL), one text for every size. The heartbeat, a batch the
-other way: split into chunks, none missed."""
+"""The batch statements (an attempt's events counted and stored, a batch of attempts ended), on
+both stores: one text for every batch size (arrays on PostgreSQL, one JSON parameter on SQLite),
+compiled once and reused from SQLAlchemy's cache, and right for a batch of any size, every value
+reaching its row as given. The heartbeat, a batch the other way: split into chunks, none
+missed."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import sqlalchemy as sa
 
 from tests.store.executed import Executed, statements
 from tether.outcomes import completed
 from tether.store.attempts import HEARTBEAT_CHUNK
-from tether.store.bound import COMPOUND_TERMS
 from tether.store.endings import Ending, write_endings
 from tether.store.schema import NewInvocation, Status, invocations
 from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
@@ -31,7 +31,7 @@ def batch_updates(seen: list[Executed], name: str) -> list[bool]:
     return [e.cached for e in seen if e.text.lstrip().startswith(f"WITH {name} AS")]
 
 
-async def test_the_batch_statements_are_compiled_once_per_size(store: Store) -> None:
+async def test_the_batch_statements_are_compiled_once(store: Store) -> None:
     ids = await claimed(store, 6)
     tick = NewEvent("tick", {"type": "tick"})
     with statements(store) as seen:
@@ -51,8 +51,8 @@ async def test_the_batch_statements_are_compiled_once_per_size(store: Store) -> 
         ]
 
 
-async def test_a_batch_over_a_compound_selects_terms_is_written_whole(store: Store) -> None:
-    count = COMPOUND_TERMS + 44  # padded to twice the terms: two unions in one statement
+async def test_a_large_batch_is_written_whole(store: Store) -> None:
+    count = 300  # over the 256 terms a compound SELECT of SQLite's rows once held
     ids = await claimed(store, count)
     tick = NewEvent("tick", {"type": "tick"})
     appended = await store.append_many([AppendRequest(i, 1, [tick]) for i in ids])
@@ -66,10 +66,9 @@ async def test_a_batch_over_a_compound_selects_terms_is_written_whole(store: Sto
         assert done is not None and done.status is Status.COMPLETED and done.output == n
 
 
-async def test_where_arrays_bind_a_batch_of_any_size_is_one_text(store: Store) -> None:
-    """PostgreSQL plans a ``UNION ALL`` of one-row ``SELECT``s in time that grows with it
-    (~28 ms for 128 rows), on every execution until the text is prepared: there a batch binds
-    one array per column, one text for every size. SQLite keeps a text per padded size."""
+async def test_a_batch_of_any_size_is_one_text(store: Store) -> None:
+    """A text per size would be compiled per size, and on PostgreSQL planned again on every
+    execution until prepared (a ``UNION ALL`` of 128 one-row ``SELECT``s: ~28 ms)."""
     ids = await claimed(store, 1 + 3 + 40)
     tick = NewEvent("tick", {"type": "tick"})
     outputs = [None, {"nested": [1, "two"]}, "text", 3]
@@ -78,9 +77,9 @@ async def test_where_arrays_bind_a_batch_of_any_size_is_one_text(store: Store) -
             await store.append_many([AppendRequest(i, 1, [tick]) for i in batch])
             finishes = [FinishRequest(i, 1, completed(outputs[ids.index(i) % 4])) for i in batch]
             assert all(isinstance(r, Finished) for r in await store.finish_many(finishes))
-    for name in ("counts", "ends"):
-        texts = {e.text for e in seen if e.text.lstrip().startswith(f"WITH {name} AS")}
-        assert len(texts) == (1 if store.db.dialect.arrays else 3), texts
+    for start in ("WITH counts AS", "WITH ends AS", "WITH event_rows AS"):
+        texts = {e.text for e in seen if e.text.lstrip().startswith(start)}
+        assert len(texts) == 1, texts
     for n, invocation_id in enumerate(ids):
         done = await store.get(invocation_id)
         assert done is not None and done.status is Status.COMPLETED
@@ -108,6 +107,30 @@ async def test_a_batch_of_endings_of_every_kind_reaches_its_rows_as_given(store:
         done = await store.get(invocation_id)
         assert done is not None and done.status is Status.COMPLETED
         assert done.output == outputs[n]
+
+
+async def test_a_batch_of_events_reaches_the_log_as_given(store: Store) -> None:
+    """JSON ``null``, text that looks like SQL or JSON, escapes and characters outside ASCII,
+    as event data of several attempts in one batch."""
+    ids = await claimed(store, 3)
+    datas: list[Any] = [
+        None,
+        "NULL",
+        'a"b\\c,{} ',
+        "",
+        {"k": [1, 2.5, None, True]},
+        "é ✓ 😀",
+        0,
+        [],
+    ]
+    requests = [
+        AppendRequest(i, 1, [NewEvent("note", data) for data in datas[n::3]])
+        for n, i in enumerate(ids)
+    ]
+    assert all(isinstance(r, list) for r in await store.append_many(requests))
+    for n, invocation_id in enumerate(ids):
+        logged = await store.events_after(invocation_id, 1)  # after run.started
+        assert [(e.type, e.data) for e in logged] == [("note", d) for d in datas[n::3]]
 
 
 async def test_a_heartbeat_beats_every_attempt_a_chunk_at_a_time(store: Store) -> None:
