@@ -49,15 +49,21 @@ class BoundBatch:
     columns: tuple[sa.ColumnClause[Any], ...]
     arrays: bool
 
-    def cte(self) -> sa.CTE:
+    def cte(self, *, positions: bool = False) -> sa.CTE:
+        """The batch's rows; with ``positions``, also each row's place in the batch
+        (``position``, ascending in the order given) to order by."""
         if not self.arrays:
-            rows = sa.func.json_each(sa.bindparam(self.name, type_=sa.Text)).table_valued("value")
+            rows = sa.func.json_each(sa.bindparam(self.name, type_=sa.Text)).table_valued(
+                "value", "key"
+            )
             values = [
                 sa.type_coerce(
                     sa.func.json_extract(rows.c.value, sa.literal_column(f"'$[{i}]'")), c.type
                 ).label(c.name)
                 for i, c in enumerate(self.columns)
             ]
+            if positions:
+                values.append(rows.c.key.label("position"))
             return sa.select(*values).select_from(rows).cte(self.name)
         arrays = [
             sa.cast(sa.bindparam(f"{self.name}_{c.name}"), ARRAY(self._array_type(c)))
@@ -65,7 +71,9 @@ class BoundBatch:
         ]
         unnested = (
             sa.func.unnest(*arrays)
-            .table_valued(*(c.name for c in self.columns))
+            .table_valued(
+                *(c.name for c in self.columns), with_ordinality="position" if positions else None
+            )
             .render_derived(name=f"{self.name}_rows")
         )
         return sa.select(*unnested.c).cte(self.name)

@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tether.store.columns import ColumnInsert
 from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import Json, invocations
@@ -63,13 +62,6 @@ class Dialect(ABC):
     @abstractmethod
     def engine_options(self, url: sa.URL, pool_size: int) -> dict[str, Any]:
         """Keyword arguments for ``create_async_engine`` of ``url``."""
-
-    def column_insert(
-        self, table: sa.Table, key: str, names: Sequence[str], stamped: Sequence[str]
-    ) -> ColumnInsert | None:
-        """A batch insert of ``names`` bound as one array per column (:mod:`.columns`), or None
-        where ``executemany`` serves (SQLite: no driver-side parse or round trip to save)."""
-        return None
 
     @abstractmethod
     def prepare(self, engine: AsyncEngine) -> None:
@@ -154,11 +146,6 @@ class PostgreSQL(Dialect):
 
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
-
-    def column_insert(
-        self, table: sa.Table, key: str, names: Sequence[str], stamped: Sequence[str]
-    ) -> ColumnInsert | None:
-        return ColumnInsert.build(table, key, names, stamped, self.now)
 
     def upsert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)

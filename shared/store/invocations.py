@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from tether.jsonvalue import InvalidJson, check_text, dumps
 from tether.outcomes import cancelled
 from tether.store.batching import write_batch
-from tether.store.bound import padded
+from tether.store.bound import BoundBatch, padded
 from tether.store.connection import Connection
+from tether.store.dialect import Dialect
 from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
 from tether.store.errors import (
@@ -56,19 +57,8 @@ class Invocations:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._recounts = RecountPace()
-        now = db.now
-        returned = (inv.id, inv.seq, inv.created_at)  # the rest is the request's own
-        self._insert = (
-            db.dialect.insert_new(invocations, "id")
-            .values(created_at=now, enqueued_at=now)
-            .returning(*returned)
-        )
-        columns = db.dialect.column_insert(
-            invocations, "id", NEW_ROW_COLUMNS, ("created_at", "enqueued_at")
-        )
-        self._columns = (
-            None if columns is None else (columns, columns.statement.returning(*returned))
-        )
+        self._new_rows = BoundBatch("new_rows", NEW_ROWS, db.dialect.arrays)
+        self._insert = _insert_statement(db.dialect, self._new_rows)
 
     async def accept_many(
         self,
@@ -95,14 +85,10 @@ class Invocations:
         self, caps: OpenCaps, batch: Sequence[NewInvocation], alone: bool
     ) -> dict[int, Accepted | Conflict | Refused]:
         news = {new.id: new for new in batch}
-        new_rows = [_row(new) for new in batch]
         dialect = self._db.dialect
         async with self._db.transaction() as conn:
-            if self._columns is None:  # executemany: one multi-row INSERT, cached
-                inserted = await conn.execute(self._insert, new_rows)
-            else:  # one array per column: the same short text for every batch
-                columns, insert = self._columns
-                inserted = await conn.execute(insert, columns.params(new_rows))
+            new_rows = self._new_rows.params([_row(new) for new in batch])  # may refuse a value
+            inserted = await conn.execute(self._insert, new_rows)
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
             others = [new.id for new in batch if new.id not in created]
             existing: dict[str, Invocation] = {}
@@ -330,23 +316,43 @@ NEW_ROW_COLUMNS = (
     "priority",
 )
 """The columns :func:`_row` fills (the others have defaults, or are stamped with the clock)."""
+NEW_ROWS = tuple(sa.column(name, inv[name].type) for name in NEW_ROW_COLUMNS)
 
 
-def _row(new: NewInvocation) -> dict[str, object]:
-    return {
-        "id": new.id,
-        "owner": new.owner,
-        "session_id": new.session_id,
-        "input": new.input,
-        "request_hash": new.request_hash,
-        "status": Status.QUEUED.value,
-        "attempt": 0,
-        "cancel_requested": False,
-        "last_event_id": 0,
-        "user_auth": new.user_auth,
-        "tenant": new.tenant_or_owner,
-        "priority": new.priority,
-    }
+def _row(new: NewInvocation) -> tuple[object, ...]:
+    """A new invocation's values of :data:`NEW_ROW_COLUMNS`, in that order."""
+    return (
+        new.id,
+        new.owner,
+        new.session_id,
+        new.input,
+        new.request_hash,
+        Status.QUEUED.value,
+        0,  # attempt
+        False,  # cancel_requested
+        0,  # last_event_id
+        new.user_auth,
+        new.tenant_or_owner,
+        new.priority,
+    )
+
+
+def _insert_statement(dialect: Dialect, new_rows: BoundBatch) -> sa.Insert:
+    """A batch of new invocations inserted in the order given (their ``seq``), an id already
+    taken skipped; one text for every batch size (:class:`.bound.BoundBatch`)."""
+    rows = new_rows.cte(positions=True)
+    values = [
+        dialect.json(rows.c[name]) if isinstance(inv[name].type, sa.JSON) else rows.c[name]
+        for name in NEW_ROW_COLUMNS
+    ]
+    source = (
+        sa.select(*values, dialect.now, dialect.now)
+        .where(sa.true())  # SQLite parses an upsert from a SELECT only with a WHERE
+        .order_by(rows.c.position)
+    )
+    columns = [*NEW_ROW_COLUMNS, "created_at", "enqueued_at"]
+    insert: sa.Insert = dialect.insert_new(invocations, "id").from_select(columns, source)
+    return insert.returning(inv.id, inv.seq, inv.created_at)  # the rest is the request's own
 
 
 def _queued(new: NewInvocation, seq: int, created_at: float) -> Invocation:
