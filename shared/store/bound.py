@@ -23,7 +23,6 @@ binds it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,9 +86,9 @@ class BoundBatch:
         if not self.arrays:
             if json_columns:
                 rows = [self._with_json_text(row, json_columns) for row in rows]
-            # every value was checked by the store on its way in (tether.jsonvalue); a lone
-            # surrogate left would fail the bind, as it would fail a parameter of its own
-            return {self.name: json.dumps(rows, separators=(",", ":"), ensure_ascii=False)}
+            # refuses NUL and lone surrogates, as PostgreSQL would: SQLite's JSON would end a
+            # string at an escaped NUL, a cut no parameter of its own would make
+            return {self.name: dumps(rows)}
         return {
             f"{self.name}_{c.name}": [_array_value(c, row[i]) for row in rows]
             for i, c in enumerate(self.columns)

@@ -259,7 +259,7 @@ def _add_statement(dialect: Dialect) -> sa.Insert:
     change = sa.cast(batch.c.change, sa.BigInteger)
     rows = (
         sa.select(batch.c.scope, batch.c.name, change)
-        .where(batch.c.scope != "")  # every row: SQLite parses an upsert from SELECT with a WHERE
+        .where(sa.true())  # SQLite parses an upsert from a SELECT only with a WHERE
         .order_by(batch.c.scope, batch.c.name)
     )
     insert = dialect.upsert(open_counts).from_select(["scope", "name", "open_count"], rows)

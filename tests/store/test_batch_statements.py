@@ -6,7 +6,9 @@ missed."""
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -131,6 +133,32 @@ async def test_a_batch_of_events_reaches_the_log_as_given(store: Store) -> None:
     for n, invocation_id in enumerate(ids):
         logged = await store.events_after(invocation_id, 1)  # after run.started
         assert [(e.type, e.data) for e in logged] == [("note", d) for d in datas[n::3]]
+
+
+async def test_a_batch_past_sqlites_length_limit_is_written_item_by_item(tmp_path: Path) -> None:
+    """On SQLite a batch is one parameter, held to SQLite's limit on a string's length (1 GB
+    by default, lowered here): past it the database refuses the batch, and the group commit
+    writes its items one at a time, each under the limit."""
+    store = Store.embedded(str(tmp_path / "limit.db"))
+    assert store.db.sync is not None
+
+    def limited(dbapi: sqlite3.Connection, _: object) -> None:
+        dbapi.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 5_000)
+
+    sa.event.listen(store.db.sync.writer.engine, "connect", limited)
+    await store.migrate()
+    try:
+        ids = await claimed(store, 3)
+        big = "x" * 3_000
+        appended = await store.append_many(
+            [AppendRequest(i, 1, [NewEvent("note", big)]) for i in ids]
+        )
+        assert all(isinstance(r, list) for r in appended), appended
+        for invocation_id in ids:
+            [note] = await store.events_after(invocation_id, 1)
+            assert note.data == big
+    finally:
+        await store.close()
 
 
 async def test_a_heartbeat_beats_every_attempt_a_chunk_at_a_time(store: Store) -> None:

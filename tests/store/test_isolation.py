@@ -108,6 +108,21 @@ async def test_a_value_only_the_database_refuses_fails_alone_too(
     }
 
 
+async def test_a_nul_in_a_batch_is_refused_not_cut_short(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's JSON functions end a string at an escaped NUL: a batch (one JSON parameter
+    there) refuses the value, as PostgreSQL refuses it in text, rather than store a prefix."""
+    monkeypatch.setattr(invocations_module, "refusal", lambda new: None)  # a validation gap
+    prefix = str(uuid.uuid4())
+    bad = NewInvocation(prefix + "\x00tail", "ann", None, 1, "h")
+    good = [new(), new()]
+    results = await store.accept_many([good[0], bad, good[1]])
+    assert isinstance(results[1], ValueRefused), results
+    assert all(isinstance(r, Accepted) for r in (results[0], results[2])), results
+    assert await store.get(prefix) is None
+
+
 async def claimed(store: Store, count: int) -> list[str]:
     made = [new() for _ in range(count)]
     for n in made:
