@@ -189,6 +189,7 @@ async def _advance_logs(
     return {row.id: row.last_event_id for row in await conn.execute(advance, batch.params(rows))}
 
 
+@functools.cache
 def _counts(arrays: bool) -> BoundBatch:
     return BoundBatch("counts", COUNTS, arrays)
 

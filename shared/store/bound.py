@@ -23,8 +23,9 @@ binds it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
@@ -82,37 +83,56 @@ class BoundBatch:
         the statement: psycopg refuses a list mixing ints and floats, and types a list of ints
         by its largest (``int2[]`` …), so values as they come would make several prepared
         statements of one text, or none."""
-        json_columns = [i for i, c in enumerate(self.columns) if isinstance(c.type, sa.JSON)]
         if not self.arrays:
-            if json_columns:
-                rows = [self._with_json_text(row, json_columns) for row in rows]
+            if self._json_columns:
+                rows = [self._with_json_text(row) for row in rows]
             # refuses NUL and lone surrogates, as PostgreSQL would: SQLite's JSON would end a
             # string at an escaped NUL, a cut no parameter of its own would make
             return {self.name: dumps(rows)}
         return {
-            f"{self.name}_{c.name}": [_array_value(c, row[i]) for row in rows]
-            for i, c in enumerate(self.columns)
+            key: [row[i] for row in rows] if to_text is None else [to_text(row[i]) for row in rows]
+            for i, (key, to_text) in enumerate(self._arrays)
         }
+
+    @cached_property
+    def _json_columns(self) -> tuple[tuple[int, bool], ...]:
+        """Each JSON column's place, and whether None is SQL ``NULL`` there (else JSON
+        ``null``, as SQLAlchemy binds it)."""
+        return tuple(
+            (i, bool(getattr(c.type, "none_as_null", False)))
+            for i, c in enumerate(self.columns)
+            if isinstance(c.type, sa.JSON)
+        )
+
+    @cached_property
+    def _arrays(self) -> tuple[tuple[str, Callable[[Any], str | None] | None], ...]:
+        """Each column's parameter name and how its values become text (None: already text)."""
+        nulls = dict(self._json_columns)
+        arrays: list[tuple[str, Callable[[Any], str | None] | None]] = []
+        for i, c in enumerate(self.columns):
+            to_text: Callable[[Any], str | None] | None = _text
+            if i in nulls:
+                to_text = _json_or_null if nulls[i] else dumps
+            elif isinstance(c.type, sa.Text):
+                to_text = None
+            arrays.append((f"{self.name}_{c.name}", to_text))
+        return tuple(arrays)
 
     @staticmethod
     def _array_type(column: sa.ColumnClause[Any]) -> Any:
         return sa.Text() if isinstance(column.type, sa.JSON) else column.type
 
-    def _with_json_text(self, row: Sequence[Any], json_columns: Sequence[int]) -> list[Any]:
+    def _with_json_text(self, row: Sequence[Any]) -> list[Any]:
         values = list(row)
-        for i in json_columns:
-            values[i] = _json_text(self.columns[i], values[i])
+        for i, none_is_null in self._json_columns:
+            value = values[i]
+            values[i] = None if value is None and none_is_null else dumps(value)
         return values
 
 
-def _json_text(column: sa.ColumnClause[Any], value: Any) -> str | None:
-    """A JSON column's value as its text; None as its column's type binds it."""
-    if value is None and getattr(column.type, "none_as_null", False):
-        return None
-    return dumps(value)
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else dumps(value)
 
 
-def _array_value(column: sa.ColumnClause[Any], value: Any) -> str | None:
-    if isinstance(column.type, sa.JSON):
-        return _json_text(column, value)
+def _text(value: Any) -> str | None:
     return None if value is None else str(value)

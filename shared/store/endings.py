@@ -113,6 +113,7 @@ def _end_all(
     return _end_statement(dialect), batch.params(rows)
 
 
+@functools.cache
 def _ends(dialect: Dialect) -> BoundBatch:
     return BoundBatch("ends", ENDS, dialect.arrays)
 

@@ -53,6 +53,7 @@ async def insert_events(
         await conn.execute(_insert_statement(dialect), _event_rows(dialect).params(rows))
 
 
+@functools.cache
 def _event_rows(dialect: Dialect) -> BoundBatch:
     return BoundBatch("event_rows", EVENT_ROWS, dialect.arrays)
 

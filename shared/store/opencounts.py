@@ -249,6 +249,7 @@ def closed_in(dialect: Dialect, rows: sa.CTE) -> sa.CTE | None:
     return upsert.cte("closed")
 
 
+@functools.cache
 def _changes(dialect: Dialect) -> BoundBatch:
     return BoundBatch("changes", CHANGES, dialect.arrays)
 
