@@ -172,10 +172,9 @@ def _invocation_id(request: AppendRequest | FinishRequest) -> str:
     return request.invocation_id
 
 
-COUNTS = (
-    sa.column("id", sa.Text),
-    sa.column("attempt", sa.Integer),
-    sa.column("events", sa.Integer),
+COUNTS = BoundBatch(
+    "counts",
+    (sa.column("id", sa.Text), sa.column("attempt", sa.Integer), sa.column("events", sa.Integer)),
 )
 
 
@@ -184,19 +183,14 @@ async def _advance_logs(
 ) -> dict[str, int]:
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
-    batch = _counts(dialect.arrays)
     advance = _advance_statement(dialect.arrays)
-    return {row.id: row.last_event_id for row in await conn.execute(advance, batch.params(rows))}
-
-
-@functools.cache
-def _counts(arrays: bool) -> BoundBatch:
-    return BoundBatch("counts", COUNTS, arrays)
+    params = COUNTS.params(rows, dialect.arrays)
+    return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
 
 
 @functools.cache
 def _advance_statement(arrays: bool) -> sa.Update:
-    counts = _counts(arrays).cte()
+    counts = COUNTS.cte(arrays)
     return (
         sa.update(invocations)
         .where(

@@ -16,9 +16,7 @@ PostgreSQL must not get that form either: it plans a ``UNION ALL`` of 128 one-ro
 prepared.
 
 JSON values of a batch (a JSON column's) travel as their text, a string in the row; the statement
-assigns that text to the JSON column it belongs to (:meth:`.dialect.Dialect.json`). None is SQL
-``NULL`` where the column's type says so (``none_as_null``), else JSON ``null``, as SQLAlchemy
-binds it.
+assigns that text to the JSON column it belongs to (:meth:`.dialect.Dialect.json`).
 """
 
 from __future__ import annotations
@@ -39,20 +37,23 @@ def padded(count: int) -> int:
     return 1 << (max(count, 1) - 1).bit_length()
 
 
+ToText = Callable[[Any], str | None]
+"""How a column's values become the text a batch carries them as."""
+
+
 @dataclass(frozen=True)
 class BoundBatch:
     """Rows of ``columns`` as a CTE named ``name``: arrays unnested where the database binds
     them (``arrays``), else the elements of one JSON array. A statement holding :meth:`cte`
-    is built once; :meth:`params` binds the rows."""
+    is built once per database; :meth:`params` binds the rows."""
 
     name: str
     columns: tuple[sa.ColumnClause[Any], ...]
-    arrays: bool
 
-    def cte(self, *, positions: bool = False) -> sa.CTE:
+    def cte(self, arrays: bool, *, positions: bool = False) -> sa.CTE:
         """The batch's rows; with ``positions``, also each row's place in the batch
         (``position``, ascending in the order given) to order by."""
-        if not self.arrays:
+        if not arrays:
             rows = sa.func.json_each(sa.bindparam(self.name, type_=sa.Text)).table_valued(
                 "value", "key"
             )
@@ -65,12 +66,12 @@ class BoundBatch:
             if positions:
                 values.append(rows.c.key.label("position"))
             return sa.select(*values).select_from(rows).cte(self.name)
-        arrays = [
+        bound = [
             sa.cast(sa.bindparam(f"{self.name}_{c.name}"), ARRAY(self._array_type(c)))
             for c in self.columns
         ]
         unnested = (
-            sa.func.unnest(*arrays)
+            sa.func.unnest(*bound)
             .table_valued(
                 *(c.name for c in self.columns), with_ordinality="position" if positions else None
             )
@@ -78,45 +79,44 @@ class BoundBatch:
         )
         return sa.select(*unnested.c).cte(self.name)
 
-    def params(self, rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    def params(self, rows: Sequence[Sequence[Any]], arrays: bool) -> dict[str, Any]:
         """The parameters for ``rows``. Arrays hold text (JSON values as JSON text), cast by
         the statement: psycopg refuses a list mixing ints and floats, and types a list of ints
         by its largest (``int2[]`` …), so values as they come would make several prepared
         statements of one text, or none."""
-        if not self.arrays:
-            if self._json_columns:
+        if not arrays:
+            if self._json_texts:
                 rows = [self._with_json_text(row) for row in rows]
             # refuses NUL and lone surrogates, as PostgreSQL would: SQLite's JSON would end a
             # string at an escaped NUL, a cut no parameter of its own would make
             return {self.name: dumps(rows)}
         return {
             key: [row[i] for row in rows] if to_text is None else [to_text(row[i]) for row in rows]
-            for i, (key, to_text) in enumerate(self._arrays)
+            for i, (key, to_text) in enumerate(self._array_texts)
         }
 
     @cached_property
-    def _json_columns(self) -> tuple[tuple[int, bool], ...]:
-        """Each JSON column's place, and whether None is SQL ``NULL`` there (else JSON
-        ``null``, as SQLAlchemy binds it)."""
+    def _json_texts(self) -> tuple[tuple[int, ToText], ...]:
+        """Each JSON column's place, and how its value becomes its text: None is SQL ``NULL``
+        where the column's type says so (``none_as_null``), else JSON ``null``, as SQLAlchemy
+        binds it."""
         return tuple(
-            (i, bool(getattr(c.type, "none_as_null", False)))
+            (i, _json_or_null if getattr(c.type, "none_as_null", False) else dumps)
             for i, c in enumerate(self.columns)
             if isinstance(c.type, sa.JSON)
         )
 
     @cached_property
-    def _arrays(self) -> tuple[tuple[str, Callable[[Any], str | None] | None], ...]:
-        """Each column's parameter name and how its values become text (None: already text)."""
-        nulls = dict(self._json_columns)
-        arrays: list[tuple[str, Callable[[Any], str | None] | None]] = []
-        for i, c in enumerate(self.columns):
-            to_text: Callable[[Any], str | None] | None = _text
-            if i in nulls:
-                to_text = _json_or_null if nulls[i] else dumps
-            elif isinstance(c.type, sa.Text):
-                to_text = None
-            arrays.append((f"{self.name}_{c.name}", to_text))
-        return tuple(arrays)
+    def _array_texts(self) -> tuple[tuple[str, ToText | None], ...]:
+        """Each column's array parameter, and how its values become text (None: they are)."""
+        json = dict(self._json_texts)
+        return tuple(
+            (
+                f"{self.name}_{c.name}",
+                json.get(i) or (None if isinstance(c.type, sa.Text) else _text),
+            )
+            for i, c in enumerate(self.columns)
+        )
 
     @staticmethod
     def _array_type(column: sa.ColumnClause[Any]) -> Any:
@@ -124,9 +124,8 @@ class BoundBatch:
 
     def _with_json_text(self, row: Sequence[Any]) -> list[Any]:
         values = list(row)
-        for i, none_is_null in self._json_columns:
-            value = values[i]
-            values[i] = None if value is None and none_is_null else dumps(value)
+        for i, to_text in self._json_texts:
+            values[i] = to_text(values[i])
         return values
 
 

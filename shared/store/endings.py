@@ -79,16 +79,19 @@ async def write_endings(
     return results
 
 
-ENDS = (
-    sa.column("id", sa.Text),
-    sa.column("from_status", sa.Text),
-    sa.column("attempt", sa.Integer),
-    sa.column("stale_after", sa.Float),
-    sa.column("status", sa.Text),
-    sa.column("output", Json),
-    sa.column("error_code", sa.Text),
-    sa.column("error_message", sa.Text),
-    sa.column("events", sa.Integer),
+ENDS = BoundBatch(
+    "ends",
+    (
+        sa.column("id", sa.Text),
+        sa.column("from_status", sa.Text),
+        sa.column("attempt", sa.Integer),
+        sa.column("stale_after", sa.Float),
+        sa.column("status", sa.Text),
+        sa.column("output", Json),
+        sa.column("error_code", sa.Text),
+        sa.column("error_message", sa.Text),
+        sa.column("events", sa.Integer),
+    ),
 )
 
 
@@ -109,18 +112,12 @@ def _end_all(
         )
         for e in endings
     ]
-    batch = _ends(dialect)
-    return _end_statement(dialect), batch.params(rows)
-
-
-@functools.cache
-def _ends(dialect: Dialect) -> BoundBatch:
-    return BoundBatch("ends", ENDS, dialect.arrays)
+    return _end_statement(dialect), ENDS.params(rows, dialect.arrays)
 
 
 @functools.cache
 def _end_statement(dialect: Dialect) -> sa.Update | sa.Select[Any]:
-    ends = _ends(dialect).cte()
+    ends = ENDS.cte(dialect.arrays)
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a column all NULL may come out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     end = (

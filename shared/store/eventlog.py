@@ -20,11 +20,14 @@ from tether.store.dialect import Dialect
 from tether.store.schema import JsonValue, events, invocations
 from tether.store.writes import NewEvent
 
-EVENT_ROWS = (
-    sa.column("invocation_id", sa.Text),
-    sa.column("cursor", sa.BigInteger),
-    sa.column("type", sa.Text),
-    sa.column("data", JsonValue),
+EVENT_ROWS = BoundBatch(
+    "event_rows",
+    (
+        sa.column("invocation_id", sa.Text),
+        sa.column("cursor", sa.BigInteger),
+        sa.column("type", sa.Text),
+        sa.column("data", JsonValue),
+    ),
 )
 
 
@@ -50,17 +53,12 @@ async def insert_events(
         for e in batch
     ]
     if rows:
-        await conn.execute(_insert_statement(dialect), _event_rows(dialect).params(rows))
-
-
-@functools.cache
-def _event_rows(dialect: Dialect) -> BoundBatch:
-    return BoundBatch("event_rows", EVENT_ROWS, dialect.arrays)
+        await conn.execute(_insert_statement(dialect), EVENT_ROWS.params(rows, dialect.arrays))
 
 
 @functools.cache
 def _insert_statement(dialect: Dialect) -> sa.Insert:
-    rows = _event_rows(dialect).cte()
+    rows = EVENT_ROWS.cte(dialect.arrays)
     source = sa.select(
         rows.c.invocation_id,
         rows.c.cursor,

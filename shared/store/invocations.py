@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -57,8 +57,6 @@ class Invocations:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._recounts = RecountPace()
-        self._new_rows = BoundBatch("new_rows", NEW_ROWS, db.dialect.arrays)
-        self._insert = _insert_statement(db.dialect, self._new_rows)
 
     async def accept_many(
         self,
@@ -87,8 +85,8 @@ class Invocations:
         news = {new.id: new for new in batch}
         dialect = self._db.dialect
         async with self._db.transaction() as conn:
-            new_rows = self._new_rows.params([_row(new) for new in batch])  # may refuse a value
-            inserted = await conn.execute(self._insert, new_rows)
+            new_rows = NEW_ROWS.params([_row(new) for new in batch], dialect.arrays)  # may refuse
+            inserted = await conn.execute(_insert_statement(dialect), new_rows)
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
             others = [new.id for new in batch if new.id not in created]
             existing: dict[str, Invocation] = {}
@@ -316,7 +314,9 @@ NEW_ROW_COLUMNS = (
     "priority",
 )
 """The columns :func:`_row` fills (the others have defaults, or are stamped with the clock)."""
-NEW_ROWS = tuple(sa.column(name, inv[name].type) for name in NEW_ROW_COLUMNS)
+NEW_ROWS = BoundBatch(
+    "new_rows", tuple(sa.column(name, inv[name].type) for name in NEW_ROW_COLUMNS)
+)
 
 
 def _row(new: NewInvocation) -> tuple[object, ...]:
@@ -337,10 +337,11 @@ def _row(new: NewInvocation) -> tuple[object, ...]:
     )
 
 
-def _insert_statement(dialect: Dialect, new_rows: BoundBatch) -> sa.Insert:
+@cache
+def _insert_statement(dialect: Dialect) -> sa.Insert:
     """A batch of new invocations inserted in the order given (their ``seq``), an id already
     taken skipped; one text for every batch size (:class:`.bound.BoundBatch`)."""
-    rows = new_rows.cte(positions=True)
+    rows = NEW_ROWS.cte(dialect.arrays, positions=True)
     values = [
         dialect.json(rows.c[name]) if isinstance(inv[name].type, sa.JSON) else rows.c[name]
         for name in NEW_ROW_COLUMNS

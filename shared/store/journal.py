@@ -112,7 +112,6 @@ class Journal:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._now = db.now
-        self._dialect = db.dialect
 
     async def load(self, invocation_id: str) -> Recorded:
         async with self._db.connection() as conn:
@@ -210,7 +209,7 @@ class Journal:
                     raise CancelPending(invocation_id)
                 raise _Superseded
             stored = numbered(int(last), batch)
-            await insert_events(conn, self._dialect, {invocation_id: stored})
+            await insert_events(conn, self._db.dialect, {invocation_id: stored})
         return stored
 
     async def waiting_for(self, invocation_ids: Sequence[str]) -> dict[str, list[WaitRecord]]:

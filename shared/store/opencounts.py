@@ -51,10 +51,9 @@ TENANT = "tenant"
 Key = tuple[str, str]
 """(scope, name): ``(OWNER, owner)`` or ``(TENANT, tenant)``."""
 
-CHANGES = (
-    sa.column("scope", sa.Text),
-    sa.column("name", sa.Text),
-    sa.column("change", sa.BigInteger),
+CHANGES = BoundBatch(
+    "changes",
+    (sa.column("scope", sa.Text), sa.column("name", sa.Text), sa.column("change", sa.BigInteger)),
 )
 
 
@@ -85,8 +84,7 @@ async def _upsert(conn: Connection, dialect: Dialect, changed: Mapping[Key, int]
     rows = sorted((scope, name, change) for (scope, name), change in changed.items())
     if not rows:
         return {}
-    batch = _changes(dialect)
-    result = await conn.execute(_add_statement(dialect), batch.params(rows))
+    result = await conn.execute(_add_statement(dialect), CHANGES.params(rows, dialect.arrays))
     return {(row.scope, row.name): int(row.open_count) for row in result}
 
 
@@ -250,13 +248,8 @@ def closed_in(dialect: Dialect, rows: sa.CTE) -> sa.CTE | None:
 
 
 @functools.cache
-def _changes(dialect: Dialect) -> BoundBatch:
-    return BoundBatch("changes", CHANGES, dialect.arrays)
-
-
-@functools.cache
 def _add_statement(dialect: Dialect) -> sa.Insert:
-    batch = _changes(dialect).cte()
+    batch = CHANGES.cte(dialect.arrays)
     change = sa.cast(batch.c.change, sa.BigInteger)
     rows = (
         sa.select(batch.c.scope, batch.c.name, change)
