@@ -67,7 +67,7 @@ class Dialect(ABC):
     def prepare(self, engine: AsyncEngine) -> None:
         """Set up each new connection of ``engine``."""
 
-    def reader_options(self, url: sa.URL) -> dict[str, Any] | None:
+    def reader_options(self, url: sa.URL, pool_size: int) -> dict[str, Any] | None:
         """``create_async_engine`` arguments for an engine of reads only; None: reads share
         the writer's pool."""
         return None
@@ -144,6 +144,18 @@ class PostgreSQL(Dialect):
         # connection that sat idle, not before every transaction (``pool_pre_ping``)
         ping_when_idle(engine)
 
+    def reader_options(self, url: sa.URL, pool_size: int) -> dict[str, Any] | None:
+        """Reads on connections of their own, in autocommit: a read is its one statement, where
+        on the writer's connections psycopg wrapped it in ``BEGIN`` and the pool's
+        ``ROLLBACK``, three round trips for one (each statement of a ``READ COMMITTED``
+        transaction sees its own snapshot anyway). Connections kept in autocommit for good,
+        not switched into it and back per read: that was tried and cost the worker more than
+        it saved."""
+        return {**self.engine_options(url, pool_size), "isolation_level": "AUTOCOMMIT"}
+
+    def prepare_reader(self, engine: AsyncEngine) -> None:
+        ping_when_idle(engine)
+
     def insert_new(self, table: sa.Table, *key: str) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(key))
 
@@ -194,7 +206,7 @@ class SQLite(Dialect):
     def prepare(self, engine: AsyncEngine) -> None:
         _on_sqlite_connections(engine, WRITER_PRAGMAS, begin=WRITER_BEGIN)
 
-    def reader_options(self, url: sa.URL) -> dict[str, Any] | None:
+    def reader_options(self, url: sa.URL, pool_size: int) -> dict[str, Any] | None:
         return _sqlite_pool(url, SQLITE_READERS)
 
     def prepare_reader(self, engine: AsyncEngine) -> None:

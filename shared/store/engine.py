@@ -33,14 +33,14 @@ def create_engine(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine:
     return engine
 
 
-def create_reader(url: str | sa.URL) -> AsyncEngine | None:
-    """Connections for reads beside the writer's, where the database needs them: SQLite has one
-    writer (``BEGIN IMMEDIATE``), and a read on the writer's connection waits behind every write
-    queued there; in WAL mode a read transaction of its own sees every commit and blocks none.
-    None for PostgreSQL, whose pool serves both."""
+def create_reader(url: str | sa.URL, *, pool_size: int = 10) -> AsyncEngine | None:
+    """Connections for reads beside the writer's, where the database gains by them. SQLite has
+    one writer (``BEGIN IMMEDIATE``), and a read on the writer's connection waits behind every
+    write queued there; in WAL mode a read transaction of its own sees every commit and blocks
+    none. PostgreSQL's reads autocommit: one round trip each, not three."""
     parsed = sa.make_url(url)
     dialect = dialect_named(parsed.get_backend_name())
-    options = dialect.reader_options(parsed)
+    options = dialect.reader_options(parsed, pool_size)
     if options is None:
         return None
     engine = create_async_engine(parsed, **ENGINE_OPTIONS, **options)
@@ -120,13 +120,14 @@ class Database:
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Connection]:
         """A connection whose reads all see one moment: PostgreSQL's ``REPEATABLE READ``, read
-        only; the embedded store's reader transaction already is one (WAL)."""
+        only (on the writer's pool: its reader's connections stay in autocommit); the embedded
+        store's reader transaction already is one (WAL)."""
         if self.sync is not None:
             async with self.connection() as conn:
                 yield conn
             return
         with wrapped():
-            async with (self.reader or self.engine).connect() as conn:
+            async with self.engine.connect() as conn:
                 await conn.execution_options(
                     isolation_level="REPEATABLE READ", postgresql_readonly=True
                 )

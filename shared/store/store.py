@@ -106,7 +106,10 @@ class Store:
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10) -> Store:
-        return cls(create_engine(url, pool_size=pool_size))
+        return cls(
+            create_engine(url, pool_size=pool_size),
+            reader=create_reader(url, pool_size=pool_size),
+        )
 
     @classmethod
     def embedded(cls, path: str) -> Store:
