@@ -18,11 +18,12 @@ import bisect
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
 from tether.events import Event
-from tether.store.bound import padded
+from tether.store.bound import BoundBatch
 from tether.store.engine import Database
 from tether.store.schema import Status, events, invocations
 
@@ -90,14 +91,10 @@ class EventReads:
     async def _spans(self, spans: dict[str, tuple[int, int]]) -> dict[str, StreamPage]:
         """Each invocation's facts and its events in ``low < cursor <= high``."""
         ids = list(spans)
-        size = padded(len(ids))
-        params: dict[str, object] = {}
-        for n in range(size):
-            invocation_id = ids[n] if n < len(ids) else ""  # padding: an id that no row has
-            low, high = spans.get(invocation_id, (0, 0))
-            params |= {f"n{n}": n, f"id{n}": invocation_id, f"after{n}": low, f"upto{n}": high}
+        arrays = self._db.dialect.arrays
+        wanted = [(n, i, *spans[i]) for n, i in enumerate(ids)]
         async with self._db.connection() as conn:
-            rows = (await conn.execute(_pages_query(size), params)).all()
+            rows = (await conn.execute(_pages_query(arrays), WANTED.params(wanted, arrays))).all()
         found: dict[str, StreamPage] = {}
         for row in rows:
             invocation_id = ids[row.n]
@@ -121,29 +118,41 @@ def _page_of(span: StreamPage | None, read: StreamRead) -> StreamPage | None:
     return StreamPage(span.owner, span.status, span.last_event_id, span.seq, events)
 
 
-@functools.cache
-def _pages_query(size: int) -> sa.TextualSelect:
-    """``size`` reads in one statement: each read's invocation row (owner, status, last cursor,
-    seq) left-joined to its range of events. Plain SQL both databases run as written."""
-    wanted = ", ".join(
-        f"(CAST(:n{n} AS INTEGER), CAST(:id{n} AS TEXT), CAST(:after{n} AS BIGINT),"
-        f" CAST(:upto{n} AS BIGINT))"
-        for n in range(size)
-    )
-    return sa.text(
-        f"WITH wanted (n, id, after_cursor, upto) AS (VALUES {wanted})"
-        f" SELECT wanted.n, i.owner, i.status, i.last_event_id, i.seq, e.cursor, e.type, e.data"
-        f" FROM wanted JOIN {invocations.name} i ON i.id = wanted.id"
-        f" LEFT JOIN {events.name} e ON e.invocation_id = wanted.id"
-        f" AND e.cursor > wanted.after_cursor AND e.cursor <= wanted.upto"
-        f" ORDER BY wanted.n, e.cursor"
-    ).columns(
+WANTED = BoundBatch(
+    "wanted",
+    (
         sa.column("n", sa.Integer),
-        inv.owner,
-        inv.status,
-        inv.last_event_id,
-        inv.seq,
-        ev.cursor,
-        ev.type,
-        ev.data,
+        sa.column("id", sa.Text),
+        sa.column("after_cursor", sa.BigInteger),
+        sa.column("upto", sa.BigInteger),
+    ),
+)
+"""The reads of one statement: each one's place, invocation and range of cursors."""
+
+
+@functools.cache
+def _pages_query(arrays: bool) -> sa.Select[Any]:
+    """Any number of reads in one statement (:class:`.bound.BoundBatch`: one text whatever
+    their number; it was a ``VALUES`` list with four parameters a read, padded to a power of
+    two): each read's invocation row (owner, status, last cursor, seq) left-joined to its range
+    of events."""
+    wanted = WANTED.cte(arrays)
+    in_range = sa.and_(
+        ev.invocation_id == wanted.c.id,
+        ev.cursor > wanted.c.after_cursor,
+        ev.cursor <= wanted.c.upto,
+    )
+    return (
+        sa.select(
+            wanted.c.n,
+            inv.owner,
+            inv.status,
+            inv.last_event_id,
+            inv.seq,
+            ev.cursor,
+            ev.type,
+            ev.data,
+        )
+        .select_from(wanted.join(invocations, inv.id == wanted.c.id).outerjoin(events, in_range))
+        .order_by(wanted.c.n, ev.cursor)
     )

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from tether.jsonvalue import InvalidJson, check_text, dumps
 from tether.outcomes import cancelled
 from tether.store.batching import write_batch
-from tether.store.bound import BoundBatch, padded
+from tether.store.bound import BoundBatch
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.endings import Ending, write_endings
@@ -141,10 +141,10 @@ class Invocations:
         """Each id's invocation, in order, from one statement (None where there is none)."""
         if not invocation_ids:
             return []
-        ids = list(invocation_ids)
-        ids += [""] * (padded(len(ids)) - len(ids))  # no invocation has id ""
+        arrays = self._db.dialect.arrays
+        params = WANTED_IDS.params([(i,) for i in invocation_ids], arrays)
         async with self._db.connection() as conn:
-            rows = (await conn.execute(_BY_IDS, {"invocation_ids": ids})).mappings().all()
+            rows = (await conn.execute(_by_ids(arrays), params)).mappings().all()
         found = {row["id"]: Invocation.from_row(row) for row in rows}
         return [found.get(invocation_id) for invocation_id in invocation_ids]
 
@@ -286,11 +286,15 @@ _BY_ID = sa.select(*INVOCATION_COLUMNS).where(
 embedded gateway's CPU under a burst of status reads)."""
 
 
-_BY_IDS = sa.select(*INVOCATION_COLUMNS).where(
-    inv.id.in_(sa.bindparam("invocation_ids", expanding=True, type_=sa.Text))
-)
-"""Invocations by id, built once; the id list is padded to a power of two (``padded``), so
-PostgreSQL sees few statement texts and prepares them."""
+WANTED_IDS = BoundBatch("wanted_ids", (sa.column("id", sa.Text),))
+
+
+@cache
+def _by_ids(arrays: bool) -> sa.Select[Any]:
+    """Invocations by id, the ids a bound batch (:class:`.bound.BoundBatch`): one text for any
+    number of them, where an expanding ``IN`` was rendered anew on every execution (about 7 %
+    of a read of five), and no padding."""
+    return sa.select(*INVOCATION_COLUMNS).where(inv.id.in_(sa.select(WANTED_IDS.cte(arrays).c.id)))
 
 
 async def _get(conn: Connection, invocation_id: str) -> Invocation | None:
