@@ -77,6 +77,16 @@ def check_text(text: str) -> None:
         raise InvalidJson(SURROGATE_MESSAGE)
 
 
+def storable_text(text: str) -> bool:
+    """Whether a ``text`` column could hold ``text`` (:func:`check_text`): a lookup by a key
+    none could hold finds nothing, and must not fail the batch of reads it came in."""
+    try:
+        check_text(text)
+    except InvalidJson:
+        return False
+    return True
+
+
 def _value_error_message(exc: ValueError) -> str:
     """Python's reason, in our own words (its text is not for clients)."""
     reason = str(exc)

@@ -23,12 +23,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from tether.events import Event
+from tether.jsonvalue import storable_text
 from tether.store.bound import BoundBatch
 from tether.store.engine import Database
 from tether.store.schema import Status, events, invocations
 
 inv = invocations.c
 ev = events.c
+LAST_CURSOR = 2**63 - 1
+"""The largest cursor a ``BIGINT`` holds: a page's upper bound stops there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +86,19 @@ class EventReads:
             return []
         spans: dict[str, tuple[int, int]] = {}  # reads of one invocation share its rows
         for read in reads:
-            low, high = spans.get(read.invocation_id, (read.after, read.after + read.limit))
-            spans[read.invocation_id] = (min(low, read.after), max(high, read.after + read.limit))
+            if not storable_text(read.invocation_id):  # names no row; must not fail the others
+                continue
+            upto = min(read.after + read.limit, LAST_CURSOR)
+            low, high = spans.get(read.invocation_id, (read.after, upto))
+            spans[read.invocation_id] = (min(low, read.after), max(high, upto))
         found = await self._spans(spans)
         return [_page_of(found.get(read.invocation_id), read) for read in reads]
 
     async def _spans(self, spans: dict[str, tuple[int, int]]) -> dict[str, StreamPage]:
         """Each invocation's facts and its events in ``low < cursor <= high``."""
         ids = list(spans)
+        if not ids:
+            return {}
         arrays = self._db.dialect.arrays
         wanted = [(n, i, *spans[i]) for n, i in enumerate(ids)]
         async with self._db.connection() as conn:

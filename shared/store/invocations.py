@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tether.jsonvalue import InvalidJson, check_text, dumps
+from tether.jsonvalue import InvalidJson, check_text, dumps, storable_text
 from tether.outcomes import cancelled
 from tether.store.batching import write_batch
 from tether.store.bound import BoundBatch
@@ -142,8 +142,9 @@ class Invocations:
         if not invocation_ids:
             return []
         arrays = self._db.dialect.arrays
-        params = WANTED_IDS.params([(i,) for i in invocation_ids], arrays)
+        wanted = [(i,) for i in dict.fromkeys(invocation_ids) if storable_text(i)]  # else no row
         async with self._db.connection() as conn:
+            params = WANTED_IDS.params(wanted, arrays)
             rows = (await conn.execute(_by_ids(arrays), params)).mappings().all()
         found = {row["id"]: Invocation.from_row(row) for row in rows}
         return [found.get(invocation_id) for invocation_id in invocation_ids]

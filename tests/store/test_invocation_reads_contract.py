@@ -35,7 +35,7 @@ async def test_get_many_answers_each_id_in_order_as_get_does(store: Store) -> No
     assert got[1] is None and got[5] is None
     assert got[3] is not None and got[3].status is Status.COMPLETED
     assert await store.get_many([]) == []
-    for count in (1, 2, 3, 7, 9):  # every padded size
+    for count in (1, 2, 3, 7, 9):
         got = await store.get_many((ids * 2)[:count])
         assert [g.id if g else None for g in got] == (ids * 2)[:count]
 

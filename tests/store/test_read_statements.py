@@ -77,3 +77,26 @@ async def test_a_postgresql_read_opens_no_transaction(store: Store) -> None:
         await conn.execute(sa.text("SELECT 1"))
         raw = await conn.get_raw_connection()  # type: ignore[attr-defined]
         assert raw.driver_connection.info.transaction_status is TransactionStatus.INTRANS
+
+
+async def test_an_id_no_column_could_hold_finds_nothing_and_fails_no_other_read(
+    store: Store,
+) -> None:
+    [invocation_id] = await started(store, 1)
+    bad = ["nul\x00id", "lone\ud800surrogate"]
+    got = await store.get_many([invocation_id, *bad, invocation_id])
+    assert [g.id if g else None for g in got] == [invocation_id, None, None, invocation_id]
+    pages = await store.read_streams([StreamRead(i, 0, 10) for i in [*bad, invocation_id]])
+    assert pages[:2] == [None, None]
+    assert pages[2] is not None and len(pages[2].events) == 4  # run.started and 3 ticks
+    assert await store.read_streams([StreamRead(bad[0], 0, 10)]) == [None]
+
+
+async def test_a_read_after_the_last_cursor_a_bigint_holds_is_an_empty_page(store: Store) -> None:
+    [invocation_id] = await started(store, 1)
+    last = 2**63 - 1  # the largest cursor the API takes; after + limit would overflow
+    pages = await store.read_streams(
+        [StreamRead(invocation_id, last, 1000), StreamRead(invocation_id, 1, 2)]
+    )
+    assert pages[0] is not None and pages[0].events == [] and pages[0].owner == "ann"
+    assert pages[1] is not None and [e.cursor for e in pages[1].events] == [2, 3]
