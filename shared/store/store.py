@@ -124,7 +124,9 @@ class Store:
         return cls(create_engine(url), reader=create_reader(url), temporary_file=temporary)
 
     def sibling(self) -> Store:
-        """A second store on the same database with its own connections (for another thread)."""
+        """A second store on the same database with its own connections (for another thread):
+        one pool, no reader, so the liveness fallback's pings keep open the very connection its
+        beats use."""
         return Store(create_engine(self.engine.url, pool_size=1))
 
     async def migrate(self) -> list[str]:
@@ -139,13 +141,16 @@ class Store:
             await recount_open(conn, self.db.dialect)
 
     async def close(self) -> None:
-        self.db.close_sync()
-        await self.engine.dispose()
-        if self.db.reader is not None:
-            await self.db.reader.dispose()
-        if self._temporary_file is not None:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self._temporary_file}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240
+        """Close every connection (the reader's too when closing the writer's fails)."""
+        try:
+            self.db.close_sync()
+            await self.engine.dispose()
+        finally:
+            if self.db.reader is not None:
+                await self.db.reader.dispose()
+            if self._temporary_file is not None:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{self._temporary_file}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240
 
     async def ping(self) -> None:
         async with self.db.connection() as conn:
