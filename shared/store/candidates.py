@@ -145,7 +145,8 @@ class QueuedTenants:
     def __init__(self, rescan: float = RESCAN, clock: Callable[[], float] = time.monotonic):
         self._rescan = rescan
         self._clock = clock
-        self._names: list[str] = []
+        self._names: dict[str, None] = {}
+        """The tenants, in the order they came (a dict: joining checks membership at once)."""
         self._scanned_at = float("-inf")
         self._announced: dict[str, float] = {}
         """Tenants announced since the last scan began, with when: a scan that read the
@@ -155,7 +156,7 @@ class QueuedTenants:
 
     @property
     def names(self) -> list[str]:
-        return self._names
+        return list(self._names)
 
     def fresh(self) -> bool:
         """Whether a claim may read the list instead of scanning."""
@@ -172,13 +173,12 @@ class QueuedTenants:
     def scanned(self, names: list[str], began: float) -> None:
         """The scan that began at ``began`` found ``names``; announcements since it began stay."""
         self._announced = {t: at for t, at in self._announced.items() if at >= began}
-        self._names, self._scanned_at = names, began
+        self._names, self._scanned_at = dict.fromkeys(names), began
         self.joined(list(self._announced))
 
     def joined(self, names: list[str]) -> None:
         """Tenants read through hints: kept until the next scan."""
-        known = set(self._names)
-        self._names = self._names + [n for n in names if n not in known]
+        self._names.update(dict.fromkeys(names))
 
     def announced(self, names: list[str]) -> None:
         """Tenants a gateway announced new work for: kept until the next scan after this."""
