@@ -39,13 +39,17 @@ class TenantRateLimited(Exception):
 
 Outcome = AcceptResult | TenantRateLimited
 ACCEPTS_IN_FLIGHT = 1
-"""Accept transactions a process runs at once. A transaction costs about a millisecond of the
-gateway's CPU whatever its size (PostgreSQL, through SQLAlchemy's asyncio layer: ``BEGIN``,
-the insert, the counts, ``COMMIT``) and ~12 us more per invocation, so under load one batch at
-a time, holding everything that arrived meanwhile, beats two half-sized ones: with two,
-2,000 posts at concurrency 32 took 0.84 (one gateway process) and 0.72 (two) of the bare
-handler's rate, with one 0.89 and 0.79 (``docs/performance.md``). A lone request still goes at
-once."""
+"""Accept flushes a process runs at once. A flush is the tenants' limits (cached), their bucket
+takes, the store's accept (one transaction; more when :mod:`tether.store.batching` splits the
+batch: a repeated id, a held row, a value the database refuses), then the messages and the
+announcement. On PostgreSQL its transaction costs about 1 ms of the gateway's CPU whatever its
+size, ~30 us more per invocation, so under load one flush at a time, holding everything that
+arrived meanwhile, beats two half-sized ones. With two processes, 2,000 posts at concurrency 32
+went from 0.67-0.71 of the bare handler's rate to 0.72-0.88 (batches ~1.45x larger); with one the
+gain is within the noise (``docs/performance.md``). The price: a request that arrives during a
+flush waits for it to end, and a slow flush (a split batch, a row lock, Redis) holds every accept
+of the process meanwhile, where the second slot kept the others moving. A lone request still
+goes at once."""
 
 
 class Acceptor:
