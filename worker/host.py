@@ -141,7 +141,9 @@ class NodeHost(dramatiq.Middleware):
         database_url = worker_database_url(self.settings)
         try:
             async with (
-                distributed_services(self.settings, database_url=database_url) as services,
+                distributed_services(
+                    self.settings, database_url=database_url, separate_reads=False
+                ) as services,
                 run_node(settings=self.settings, services=services, app=app) as runtime,
                 watching_broker(self.settings, services.store, services.queue.send),
             ):

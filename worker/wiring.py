@@ -34,9 +34,11 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def distributed_services(
-    settings: Settings, *, database_url: str | None = None
+    settings: Settings, *, database_url: str | None = None, separate_reads: bool = True
 ) -> AsyncIterator[Services]:
-    store = Store.postgres(database_url or settings.database_url)
+    """A gateway's services (or, with ``database_url`` and ``separate_reads=False``, a worker
+    node's: see :meth:`Store.postgres`)."""
+    store = Store.postgres(database_url or settings.database_url, separate_reads=separate_reads)
     pubsub = RedisPubSub(settings.redis_url, settings.limits.stream_buffer_bytes)
     queue = Queue(AsyncEnqueuer(settings.redis_url, settings.worker.queue))
     async with opened(store, pubsub, queue) as services:

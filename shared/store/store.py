@@ -105,11 +105,15 @@ class Store:
         """Tenants' accept-rate token buckets (:mod:`tether.store.buckets`)."""
 
     @classmethod
-    def postgres(cls, url: str, *, pool_size: int = 10) -> Store:
-        return cls(
-            create_engine(url, pool_size=pool_size),
-            reader=create_reader(url, pool_size=pool_size),
-        )
+    def postgres(cls, url: str, *, pool_size: int = 10, separate_reads: bool = True) -> Store:
+        """PostgreSQL at ``url``. ``separate_reads``: reads go to a pool of their own in
+        autocommit (:func:`create_reader`), as a gateway's status reads and streams' pages gain
+        by; False: on the writer's pool, each in a transaction of its own, as a worker's do.
+        With the reader in the worker, ``bench flood``'s tenant A finished 223-231 invocations
+        a second where it finished 270-280 without it, and B's accept -> start p99 was
+        3.2-3.9x its idle figure against 1.6-1.8x (docs/performance.md); why was not found."""
+        reader = create_reader(url, pool_size=pool_size) if separate_reads else None
+        return cls(create_engine(url, pool_size=pool_size), reader=reader)
 
     @classmethod
     def embedded(cls, path: str) -> Store:

@@ -100,3 +100,17 @@ async def test_a_read_after_the_last_cursor_a_bigint_holds_is_an_empty_page(stor
     )
     assert pages[0] is not None and pages[0].events == [] and pages[0].owner == "ann"
     assert pages[1] is not None and [e.cursor for e in pages[1].events] == [2, 3]
+
+
+async def test_a_store_without_separate_reads_reads_in_a_transaction_on_the_writers_pool(
+    migrated_pg: str,
+) -> None:
+    store = Store.postgres(migrated_pg, pool_size=1, separate_reads=False)  # as a worker's
+    try:
+        assert store.db.reader is None
+        async with store.db.connection() as conn:
+            assert await conn.scalar(sa.text("SELECT 1")) == 1
+            raw = await conn.get_raw_connection()  # type: ignore[attr-defined]
+            assert raw.driver_connection.info.transaction_status is TransactionStatus.INTRANS
+    finally:
+        await store.close()
