@@ -48,8 +48,9 @@ async def run(sizes: Sizes) -> list[Row]:
             commits1, rollbacks1 = db.stats()
         finally:
             pg.close()
-    # the bench's own polling queries are transactions too: not Tether's. Tether's reads
-    # autocommit since 2026-12-04 (each one a commit here, where it was a rollback before)
+    # the bench's own polling queries are transactions too: not Tether's. A gateway's reads
+    # autocommit since 2026-12-04 (each one a commit here); a worker's are transactions ended
+    # by a rollback (again since 2026-12-05)
     commits = (commits1 - commits0 - (probes1 - probes0)) / n
     rollbacks = (rollbacks1 - rollbacks0) / n
     details = {"invocations": n, "settle_s": STATS_SETTLE}

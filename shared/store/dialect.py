@@ -150,7 +150,9 @@ class PostgreSQL(Dialect):
         ``ROLLBACK``, three round trips for one (each statement of a ``READ COMMITTED``
         transaction sees its own snapshot anyway). Connections kept in autocommit for good,
         not switched into it and back per read: that was tried and cost the worker more than
-        it saved. Half the writer's pool: a read holds its connection for one round trip."""
+        it saved; and a worker keeps its reads off this pool too (:meth:`Store.postgres`,
+        ``separate_reads``). Half the writer's pool: a read holds its connection for one round
+        trip."""
         size = max(1, pool_size // 2)
         return {**self.engine_options(url, size), "isolation_level": "AUTOCOMMIT"}
 
