@@ -1,10 +1,11 @@
 """The actors. Import this module to get the broker with its actors declared.
 
-``run_invocation`` is a token: it lets a worker claim the next fair invocation
-(:mod:`tether.store.claims`); the id it carries is only a hint. A duplicate or redelivered message
-claims nothing more than the queue holds, because claiming is conditional. It is never retried
-and has no time limit: the broker has no ``Retries`` or ``TimeLimit`` middleware (see
-:func:`tether.worker.dramatiq_redis.build_broker`).
+``run_invocations`` carries tokens: each lets a worker claim the next fair invocation
+(:mod:`tether.store.claims`); the ids are only hints. A duplicate or redelivered message claims
+nothing more than the queue holds, because claiming is conditional. Neither actor is ever retried
+or has a time limit: the broker has no ``Retries`` or ``TimeLimit`` middleware (see
+:func:`tether.worker.dramatiq_redis.build_broker`). ``run_invocation`` is the one-token message
+that gateways and workers sent before, still taken so that none queued across an upgrade is lost.
 """
 
 from __future__ import annotations
@@ -14,13 +15,22 @@ import logging
 import dramatiq
 
 from tether.worker.broker import broker, host, settings
-from tether.worker.dramatiq_redis import RUN_INVOCATION
+from tether.worker.dramatiq_redis import RUN_INVOCATION, RUN_INVOCATIONS
 
 log = logging.getLogger(__name__)
-__all__ = ["broker", "run_invocation"]
+__all__ = ["broker", "run_invocation", "run_invocations"]
+
+
+@dramatiq.actor(actor_name=RUN_INVOCATIONS, queue_name=settings.worker.queue)
+def run_invocations(invocation_ids: list[str]) -> None:
+    if not host.start_invocations(invocation_ids) and invocation_ids:
+        log.debug(
+            "tokens for invocation %s and %d more: dropped (the worker is stopping)",
+            invocation_ids[0],
+            len(invocation_ids) - 1,
+        )
 
 
 @dramatiq.actor(actor_name=RUN_INVOCATION, queue_name=settings.worker.queue)
 def run_invocation(invocation_id: str) -> None:
-    if not host.start_invocation(invocation_id):
-        log.debug("token for invocation %s: dropped (the worker is stopping)", invocation_id)
+    run_invocations([invocation_id])

@@ -39,6 +39,7 @@ from tether.queue import Send
 from tether.settings import Settings
 from tether.store.store import Store, StoreError
 from tether.worker.dramatiq_private import message_hashes
+from tether.worker.dramatiq_redis import tokens_in
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +126,7 @@ class BrokerWatch:
         for key in message_hashes(self._queue):
             async for _, data in self._redis.hscan_iter(key, count=1000):
                 with contextlib.suppress(Exception):  # not one of ours: it carries no id
-                    args = dramatiq.Message.decode(bytes(data)).args
-                    if args:
-                        found.add(str(args[0]))
+                    found.update(tokens_in(dramatiq.Message.decode(bytes(data)).args))
         return found
 
     async def watch(self, interval: float) -> None:

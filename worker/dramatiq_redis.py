@@ -1,6 +1,6 @@
 """The worker's Dramatiq broker on Redis, and its consumers, woken instead of polling.
 
-``run_invocation`` messages carry ids only (see :mod:`tether.worker.actors`). Idle consumers are
+``run_invocations`` messages carry ids only (see :mod:`tether.worker.actors`). Idle consumers are
 woken, not polled: every enqueue also publishes a wake-up on the queue's channel (Dramatiq's own
 enqueues through the :class:`~tether.worker.wakeups.WakeUpOnEnqueue` middleware, Tether's through
 :class:`~tether.worker.enqueuer.AsyncEnqueuer`), and Tether's consumer waits for one between
@@ -13,7 +13,8 @@ soon as half its room is free.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import dramatiq
 import redis
@@ -24,7 +25,26 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifica
 from tether.worker.dramatiq_private import unsleeping_consumer
 from tether.worker.wakeups import WakeUpListener, WakeUpOnEnqueue
 
+RUN_INVOCATIONS = "run_invocations"
+"""The actor whose message carries up to :data:`TOKENS_PER_MESSAGE` tokens: what Tether sends."""
 RUN_INVOCATION = "run_invocation"
+"""The actor whose message carries one token: what gateways and workers sent before
+``run_invocations`` (still taken, so that messages queued across an upgrade are not lost)."""
+TOKENS_PER_MESSAGE = 16
+"""Most tokens one message carries. A process takes a message's tokens only as far as it has free
+slots and sends the rest back (:meth:`tether.worker.host.NodeHost.start_invocations`), so this
+bounds the work one fetch moves, as Dramatiq's prefetch does for one-token messages."""
+
+
+def tokens_in(args: Sequence[Any]) -> list[str]:
+    """The invocation ids in the arguments of a ``run_invocations`` or ``run_invocation``
+    message."""
+    if not args:
+        return []
+    first = args[0]
+    if isinstance(first, list):
+        return [str(invocation_id) for invocation_id in first]
+    return [str(first)]
 
 
 def build_broker(redis_url: str, *extra: dramatiq.Middleware) -> RedisBroker:

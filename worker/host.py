@@ -1,8 +1,9 @@
 """Hosts a worker node on an event loop thread inside each Dramatiq worker process.
 
-Dramatiq's threads only hand tokens over: an actor call waits for a free concurrency slot, then
-returns while the loop claims the next fair invocation with it and runs the attempt. So one
-process runs up to ``worker.concurrency`` invocations, whatever its thread count.
+Dramatiq's threads only hand tokens over: an actor call takes a free concurrency slot for each of
+its message's tokens (waiting for one only when none is free), then returns while the loop claims
+the next fair invocation with each and runs the attempts. So one process runs up to
+``worker.concurrency`` invocations, whatever its thread count.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
 from typing import Any
 
@@ -92,6 +93,17 @@ def worker_database_url(settings: Settings) -> str:
     return url.update_query_dict({"options": options}).render_as_string(hide_password=False)
 
 
+def _on_loop(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, Any]) -> bool:
+    """Run ``work`` on ``loop`` from another thread, without waiting; False if the loop is
+    closed (then ``work`` is closed unrun)."""
+    try:
+        asyncio.run_coroutine_threadsafe(work, loop)
+    except RuntimeError:
+        work.close()
+        return False
+    return True
+
+
 class NodeHost(dramatiq.Middleware):
     """Opens the node in ``before_worker_boot`` and drains it in ``after_worker_shutdown``; in
     between, the process stops itself gracefully if its parent dies (:mod:`.parent_watch`)."""
@@ -154,25 +166,47 @@ class NodeHost(dramatiq.Middleware):
         finally:
             self.runtime = None
 
-    def start_invocation(self, invocation_id: str) -> bool:
-        """A token: wait for a free slot, hand it to the node's loop and return without waiting
-        for its claim.
+    def start_invocations(self, invocation_ids: Sequence[str]) -> int:
+        """One message's tokens: take a free slot for each, hand them to the node's loop and
+        return without waiting for their claims; how many were handed over (0: the worker is
+        stopping, and they are dropped).
 
         Dramatiq's threads so keep taking messages while the loop claims for them, many in one
         transaction. A full process stops taking messages (the back-pressure) and leaves them to
-        processes with room. A message is acknowledged before its claim: if the process dies in
-        between, the work is still queued and the periodic claim passes take it.
+        processes with room: when no slot is free, this thread waits for one with the first
+        token and sends the others back to the queue at once; tokens beyond the slots that are
+        free go back too, so a message never holds more than one token in a process without
+        room. A message is acknowledged before its claims: if the process dies in between, the
+        work is still queued and the periodic claim passes take it.
         """
         loop, runtime = self.loop, self.runtime
-        if loop is None or runtime is None:
-            return False
-        runtime.slots.take()
-        try:
-            asyncio.run_coroutine_threadsafe(self._start(runtime, invocation_id), loop)
-        except RuntimeError:  # the loop is closed: the process is going away
-            runtime.slots.give()
-            return False
-        return True
+        if loop is None or runtime is None or not invocation_ids:
+            return 0
+        tokens = list(invocation_ids)
+        if not runtime.slots.try_take():
+            self._send_back(loop, runtime, tokens[1:])
+            tokens = tokens[:1]
+            runtime.slots.take()
+        taken = 1
+        while taken < len(tokens) and runtime.slots.try_take():
+            taken += 1
+        for handed, hint in enumerate(tokens[:taken]):
+            if not _on_loop(loop, self._start(runtime, hint)):  # the process is going away
+                for _ in range(taken - handed):
+                    runtime.slots.give()
+                return handed
+        self._send_back(loop, runtime, tokens[taken:])
+        return taken
+
+    def _send_back(
+        self, loop: asyncio.AbstractEventLoop, runtime: Runtime, tokens: Sequence[str]
+    ) -> None:
+        """Tokens this process has no slot for, to the queue for one with room (sent from the
+        loop; a failed send is the queue's to log, and the reaper's to make up for)."""
+        if not tokens:
+            return
+        log.debug("tokens for invocation %s and %d more: sent back", tokens[0], len(tokens) - 1)
+        _on_loop(loop, runtime.services.queue.send(tokens))  # if not: still queued, for others
 
     async def _start(self, runtime: Runtime, hint: str) -> None:
         try:

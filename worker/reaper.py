@@ -27,9 +27,10 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 500
 REQUEUE_BATCH = 500
 """Most wake-ups a pass re-sends for queued invocations nobody claimed for ``requeue_after``,
-counting the messages already waiting in the queue: a message only lets a worker claim the next
-fair invocation, whichever it names, so a backlog draining behind enough waiting messages (a
-flood) needs none re-sent; lost messages (a gateway that died before sending) do."""
+less the messages already waiting in the queue (each carries one token or more): a token only
+lets a worker claim the next fair invocation, whichever it names, and a worker whose attempt ends
+claims again, so a backlog draining behind waiting messages (a flood) needs none re-sent; lost
+messages (a gateway that died before sending) do."""
 DELETE_BATCHES_PER_PASS = 10
 MAX_DOUBLINGS = 64
 

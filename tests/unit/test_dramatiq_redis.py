@@ -15,7 +15,13 @@ from dramatiq.middleware import Retries, TimeLimit
 
 from tests.unit.test_dramatiq_wakeups import Fetcher
 from tether.worker.dramatiq_private import unsleeping_consumer
-from tether.worker.dramatiq_redis import RUN_INVOCATION, WokenConsumer, build_broker
+from tether.worker.dramatiq_redis import (
+    RUN_INVOCATIONS,
+    TOKENS_PER_MESSAGE,
+    WokenConsumer,
+    build_broker,
+    tokens_in,
+)
 from tether.worker.enqueuer import AsyncEnqueuer
 from tether.worker.wakeups import WakeUpListener, WakeUpOnEnqueue
 
@@ -66,7 +72,7 @@ async def test_a_message_sent_from_asyncio_reaches_a_woken_consumer_as_dramatiq_
     try:
         await enqueuer.send(["an-id"], 0)
         message = await next_message(consumer)
-        assert message.actor_name == RUN_INVOCATION and message.args == ("an-id",)
+        assert message.actor_name == RUN_INVOCATIONS and message.args == (["an-id"],)
         assert message.queue_name == name
         consumer.ack(message)
     finally:
@@ -85,7 +91,7 @@ async def test_an_idle_consumer_is_woken_by_a_send(
         assert await asyncio.to_thread(fetcher.empty.wait, DEADLINE)  # found nothing; waits
         await enqueuer.send(["woken"], 0)
         message = await taking
-        assert message.args == ("woken",)
+        assert message.args == (["woken"],)
         consumer.ack(message)
     finally:
         consumer.close()
@@ -99,7 +105,7 @@ async def test_a_delayed_send_goes_to_the_delay_queue_with_its_eta(
     try:
         await enqueuer.send(["later"], 30.0)
         message = await next_message(consumer)
-        assert message.args == ("later",) and message.queue_name == f"{name}.DQ"
+        assert message.args == (["later"],) and message.queue_name == f"{name}.DQ"
         assert isinstance(message.options["eta"], int)
         consumer.ack(message)
     finally:
@@ -114,7 +120,41 @@ async def test_many_concurrent_sends_all_arrive(
     await asyncio.gather(*(enqueuer.send([i], 0) for i in ids[:25]), enqueuer.send(ids[25:], 0))
     consumer = broker.consume(name, prefetch=100, timeout=IDLE_MS)
     try:
-        got = [await next_message(consumer) for _ in ids]
-        assert sorted(m.args[0] for m in got) == sorted(ids)
+        got: list[str] = []
+        while len(got) < len(ids):
+            got += tokens_in((await next_message(consumer)).args)
+        assert sorted(got) == sorted(ids)
     finally:
         consumer.close()
+
+
+async def test_tokens_sent_together_go_in_as_few_messages_as_allowed_one_group_per_delay(
+    queue: tuple[RedisBroker, AsyncEnqueuer, str],
+) -> None:
+    broker, enqueuer, name = queue
+    now = [f"now-{i}" for i in range(TOKENS_PER_MESSAGE * 2 + 3)]
+    later = [f"later-{i}" for i in range(3)]
+    await enqueuer.send(now, 0)
+    await enqueuer.send(later, 30.0)
+    # concurrent lone sends: all pending when the first flush starts, so they go in one
+    await asyncio.gather(*(enqueuer.send([f"lone-{i}"], 0) for i in range(5)))
+    assert await enqueuer.waiting() == 3 + 1 + 1  # 16 + 16 + 3; the delayed 3; the 5 lone ones
+    due = broker.consume(name, prefetch=10, timeout=IDLE_MS)
+    delayed = broker.consume(f"{name}.DQ", prefetch=10, timeout=IDLE_MS)
+    try:
+        messages = [await next_message(due) for _ in range(4)]
+        assert all(m.actor_name == RUN_INVOCATIONS for m in messages)
+        carried = sorted((tokens_in(m.args) for m in messages), key=len, reverse=True)
+        assert [len(t) for t in carried] == [TOKENS_PER_MESSAGE, TOKENS_PER_MESSAGE, 5, 3]
+        assert [i for t in carried if t[0].startswith("now") for i in t] == now  # in order
+        assert sorted(carried[2]) == sorted(f"lone-{i}" for i in range(5))
+        assert tokens_in((await next_message(delayed)).args) == later
+    finally:
+        due.close()
+        delayed.close()
+
+
+def test_the_tokens_in_both_message_shapes() -> None:
+    assert tokens_in(("a",)) == ["a"]  # run_invocation, as sent before run_invocations
+    assert tokens_in((["a", "b"],)) == ["a", "b"]
+    assert tokens_in(()) == []

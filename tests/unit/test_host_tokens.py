@@ -1,0 +1,163 @@
+"""A worker process's share of a message's tokens (``NodeHost.start_invocations``): it takes as
+many as it has free slots, waits only while it holds a single token, and sends every other token
+back to the queue for a process with room. The node's loop is a real loop on its own thread, as
+in a worker process; the runtime is a stand-in with real slots that records what it is given."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import pytest
+
+from tether.settings import Settings
+from tether.worker.host import NodeHost
+from tether.worker.runtime import Runtime
+from tether.worker.slots import Slots
+
+DEADLINE = 10.0
+
+
+@dataclass
+class SentBack:
+    batches: list[list[str]] = field(default_factory=list)
+
+    async def send(self, invocation_ids: Sequence[str], delay: float = 0.0) -> bool:
+        self.batches.append(list(invocation_ids))
+        return True
+
+
+@dataclass
+class Services:
+    queue: SentBack = field(default_factory=SentBack)
+
+
+class Runtime_:
+    """What ``start_invocations`` uses of a runtime: its slots, its queue, ``start_in_slot``
+    (which here keeps the slot, as an attempt that starts does)."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = Slots(slots)
+        self.services = Services()
+        self.started: list[str] = []
+
+    async def start_in_slot(self, hint: str = "") -> bool:
+        self.started.append(hint)
+        return True
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(DEADLINE)
+        loop.close()
+
+
+def hosting(loop: asyncio.AbstractEventLoop, runtime: Runtime_) -> NodeHost:
+    host = NodeHost(Settings())
+    host.loop, host.runtime = loop, cast(Runtime, runtime)
+    return host
+
+
+def settled(loop: asyncio.AbstractEventLoop) -> None:
+    """Wait until the loop has run what was handed to it so far (two passes: the hand-over,
+    then the coroutine's first step)."""
+    for _ in range(2):
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(DEADLINE)
+
+
+def ids(n: int) -> list[str]:
+    return [f"inv-{i}" for i in range(n)]
+
+
+def test_every_token_starts_where_every_slot_is_free(loop: asyncio.AbstractEventLoop) -> None:
+    runtime = Runtime_(slots=20)
+    assert hosting(loop, runtime).start_invocations(ids(16)) == 16
+    settled(loop)
+    assert runtime.started == ids(16)
+    assert runtime.services.queue.batches == []
+    assert runtime.slots.free == 4
+
+
+def test_tokens_beyond_the_free_slots_go_back_to_the_queue_together(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    runtime = Runtime_(slots=5)
+    assert hosting(loop, runtime).start_invocations(ids(16)) == 5
+    settled(loop)
+    assert runtime.started == ids(5)
+    assert runtime.services.queue.batches == [ids(16)[5:]]
+    assert runtime.slots.free == 0
+
+
+def test_a_full_process_sends_all_but_one_back_at_once_and_waits_with_that_one(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    runtime = Runtime_(slots=1)
+    assert runtime.slots.try_take()  # full
+    host = hosting(loop, runtime)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(host.start_invocations(ids(16))))
+    thread.start()
+    deadline = time.monotonic() + DEADLINE
+    while not runtime.services.queue.batches and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runtime.services.queue.batches == [ids(16)[1:]]  # before any slot freed
+    assert thread.is_alive() and runtime.started == []  # the first token waits: back-pressure
+    runtime.slots.give()
+    thread.join(DEADLINE)
+    settled(loop)
+    assert result == [1]
+    assert runtime.started == ["inv-0"]
+    assert runtime.services.queue.batches == [ids(16)[1:]]
+
+
+def test_a_lone_token_waits_for_a_slot_and_sends_nothing_back(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    runtime = Runtime_(slots=1)
+    assert runtime.slots.try_take()
+    host = hosting(loop, runtime)
+    thread = threading.Thread(target=host.start_invocations, args=(["only"],))
+    thread.start()
+    thread.join(0.2)
+    assert thread.is_alive()
+    runtime.slots.give()
+    thread.join(DEADLINE)
+    settled(loop)
+    assert runtime.started == ["only"]
+    assert runtime.services.queue.batches == []
+
+
+def test_a_stopping_worker_drops_the_tokens_and_keeps_its_slots(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    runtime = Runtime_(slots=4)
+    host = hosting(loop, runtime)
+    host.runtime = None
+    assert host.start_invocations(ids(3)) == 0
+    assert runtime.slots.free == 4
+
+
+def test_a_closed_loop_gives_the_slots_back_and_runs_nothing() -> None:
+    loop = asyncio.new_event_loop()
+    loop.close()
+    runtime = Runtime_(slots=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a coroutine left unawaited warns when collected
+        assert hosting(loop, runtime).start_invocations(ids(6)) == 0
+        gc.collect()
+    assert runtime.slots.free == 4
+    assert runtime.started == [] and runtime.services.queue.batches == []
