@@ -20,20 +20,22 @@ class Transport(Protocol):
     async def send(self, invocation_ids: Sequence[str], delay: float) -> None: ...
 
     async def waiting(self) -> int:
-        """Messages sent and not yet taken to their end (due or delayed)."""
+        """Messages sent and not yet taken to their end (due or delayed); a message carries one
+        token or more."""
         ...
 
     async def close(self) -> None: ...
 
 
 class Queue:
-    """Sends ``run_invocation`` messages; a failure is logged, never raised."""
+    """Sends tokens (``run_invocations`` messages); a failure is logged, never raised."""
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
 
     async def send(self, invocation_ids: Sequence[str], delay: float = 0.0) -> bool:
-        """Send one message per id after ``delay`` seconds; False if it is left to the reaper."""
+        """Send a token per id after ``delay`` seconds (as few messages as the transport
+        packs them in); False if it is left to the reaper."""
         if not invocation_ids:
             return True
         try:

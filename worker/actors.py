@@ -25,9 +25,9 @@ __all__ = ["broker", "run_invocation", "run_invocations"]
 def run_invocations(invocation_ids: list[str]) -> None:
     if not host.start_invocations(invocation_ids) and invocation_ids:
         log.debug(
-            "tokens for invocation %s and %d more: dropped (the worker is stopping)",
+            "%d token(s) from invocation %s on: dropped (the worker is stopping)",
+            len(invocation_ids),
             invocation_ids[0],
-            len(invocation_ids) - 1,
         )
 
 

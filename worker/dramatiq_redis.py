@@ -32,8 +32,8 @@ RUN_INVOCATION = "run_invocation"
 ``run_invocations`` (still taken, so that messages queued across an upgrade are not lost)."""
 TOKENS_PER_MESSAGE = 16
 """Most tokens one message carries. A process takes a message's tokens only as far as it has free
-slots and sends the rest back (:meth:`tether.worker.host.NodeHost.start_invocations`), so this
-bounds the work one fetch moves, as Dramatiq's prefetch does for one-token messages."""
+slots and sends the rest back (:meth:`tether.worker.host.NodeHost.start_invocations`); this
+bounds how much work one process takes from the queue in one message."""
 
 
 def tokens_in(args: Sequence[Any]) -> list[str]:

@@ -175,9 +175,10 @@ class NodeHost(dramatiq.Middleware):
         transaction. A full process stops taking messages (the back-pressure) and leaves them to
         processes with room: when no slot is free, this thread waits for one with the first
         token and sends the others back to the queue at once; tokens beyond the slots that are
-        free go back too, so a message never holds more than one token in a process without
-        room. A message is acknowledged before its claims: if the process dies in between, the
-        work is still queued and the periodic claim passes take it.
+        free go back too. With as many messages in hand as threads (``worker_command``), a full
+        process so holds one token per thread. A message is acknowledged before its claims: if
+        the process dies in between, the work is still queued and the periodic claim passes
+        take it.
         """
         loop, runtime = self.loop, self.runtime
         if loop is None or runtime is None or not invocation_ids:
@@ -194,6 +195,7 @@ class NodeHost(dramatiq.Middleware):
             if not _on_loop(loop, self._start(runtime, hint)):  # the process is going away
                 for _ in range(taken - handed):
                     runtime.slots.give()
+                log.debug("tokens from invocation %s on: dropped (stopping)", hint)
                 return handed
         self._send_back(loop, runtime, tokens[taken:])
         return taken
@@ -205,7 +207,7 @@ class NodeHost(dramatiq.Middleware):
         loop; a failed send is the queue's to log, and the reaper's to make up for)."""
         if not tokens:
             return
-        log.debug("tokens for invocation %s and %d more: sent back", tokens[0], len(tokens) - 1)
+        log.debug("%d token(s) from invocation %s on: sent back", len(tokens), tokens[0])
         _on_loop(loop, runtime.services.queue.send(tokens))  # if not: still queued, for others
 
     async def _start(self, runtime: Runtime, hint: str) -> None:

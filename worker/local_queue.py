@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 class LocalQueue:
-    """``run_invocation`` as a task on this loop; until a runtime is attached (or after close),
+    """A token as a task on this loop; until a runtime is attached (or after close),
     messages are dropped and the reaper re-sends them, as after a lost Redis message."""
 
     def __init__(self) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import gc
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -105,23 +104,30 @@ def test_tokens_beyond_the_free_slots_go_back_to_the_queue_together(
 def test_a_full_process_sends_all_but_one_back_at_once_and_waits_with_that_one(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    runtime = Runtime_(slots=1)
-    assert runtime.slots.try_take()  # full
+    runtime = Runtime_(slots=3)
+    for _ in range(3):
+        assert runtime.slots.try_take()  # full
     host = hosting(loop, runtime)
     result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(host.start_invocations(ids(16))))
+    thread = threading.Thread(
+        target=lambda: result.append(host.start_invocations(ids(16))), daemon=True
+    )
     thread.start()
-    deadline = time.monotonic() + DEADLINE
-    while not runtime.services.queue.batches and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert runtime.services.queue.batches == [ids(16)[1:]]  # before any slot freed
-    assert thread.is_alive() and runtime.started == []  # the first token waits: back-pressure
-    runtime.slots.give()
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while not runtime.services.queue.batches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runtime.services.queue.batches == [ids(16)[1:]]  # before any slot freed
+        assert thread.is_alive() and runtime.started == []  # the first waits: back-pressure
+    finally:
+        runtime.slots.give()
+        runtime.slots.give()  # two free now: the waiting token takes one, and only one
     thread.join(DEADLINE)
     settled(loop)
     assert result == [1]
     assert runtime.started == ["inv-0"]
     assert runtime.services.queue.batches == [ids(16)[1:]]
+    assert runtime.slots.free == 1
 
 
 def test_a_lone_token_waits_for_a_slot_and_sends_nothing_back(
@@ -130,15 +136,29 @@ def test_a_lone_token_waits_for_a_slot_and_sends_nothing_back(
     runtime = Runtime_(slots=1)
     assert runtime.slots.try_take()
     host = hosting(loop, runtime)
-    thread = threading.Thread(target=host.start_invocations, args=(["only"],))
+    thread = threading.Thread(target=host.start_invocations, args=(["only"],), daemon=True)
     thread.start()
-    thread.join(0.2)
-    assert thread.is_alive()
-    runtime.slots.give()
+    try:
+        thread.join(0.2)
+        assert thread.is_alive()
+    finally:
+        runtime.slots.give()
     thread.join(DEADLINE)
     settled(loop)
     assert runtime.started == ["only"]
     assert runtime.services.queue.batches == []
+
+
+def test_reserved_slots_are_not_for_tokens(loop: asyncio.AbstractEventLoop) -> None:
+    """``worker.reserve`` slots are kept for tenants with nothing running: a message's tokens
+    take only the others, and send back what they leave."""
+    runtime = Runtime_(slots=4)
+    runtime.slots = Slots(4, reserve=2)
+    assert hosting(loop, runtime).start_invocations(ids(5)) == 2
+    settled(loop)
+    assert runtime.started == ids(2)
+    assert runtime.services.queue.batches == [ids(5)[2:]]
+    assert runtime.slots.free == 2
 
 
 def test_a_stopping_worker_drops_the_tokens_and_keeps_its_slots(
@@ -155,9 +175,9 @@ def test_a_closed_loop_gives_the_slots_back_and_runs_nothing() -> None:
     loop = asyncio.new_event_loop()
     loop.close()
     runtime = Runtime_(slots=4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a coroutine left unawaited warns when collected
-        assert hosting(loop, runtime).start_invocations(ids(6)) == 0
-        gc.collect()
+    # a coroutine left unawaited warns when it is collected (pytest's unraisable hook and
+    # filterwarnings = error fail the test then)
+    assert hosting(loop, runtime).start_invocations(ids(6)) == 0
+    gc.collect()
     assert runtime.slots.free == 4
     assert runtime.started == [] and runtime.services.queue.batches == []

@@ -30,3 +30,4 @@ def test_the_worker_command_is_dramatiqs_cli_on_tethers_actors_and_queue() -> No
     assert command.env["KEEP"] == "1" and command.env["TETHER_APP"] == "my.agents:app"
     assert command.env["TETHER_CONFIG"] == os.path.abspath("tether.yaml")
     assert command.env["dramatiq_worker_timeout"] == "250"
+    assert command.env["dramatiq_queue_prefetch"] == "5"  # every fetched message on a thread
