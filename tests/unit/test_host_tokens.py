@@ -41,8 +41,8 @@ class Runtime_:
     """What ``start_invocations`` uses of a runtime: its slots, its queue, ``start_in_slot``
     (which here keeps the slot, as an attempt that starts does)."""
 
-    def __init__(self, slots: int) -> None:
-        self.slots = Slots(slots)
+    def __init__(self, slots: int, reserve: int = 0) -> None:
+        self.slots = Slots(slots, reserve)
         self.services = Services()
         self.started: list[str] = []
 
@@ -81,24 +81,29 @@ def ids(n: int) -> list[str]:
     return [f"inv-{i}" for i in range(n)]
 
 
-def test_every_token_starts_where_every_slot_is_free(loop: asyncio.AbstractEventLoop) -> None:
-    runtime = Runtime_(slots=20)
-    assert hosting(loop, runtime).start_invocations(ids(16)) == 16
-    settled(loop)
-    assert runtime.started == ids(16)
-    assert runtime.services.queue.batches == []
-    assert runtime.slots.free == 4
-
-
-def test_tokens_beyond_the_free_slots_go_back_to_the_queue_together(
+@pytest.mark.parametrize(
+    ("slots", "reserve", "tokens", "started", "free_after"),
+    [
+        (20, 0, 16, 16, 4),  # every slot free: every token starts, none goes back
+        (5, 0, 16, 5, 0),  # tokens beyond the free slots go back to the queue together
+        (4, 2, 5, 2, 2),  # reserved slots (worker.reserve) are not for tokens
+    ],
+    ids=["all-free", "some-free", "reserved"],
+)
+def test_a_message_starts_as_many_tokens_as_slots_are_free_and_sends_the_rest_back(
     loop: asyncio.AbstractEventLoop,
+    slots: int,
+    reserve: int,
+    tokens: int,
+    started: int,
+    free_after: int,
 ) -> None:
-    runtime = Runtime_(slots=5)
-    assert hosting(loop, runtime).start_invocations(ids(16)) == 5
+    runtime = Runtime_(slots, reserve)
+    assert hosting(loop, runtime).start_invocations(ids(tokens)) == started
     settled(loop)
-    assert runtime.started == ids(5)
-    assert runtime.services.queue.batches == [ids(16)[5:]]
-    assert runtime.slots.free == 0
+    assert runtime.started == ids(started)
+    assert runtime.services.queue.batches == ([ids(tokens)[started:]] if started < tokens else [])
+    assert runtime.slots.free == free_after
 
 
 def test_a_full_process_sends_all_but_one_back_at_once_and_waits_with_that_one(
@@ -147,18 +152,6 @@ def test_a_lone_token_waits_for_a_slot_and_sends_nothing_back(
     settled(loop)
     assert runtime.started == ["only"]
     assert runtime.services.queue.batches == []
-
-
-def test_reserved_slots_are_not_for_tokens(loop: asyncio.AbstractEventLoop) -> None:
-    """``worker.reserve`` slots are kept for tenants with nothing running: a message's tokens
-    take only the others, and send back what they leave."""
-    runtime = Runtime_(slots=4)
-    runtime.slots = Slots(4, reserve=2)
-    assert hosting(loop, runtime).start_invocations(ids(5)) == 2
-    settled(loop)
-    assert runtime.started == ids(2)
-    assert runtime.services.queue.batches == [ids(5)[2:]]
-    assert runtime.slots.free == 2
 
 
 def test_a_stopping_worker_drops_the_tokens_and_keeps_its_slots(
