@@ -1,19 +1,19 @@
-"""Batches as bound parameters, so a batch's SQL text is the same for every batch size.
+"""Batches as one bound parameter, so a batch's SQL text is the same for every batch size.
 
-Where the database binds arrays (PostgreSQL), a batch is one array per column, unnested: each
-array bound as text and cast by the statement, which psycopg prepares once it has seen it five
-times and which PostgreSQL plans in constant time. Elsewhere (SQLite) a batch is one parameter,
-a JSON array of rows, each row an array of its values, taken apart in SQLite's C code
-(``json_each``, ``json_extract``).
+A batch is one JSON array of rows, each row an array of its values, taken apart by the database
+in C: PostgreSQL's ``jsonb_array_elements`` and ``->>`` (each value cast to its column's type),
+SQLite's ``json_each`` and ``json_extract``. The statement's text is the same for every batch, so
+SQLAlchemy compiles it once and psycopg prepares it once it has seen it five times, and a batch
+binds one parameter whatever its size.
 
-Both keep the statement's text the same for every batch, so SQLAlchemy compiles it once, and
-both bind a handful of parameters whatever the batch's size. SQLite used to get a ``UNION ALL``
-of one-row ``SELECT``s of bound parameters (``{name}_{column}_{row}``), padded to a power of two:
-one text per padded size, but a parameter per value, each passing through SQLAlchemy's binding
-(its parameter processing was about a sixth of a store transaction's CPU in ``tether dev``).
-PostgreSQL must not get that form either: it plans a ``UNION ALL`` of 128 one-row ``SELECT``s in
-~28 ms (256: ~100 ms) against ~2 ms for the arrays, on every execution until the text is
-prepared.
+PostgreSQL got one array per column, unnested, until 2026-12-05: psycopg builds a text array's
+literal in Python, escaping every element with a regular expression and a callback per quote,
+and a JSON value is all quotes. For 14 events (``bench``'s no-op: a ``run.started`` each) that
+was 280 us of the client's CPU per statement against 74 us for one ``jsonb`` parameter, the
+server's 75-85 us against 65-70 us. SQLite used to get a ``UNION ALL`` of one-row ``SELECT``s of
+bound parameters, a parameter per value, each passing through SQLAlchemy's binding (about a
+sixth of a store transaction's CPU in ``tether dev``); PostgreSQL must not get that form either:
+it plans a ``UNION ALL`` of 128 one-row ``SELECT``s in ~28 ms.
 
 JSON values of a batch (a JSON column's) travel as their text, a string in the row; the statement
 assigns that text to the JSON column it belongs to (:meth:`.dialect.Dialect.json`).
@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import JSONB
 
 from tether.jsonvalue import dumps
 
@@ -43,20 +43,19 @@ ToText = Callable[[Any], str | None]
 
 @dataclass(frozen=True)
 class BoundBatch:
-    """Rows of ``columns`` as a CTE named ``name``: arrays unnested where the database binds
-    them (``arrays``), else the elements of one JSON array. A statement holding :meth:`cte`
-    is built once per database; :meth:`params` binds the rows."""
+    """Rows of ``columns`` as a CTE named ``name``, the elements of one JSON array. A statement
+    holding :meth:`cte` is built once per database; :meth:`params` binds the rows."""
 
     name: str
     columns: tuple[sa.ColumnClause[Any], ...]
 
-    def cte(self, arrays: bool, *, positions: bool = False) -> sa.CTE:
-        """The batch's rows; with ``positions``, also each row's place in the batch
-        (``position``, ascending in the order given) to order by."""
-        if not arrays:
-            rows = sa.func.json_each(sa.bindparam(self.name, type_=sa.Text)).table_valued(
-                "value", "key"
-            )
+    def cte(self, jsonb: bool, *, positions: bool = False) -> sa.CTE:
+        """The batch's rows (``jsonb``: unpacked by PostgreSQL's functions, else SQLite's);
+        with ``positions``, also each row's place in the batch (``position``, ascending in the
+        order given) to order by."""
+        batch = sa.bindparam(self.name, type_=sa.Text)
+        if not jsonb:
+            rows = sa.func.json_each(batch).table_valued("value", "key")
             values = [
                 sa.type_coerce(
                     sa.func.json_extract(rows.c.value, sa.literal_column(f"'$[{i}]'")), c.type
@@ -66,34 +65,25 @@ class BoundBatch:
             if positions:
                 values.append(rows.c.key.label("position"))
             return sa.select(*values).select_from(rows).cte(self.name)
-        bound = [
-            sa.cast(sa.bindparam(f"{self.name}_{c.name}"), ARRAY(self._array_type(c)))
-            for c in self.columns
-        ]
-        unnested = (
-            sa.func.unnest(*bound)
-            .table_valued(
-                *(c.name for c in self.columns), with_ordinality="position" if positions else None
-            )
-            .render_derived(name=f"{self.name}_rows")
+        elements = sa.func.jsonb_array_elements(sa.cast(batch, JSONB)).table_valued(
+            "value", with_ordinality="position" if positions else None
         )
-        return sa.select(*unnested.c).cte(self.name)
+        rows = elements.render_derived(name=f"{self.name}_rows")
+        values = [
+            _typed(rows.c.value.op("->>")(sa.literal_column(str(i), sa.Integer)), c).label(c.name)
+            for i, c in enumerate(self.columns)
+        ]
+        if positions:
+            values.append(rows.c.position.label("position"))
+        return sa.select(*values).select_from(rows).cte(self.name)
 
-    def params(self, rows: Sequence[Sequence[Any]], arrays: bool) -> dict[str, Any]:
-        """The parameters for ``rows``. Arrays hold text (JSON values as JSON text), cast by
-        the statement: psycopg refuses a list mixing ints and floats, and types a list of ints
-        by its largest (``int2[]`` …), so values as they come would make several prepared
-        statements of one text, or none."""
-        if not arrays:
-            if self._json_texts:
-                rows = [self._with_json_text(row) for row in rows]
-            # refuses NUL and lone surrogates, as PostgreSQL would: SQLite's JSON would end a
-            # string at an escaped NUL, a cut no parameter of its own would make
-            return {self.name: dumps(rows)}
-        return {
-            key: [row[i] for row in rows] if to_text is None else [to_text(row[i]) for row in rows]
-            for i, (key, to_text) in enumerate(self._array_texts)
-        }
+    def params(self, rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+        """The parameter for ``rows``: refuses NUL and lone surrogates, as PostgreSQL would
+        (SQLite's JSON would end a string at an escaped NUL, a cut no parameter of its own
+        would make)."""
+        if self._json_texts:
+            rows = [self._with_json_text(row) for row in rows]
+        return {self.name: dumps(rows)}
 
     @cached_property
     def _json_texts(self) -> tuple[tuple[int, ToText], ...]:
@@ -106,22 +96,6 @@ class BoundBatch:
             if isinstance(c.type, sa.JSON)
         )
 
-    @cached_property
-    def _array_texts(self) -> tuple[tuple[str, ToText | None], ...]:
-        """Each column's array parameter, and how its values become text (None: they are)."""
-        json = dict(self._json_texts)
-        return tuple(
-            (
-                f"{self.name}_{c.name}",
-                json.get(i) or (None if isinstance(c.type, sa.Text) else _text),
-            )
-            for i, c in enumerate(self.columns)
-        )
-
-    @staticmethod
-    def _array_type(column: sa.ColumnClause[Any]) -> Any:
-        return sa.Text() if isinstance(column.type, sa.JSON) else column.type
-
     def _with_json_text(self, row: Sequence[Any]) -> list[Any]:
         values = list(row)
         for i, to_text in self._json_texts:
@@ -133,5 +107,9 @@ def _json_or_null(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _typed(text: sa.ColumnElement[Any], column: sa.ColumnClause[Any]) -> sa.ColumnElement[Any]:
+    """A value of a row, taken out as text (``->>``), as its column's type: a JSON column's
+    stays text (its JSON), as the statement assigns it (:meth:`.dialect.Dialect.json`)."""
+    if isinstance(column.type, sa.String | sa.JSON):
+        return sa.type_coerce(text, sa.Text)
+    return sa.cast(text, column.type)

@@ -45,8 +45,9 @@ class Dialect(ABC):
     writes_in_with: bool = False
     """Whether a statement's ``WITH`` may hold writes (``INSERT … RETURNING`` as a CTE): two
     writes in one round trip."""
-    arrays: bool = False
-    """Whether it binds arrays: a batch as one array per column (:class:`.bound.BoundBatch`)."""
+    jsonb: bool = False
+    """Whether a batch's rows are taken apart by PostgreSQL's ``jsonb`` functions, else by
+    SQLite's JSON functions (:class:`.bound.BoundBatch`)."""
     probes_listed_tenants: bool = False
     """Whether a claim from a process's tenant list reads only the listed tenants that still
     have queued work, one index probe each (:func:`.candidates.known_tenants`)."""
@@ -124,7 +125,7 @@ class Dialect(ABC):
 class PostgreSQL(Dialect):
     name = "postgresql"
     lateral = True
-    arrays = True
+    jsonb = True
     writes_in_with = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
     autocommits = True

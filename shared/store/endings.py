@@ -112,12 +112,12 @@ def _end_all(
         )
         for e in endings
     ]
-    return _end_statement(dialect), ENDS.params(rows, dialect.arrays)
+    return _end_statement(dialect), ENDS.params(rows)
 
 
 @functools.cache
 def _end_statement(dialect: Dialect) -> sa.Update | sa.Select[Any]:
-    ends = ENDS.cte(dialect.arrays)
+    ends = ENDS.cte(dialect.jsonb)
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a column all NULL may come out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     end = (

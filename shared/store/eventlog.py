@@ -53,12 +53,12 @@ async def insert_events(
         for e in batch
     ]
     if rows:
-        await conn.execute(_insert_statement(dialect), EVENT_ROWS.params(rows, dialect.arrays))
+        await conn.execute(_insert_statement(dialect), EVENT_ROWS.params(rows))
 
 
 @functools.cache
 def _insert_statement(dialect: Dialect) -> sa.Insert:
-    rows = EVENT_ROWS.cte(dialect.arrays)
+    rows = EVENT_ROWS.cte(dialect.jsonb)
     source = sa.select(
         rows.c.invocation_id,
         rows.c.cursor,

@@ -99,10 +99,10 @@ class EventReads:
         ids = list(spans)
         if not ids:
             return {}
-        arrays = self._db.dialect.arrays
+        jsonb = self._db.dialect.jsonb
         wanted = [(n, i, *spans[i]) for n, i in enumerate(ids)]
         async with self._db.connection() as conn:
-            rows = (await conn.execute(_pages_query(arrays), WANTED.params(wanted, arrays))).all()
+            rows = (await conn.execute(_pages_query(jsonb), WANTED.params(wanted))).all()
         found: dict[str, StreamPage] = {}
         for row in rows:
             invocation_id = ids[row.n]
@@ -139,12 +139,12 @@ WANTED = BoundBatch(
 
 
 @functools.cache
-def _pages_query(arrays: bool) -> sa.Select[Any]:
+def _pages_query(jsonb: bool) -> sa.Select[Any]:
     """Any number of reads in one statement (:class:`.bound.BoundBatch`: one text whatever
     their number; it was a ``VALUES`` list with four parameters a read, padded to a power of
     two): each read's invocation row (owner, status, last cursor, seq) left-joined to its range
     of events."""
-    wanted = WANTED.cte(arrays)
+    wanted = WANTED.cte(jsonb)
     in_range = sa.and_(
         ev.invocation_id == wanted.c.id,
         ev.cursor > wanted.c.after_cursor,

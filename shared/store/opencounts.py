@@ -84,7 +84,7 @@ async def _upsert(conn: Connection, dialect: Dialect, changed: Mapping[Key, int]
     rows = sorted((scope, name, change) for (scope, name), change in changed.items())
     if not rows:
         return {}
-    result = await conn.execute(_add_statement(dialect), CHANGES.params(rows, dialect.arrays))
+    result = await conn.execute(_add_statement(dialect), CHANGES.params(rows))
     return {(row.scope, row.name): int(row.open_count) for row in result}
 
 
@@ -249,7 +249,7 @@ def closed_in(dialect: Dialect, rows: sa.CTE) -> sa.CTE | None:
 
 @functools.cache
 def _add_statement(dialect: Dialect) -> sa.Insert:
-    batch = CHANGES.cte(dialect.arrays)
+    batch = CHANGES.cte(dialect.jsonb)
     change = sa.cast(batch.c.change, sa.BigInteger)
     rows = (
         sa.select(batch.c.scope, batch.c.name, change)

@@ -1,5 +1,5 @@
 """The batch statements (an attempt's events counted and stored, a batch of attempts ended), on
-both stores: one text for every batch size (arrays on PostgreSQL, one JSON parameter on SQLite),
+both stores: one text for every batch size (one JSON parameter, taken apart by the database),
 compiled once and reused from SQLAlchemy's cache, and right for a batch of any size, every value
 reaching its row as given. The heartbeat, a batch the other way: split into chunks, none
 missed."""
@@ -90,7 +90,7 @@ async def test_a_batch_of_any_size_is_one_text(store: Store) -> None:
 
 async def test_a_batch_of_endings_of_every_kind_reaches_its_rows_as_given(store: Store) -> None:
     """Ints and floats in one column, fences set and absent, JSON of every kind and awkward
-    text: each value reaches its row as it was (on PostgreSQL as arrays of text, cast)."""
+    text: each value reaches its row as it was (on PostgreSQL taken out as text and cast)."""
     ids = await claimed(store, 8)
     outputs = [{"a": None}, [None, True], False, "NULL", 'a"b\\c,{} ', "", None, 0.5]
     stale = [30, 2.5, None, None, None, None, None, None]
