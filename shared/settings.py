@@ -333,7 +333,10 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(8000, ge=0, le=65535, description="Port the gateway listens on.")
-    log_level: str = Field("INFO", description="Python logging level.")
+    log_level: str = Field(
+        "INFO",
+        description="Python logging level of the gateway, `tether dev` and the worker processes.",
+    )
     timers: Timers = Field(default_factory=Timers)
     limits: Limits = Field(default_factory=Limits)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)

@@ -96,3 +96,27 @@ async def test_worker_processes_write_their_log_lines_themselves(
         assert f"invocation {invocation_id}: attempt 1 started" in worker.log()
     finally:
         os.kill(worker.pid, signal.SIGCONT)
+
+
+async def test_worker_processes_log_at_the_configured_level(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster
+) -> None:
+    """``log_level`` is the worker processes' too: at WARNING one writes no INFO line (a run's,
+    Dramatiq's), and still a failed handler's error. Dramatiq's main process, which runs none of
+    Tether's code, still says it boots."""
+    cluster = make_cluster(fresh_db, redis_url)
+    cluster.env_overrides["TETHER_LOG_LEVEL"] = "WARNING"
+    _, base = cluster.start_gateway()
+    worker = spawn_worker(cluster, processes=1)
+    db = Db(fresh_db)
+    done, broken = new_id(), new_id()
+    async with api_for(base) as api:
+        for invocation_id, spec in ((done, {"emit": 1}), (broken, {"fail": True})):
+            body = {"id": invocation_id, "input": {"attempt1": spec}, "background": True}
+            assert (await api.post(body))[0] == 202
+        await until(lambda: db.row(broken)["status"] == "failed", 60, "the failing run")
+        await until(lambda: db.row(done)["status"] == "completed", 30, "the other run")
+    await until(lambda: f"invocation {broken}: handler raised" in worker.log(), 10, "its error")
+    lines = worker.log().splitlines()
+    info = [line for line in lines if "[INFO]" in line and "[dramatiq.MainProcess]" not in line]
+    assert info == [], info
