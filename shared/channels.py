@@ -7,8 +7,22 @@ CANCEL_CHANNEL = "tether:cancel"
 
 
 QUEUED_CHANNEL = "tether:queued"
-"""Tenants with newly accepted work, one name a message; every worker process adds them to the
-tenants its claims read (:mod:`tether.store.candidates`)."""
+"""Tenants with newly accepted work, an accept batch's in one message (:func:`queued_message`);
+every worker process adds them to the tenants its claims read (:mod:`tether.store.candidates`)."""
+
+
+def queued_message(tenants: list[str]) -> str:
+    """One message for these tenants: their names a line each. A name holds no line break (it
+    is printable, :func:`tether.store.tenants.check_tenant_name`, or an owner's name, which
+    holds no control character), and a message of one name is the name, as gateways before
+    2026-12-05 sent it, one message per tenant (each message a ``PUBLISH``, and a read in
+    every worker process: about one per invocation in a burst from many owners)."""
+    return "\n".join(tenants)
+
+
+def queued_tenants(message: str) -> list[str]:
+    """The tenants of a :data:`QUEUED_CHANNEL` message."""
+    return message.split("\n")
 
 
 def events_channel(invocation_id: str) -> str:

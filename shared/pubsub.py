@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from tether import loops
-from tether.channels import QUEUED_CHANNEL, events_channel
+from tether.channels import QUEUED_CHANNEL, events_channel, queued_message
 from tether.events import Event, decode_batch, encode_batch
 from tether.groupcommit import GroupCommit
 from tether.settings import STREAM_BUFFER_BYTES
@@ -371,12 +371,12 @@ def _text(value: object) -> str:
 
 
 async def announce_queued(pubsub: PubSub, tenants: list[str]) -> None:
-    """Tell every worker that these tenants have new queued work; a failure only delays their
-    work until a worker's next scan (:data:`tether.store.candidates.RESCAN`)."""
+    """Tell every worker, in one message, that these tenants have new queued work; a failure
+    only delays their work until a worker's next scan (:data:`tether.store.candidates.RESCAN`)."""
     if not tenants:
         return
     try:
-        await pubsub.publish(QUEUED_CHANNEL, tenants)
+        await pubsub.publish(QUEUED_CHANNEL, [queued_message(tenants)])
     except (RedisError, OSError) as exc:
         log.warning("queued-work announcement failed (%s)", type(exc).__name__)
 

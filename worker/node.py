@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 from tether import loops
 from tether.app import AgentApp
-from tether.channels import CANCEL_CHANNEL, QUEUED_CHANNEL
+from tether.channels import CANCEL_CHANNEL, QUEUED_CHANNEL, queued_tenants
 from tether.pubsub import CLOSING, PubSub
 from tether.services import Services
 from tether.settings import Settings
@@ -176,7 +176,7 @@ async def _listen_for_queued(pubsub: PubSub, runtime: Runtime) -> None:
         try:
             async with pubsub.subscribe(QUEUED_CHANNEL) as sub:
                 while (message := await sub.get()) is not CLOSING:
-                    runtime.announced([message] if isinstance(message, str) else None)
+                    runtime.announced(queued_tenants(message) if isinstance(message, str) else None)
                 return
         except asyncio.CancelledError:
             raise
