@@ -4,7 +4,10 @@ A batch is one JSON array of rows, each row an array of its values, taken apart 
 in C: PostgreSQL's ``jsonb_array_elements`` and ``->>`` (each value cast to its column's type),
 SQLite's ``json_each`` and ``json_extract``. The statement's text is the same for every batch, so
 SQLAlchemy compiles it once and psycopg prepares it once it has seen it five times, and a batch
-binds one parameter whatever its size.
+binds one parameter whatever its size. A batch past the database's limit for one value
+(PostgreSQL's ``jsonb``: 256 MB, SQLSTATE 54000; SQLite's string length: 1 GB by default) is
+refused as a value (:class:`.errors.ValueRefused`), and :mod:`.batching` writes its items one
+at a time.
 
 PostgreSQL got one array per column, unnested, until 2026-12-05: psycopg builds a text array's
 literal in Python, escaping every element with a regular expression and a callback per quote,
