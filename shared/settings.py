@@ -312,6 +312,9 @@ class AgentSettings(BaseModel):
         return value
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 class Settings(BaseSettings):
     """Everything Tether reads at start. Every field has a documented default."""
 
@@ -335,13 +338,26 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="Port the gateway listens on.")
     log_level: str = Field(
         "INFO",
-        description="Python logging level of the gateway, `tether dev` and the worker processes.",
+        description=(
+            "Python logging level of the gateway, `tether dev` and the worker processes: DEBUG, "
+            "INFO, WARNING, ERROR or CRITICAL."
+        ),
     )
     timers: Timers = Field(default_factory=Timers)
     limits: Limits = Field(default_factory=Limits)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
+
+    @field_validator("log_level")
+    @classmethod
+    def logging_level(cls, level: str) -> str:
+        """One of logging's level names, in any case: refused here, not by each process as it
+        sets its level (a worker process would fail at boot)."""
+        name = level.strip().upper()
+        if name not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return name
 
     @field_validator("database_url")
     @classmethod

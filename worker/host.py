@@ -121,7 +121,7 @@ class NodeHost(dramatiq.Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         _FirstStopOnly.install()
         # Dramatiq's CLI set up the handlers and the level; ``log_level`` is the operator's
-        logging.getLogger().setLevel(self.settings.log_level.upper())
+        logging.getLogger().setLevel(self.settings.log_level)
         self._parent_watch = ParentWatch.of_this_process()  # an orphan stops as on SIGTERM
         if self._parent_watch is not None:
             write_output_to_own_stderr()  # not through the parent's relay (a pipe per line)

@@ -66,3 +66,12 @@ def test_plain_postgres_urls_get_the_psycopg_driver() -> None:
     assert (
         Settings(database_url="postgresql://u@h/db").database_url == "postgresql+psycopg://u@h/db"
     )
+
+
+def test_the_log_level_is_a_level_name_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused with the settings, not by a worker process as it boots."""
+    assert Settings(log_level=" warning ").log_level == "WARNING"
+    monkeypatch.setenv("TETHER_LOG_LEVEL", "VERBOSE")
+    with pytest.raises(ValidationError, match="log_level") as refused:
+        load_settings()
+    assert "VERBOSE" not in str(refused.value)  # the rule, never the value
