@@ -176,7 +176,7 @@ async def test_a_heartbeat_beats_every_attempt_a_chunk_at_a_time(store: Store) -
 
 async def test_a_small_batch_probes_its_rows_by_key_among_many_active(migrated_pg: str) -> None:
     """PostgreSQL estimates a set-returning function at 100 rows whatever it returns: at that
-    estimate it joined a batch of five to every active invocation by hash (3-7 ms at 4,000
+    estimate it joined a batch of five to every active invocation by hash (1-7 ms at 4,000
     active) instead of probing the key five times. The batch's row count, as a ``LIMIT`` that
     keeps every row, gives the planner the true size."""
     store = Store.postgres(migrated_pg, pool_size=1)
