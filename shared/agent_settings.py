@@ -12,6 +12,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
+from tether.env_lists import listed
+
 
 class AgentSettings(BaseModel):
     """The built-in agent runtime's limits and defaults (``tether.agents``). They apply to an
@@ -63,14 +65,12 @@ class AgentSettings(BaseModel):
         default_factory=list,
         description=(
             "tether dev --agents: host names of MCP servers agents may reach over https besides "
-            "the workspace host and loopback (never sent credentials); comma-separated in the "
-            "environment."
+            "the workspace host and loopback (never sent credentials); comma-separated or JSON in "
+            "the environment."
         ),
     )
 
     @field_validator("mcp_trusted_hosts", mode="before")
     @classmethod
     def comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return listed(value)

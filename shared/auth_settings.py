@@ -6,7 +6,6 @@ its validation (tokens, trusted proxies) is the longest of any section.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,6 +18,7 @@ from pydantic import (
 )
 from pydantic_settings import NoDecode
 
+from tether.env_lists import listed
 from tether.owners import owner_name_problem
 
 AuthMode = Literal["auto", "none", "forwarded", "bearer"]
@@ -105,13 +105,7 @@ class AuthSettings(BaseModel):
     @field_validator("trusted_proxies", "admins", mode="before")
     @classmethod
     def comma_separated(cls, value: Any) -> Any:
-        """A list from the environment: JSON, or comma-separated."""
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
+        return listed(value)
 
     @field_validator("tenant_header")
     @classmethod

@@ -75,3 +75,14 @@ def test_the_log_level_is_a_level_name_in_any_case(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ValidationError, match="log_level") as refused:
         load_settings()
     assert "VERBOSE" not in str(refused.value)  # the rule, never the value
+
+
+def test_list_settings_read_json_or_commas_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One rule for every section's lists (``tether.env_lists``)."""
+    monkeypatch.setenv("TETHER_AGENTS__MCP_TRUSTED_HOSTS", '["a.example", "b.example"]')
+    monkeypatch.setenv("TETHER_AUTH__ADMINS", " ann , bob ,")
+    settings = load_settings()
+    assert settings.agents.mcp_trusted_hosts == ["a.example", "b.example"]
+    assert settings.auth.admins == ["ann", "bob"]
