@@ -46,10 +46,10 @@ announcement. On PostgreSQL its transaction costs about 1 ms of the gateway's CP
 size, ~30 us more per invocation, so under load one flush at a time, holding everything that
 arrived meanwhile, beats two half-sized ones. With two processes, 2,000 posts at concurrency 32
 went from 0.67-0.71 of the bare handler's rate to 0.72-0.88 (batches ~1.45x larger); with one the
-gain is within the noise (``docs/performance.md``). The price: a request that arrives during a
-flush waits for it to end, and a slow flush (a split batch, a row lock, Redis) holds every accept
-of the process meanwhile, where the second slot kept the others moving. A lone request still
-goes at once."""
+gain is within the noise (``docs/performance-history.md``). The price: a request that arrives
+during a flush waits for it to end, and a slow flush (a split batch, a row lock, Redis) holds
+every accept of the process meanwhile, where the second slot kept the others moving. A lone
+request still goes at once."""
 
 
 class Acceptor:

@@ -4,7 +4,7 @@ The loop: uvloop's where it is installed (the default on Linux and macOS), else 
 
 uvloop runs the same asyncio programs with its I/O, timers and callbacks in C (libuv): each
 wake-up of a busy loop costs less, so a worker finishing hundreds of invocations a second answers
-an announcement sooner, and a gateway accepts more per core (``docs/performance.md``).
+an announcement sooner, and a gateway accepts more per core (``docs/performance-history.md``).
 ``TETHER_EVENT_LOOP=asyncio`` chooses asyncio's loop (to rule the loop out when chasing a bug).
 
 The heap: once a process serves, :func:`settle_heap` moves what starting it made (modules, the

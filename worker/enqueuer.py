@@ -5,7 +5,8 @@ The tokens sent together (one accept flush, concurrent lone sends, a reaper pass
 messages as :data:`~tether.worker.dramatiq_redis.TOKENS_PER_MESSAGE` allows, one group per delay:
 a message costs Redis a script call to enqueue and another to acknowledge, and the worker a fetch,
 an actor call and an acknowledgement (measured in ``bench cost``: 11–13 Redis commands per no-op
-invocation with one token per message, 4.4–5.5 with accept-sized batches; docs/performance.md)."""
+invocation with one token per message, 4.4–5.5 with accept-sized batches;
+docs/performance-history.md)."""
 
 from __future__ import annotations
 

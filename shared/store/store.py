@@ -111,7 +111,8 @@ class Store:
         by; False: on the writer's pool, each in a transaction of its own, as a worker's do.
         With the reader in the worker, ``bench flood``'s tenant A finished 223-231 invocations
         a second where it finished 270-280 without it, and B's accept -> start p99 was
-        3.2-3.9x its idle figure against 1.6-1.8x (docs/performance.md); why was not found."""
+        3.2-3.9x its idle figure against 1.6-1.8x (docs/performance-history.md); why was not
+        found."""
         reader = create_reader(url, pool_size=pool_size) if separate_reads else None
         return cls(create_engine(url, pool_size=pool_size), reader=reader)
 
