@@ -288,6 +288,13 @@ class Settings(BaseSettings):
             "INFO, WARNING, ERROR or CRITICAL."
         ),
     )
+    access_log: bool = Field(
+        True,
+        description=(
+            "One line per HTTP request on the `aiohttp.access` logger at INFO (the gateway and "
+            "`tether dev`); false where a proxy in front logs the requests already."
+        ),
+    )
     timers: Timers = Field(default_factory=Timers)
     limits: Limits = Field(default_factory=Limits)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)

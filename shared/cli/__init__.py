@@ -95,16 +95,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
         f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
         flush=True,
     )
-    serve(web_app, host=settings.host, port=settings.port, shutdown_timeout=5)
+    serve(web_app, settings, host=settings.host, port=settings.port, shutdown_timeout=5)
     return 0
 
 
-def serve(web_app: web.Application, **where: Any) -> None:
+def serve(web_app: web.Application, settings: Settings, **where: Any) -> None:
     """Serve ``web_app`` until stopped, on ``host``/``port`` or an inherited ``sock``, the way
-    every HTTP process of Tether serves: its own event loop, the lean access log, the listen
-    backlog (an inherited socket keeps the one it was given)."""
+    every HTTP process of Tether serves: its own event loop, the lean access log unless
+    ``settings.access_log`` is off, the listen backlog (an inherited socket keeps the one it was
+    given)."""
     if "sock" not in where:
         where.setdefault("backlog", LISTEN_BACKLOG)
+    if not settings.access_log:
+        where["access_log"] = None
     web.run_app(web_app, print=None, loop=new_loop(), access_log_class=AccessLog, **where)
 
 
@@ -120,7 +123,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     processes = args.processes
     if processes <= 1:
-        serve(gateway_app(settings, app), host=settings.host, port=settings.port)
+        serve(gateway_app(settings, app), settings, host=settings.host, port=settings.port)
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -131,7 +134,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     for _ in range(processes):
         pid = os.fork()
         if pid == 0:
-            serve(gateway_app(settings, app), sock=sock)
+            serve(gateway_app(settings, app), settings, sock=sock)
             os._exit(0)
         children.append(pid)
     log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from tests.harness import start_dev
 from tether.gateway.access_log import AccessLog
+from tether.settings import Settings
 
 LOGGER = "aiohttp.access"
 
@@ -36,3 +41,34 @@ def test_nothing_is_formatted_when_info_is_off(caplog: pytest.LogCaptureFixture)
         assert not access.enabled
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert access.enabled
+
+
+def test_the_setting_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TETHER_ACCESS_LOG", raising=False)
+    assert Settings().access_log
+    monkeypatch.setenv("TETHER_ACCESS_LOG", "false")
+    assert not Settings().access_log
+
+
+@pytest.mark.parametrize("setting", [None, "false"])
+def test_a_served_process_writes_access_lines_unless_the_setting_is_off(
+    tmp_path: Path, setting: str | None
+) -> None:
+    """`tether dev` (and the gateway, through the same ``serve``) at INFO: one line per request
+    by default, none with ``access_log`` false, while its other INFO lines go on."""
+    env = {} if setting is None else {"TETHER_ACCESS_LOG": setting}
+    proc, base = start_dev(tmp_path, None, env, proxy_auth=False)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/api/invocations/no-such-invocation", timeout=10)
+        missing.value.close()
+        assert missing.value.code == 404
+    finally:
+        proc.stop()  # a graceful stop: every line written is in the log
+    log = proc.log()
+    assert "Tether dev server on" in log
+    written = [line for line in log.splitlines() if LOGGER in line]
+    if setting is None:
+        assert any('"GET /api/invocations/no-such-invocation" 404' in line for line in written)
+    else:
+        assert written == []
