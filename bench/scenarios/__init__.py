@@ -20,6 +20,7 @@ from bench.scenarios import (
     heartbeat,
     io_bound,
     peer,
+    retention,
     streaming,
     sync_latency,
     terminal,
@@ -45,4 +46,5 @@ SCENARIOS: dict[str, Scenario] = {
     "caps": caps.run,
     "backlog": backlog.run,
     "heartbeat": heartbeat.run,
+    "retention": retention.run,
 }

@@ -87,6 +87,9 @@ class Sizes:
     heartbeat_attempts: int = 500
     heartbeat_rows: int = 20_000
     heartbeat_rounds: int = 20
+    chatty_invocations: int = 100
+    chatty_events: int = 4000
+    chatty_tick: float = 0.01
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -152,6 +155,8 @@ QUICK = Sizes(
     heartbeat_attempts=20,
     heartbeat_rows=500,
     heartbeat_rounds=3,
+    chatty_invocations=10,
+    chatty_events=300,
     deadline=60.0,
 )
 

@@ -35,6 +35,7 @@ from bench.peer_load import post_body
 from bench.procs import Launcher, launcher, private_database
 from bench.report import Row
 from bench.scenarios.common import Pg, Sizes
+from tether.worker.reaper import DELETE_EVENTS
 
 APP = "bench.apps:both"
 OWNER = 0
@@ -162,7 +163,7 @@ def bulk_insert(pg: Pg, invocations: int, each: int) -> dict[str, Any]:
     pg.conn.execute("VACUUM ANALYZE tether_invocations")
     return {
         "pkey_levels": pkey_levels(pg),
-        "retention_plans": retention_plans(pg, invocations),
+        "retention_plans": retention_plans(pg, invocations, each),
         "insert_s": inserted,
         "events": invocations * each,
         "events_table": pg.scalar("SELECT pg_size_pretty(pg_table_size('tether_events'))"),
@@ -182,14 +183,15 @@ def pkey_levels(pg: Pg) -> int | None:
         return None
 
 
-def retention_plans(pg: Pg, invocations: int) -> str:
-    """The plans of one retention batch: pick expired ids, delete their events (as the reaper
-    does, ``Maintenance.delete_expired``), without running the delete."""
-    ids = [old_id(k) for k in range(min(500, invocations))]
+def retention_plans(pg: Pg, invocations: int, each: int) -> str:
+    """The plans of one retention batch: pick the oldest expired ids, delete the events of as
+    many as fit in ``DELETE_EVENTS`` (as the reaper does, ``Maintenance.delete_expired``),
+    without running the delete."""
+    ids = [old_id(k) for k in range(min(max(1, DELETE_EVENTS // each), invocations))]
     pick = pg.conn.execute(
-        "EXPLAIN SELECT id FROM tether_invocations WHERE status IN"
+        "EXPLAIN SELECT id, last_event_id FROM tether_invocations WHERE status IN"
         " ('completed', 'failed', 'cancelled') AND finished_at < extract(epoch from now()) - %s"
-        " LIMIT 500",
+        " ORDER BY finished_at LIMIT 500",
         (7 * 86400,),
     ).fetchall()
     delete = pg.conn.execute(

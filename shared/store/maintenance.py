@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
 from tether.store.attempts import fence
+from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.opencounts import Key, correct, lock_counts, suspects
 from tether.store.schema import (
@@ -38,6 +40,18 @@ class Queued:
     seq: int
     delay: float
     """Seconds before it is due: a replacement waiting out its backoff; 0 for the rest."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """What one retention transaction deleted."""
+
+    invocations: int
+    """Invocations deleted with all their rows."""
+    events: int
+    """Event rows deleted (an invocation's too many for one transaction go over several)."""
+    more: bool
+    """Whether more may be expired: the batch was full, or stopped at its event budget."""
 
 
 AUDIT_KEYS = 1000
@@ -169,20 +183,74 @@ class Maintenance:
             )
             return list(rows.scalars().all())
 
-    async def delete_expired(self, retention: float, limit: int = 500) -> int:
-        """Delete up to ``limit`` terminal invocations finished before the retention period."""
+    async def delete_expired(
+        self, retention: float, limit: int = 500, max_events: int | None = None
+    ) -> Expired:
+        """Delete the terminal invocations finished before the retention period, oldest first:
+        up to ``limit`` of them while their events fit in ``max_events`` (None: no bound);
+        where the oldest alone has more, its oldest ``max_events`` events (and the rest of it
+        once they were its last). Readers of an invocation going over several transactions see
+        its log begin later meanwhile."""
         expired = (
-            sa.select(inv.id)
+            sa.select(inv.id, inv.last_event_id)
             .where(
                 status_is(inv.status, *TERMINAL_VALUES), inv.finished_at < self._db.now - retention
             )
+            .order_by(inv.finished_at)
             .limit(limit)
         )
         async with self._db.transaction() as conn:
-            ids = list((await conn.execute(expired)).scalars().all())
-            if not ids:
-                return 0
+            rows = (await conn.execute(expired)).all()
+            if not rows:
+                return Expired(0, 0, more=False)
+            fitting = [r.id for r in rows] if max_events is None else _fitting(rows, max_events)
+            # PostgreSQL: the chosen rows another reaper's transaction holds are left to it
+            held = await _held(conn, fitting or [rows[0].id])
+            deleted = 0
+            if not fitting and max_events is not None:  # the oldest alone has more events
+                if not held:
+                    return Expired(0, 0, more=True)
+                oldest = held[0]
+                deleted = await _delete_oldest_events(conn, oldest, max_events)
+                if deleted == max_events and await _has_events(conn, oldest):
+                    return Expired(0, deleted, more=True)  # the next transaction goes on
             for table in (events, steps, waits):
-                await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(ids)))
-            await conn.execute(sa.delete(invocations).where(inv.id.in_(ids)))
-        return len(ids)
+                gone = await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(held)))
+                deleted += int(gone.rowcount) if table is events else 0
+            await conn.execute(sa.delete(invocations).where(inv.id.in_(held)))
+        more = len(rows) == limit or len(held) < len(rows)
+        return Expired(len(held), deleted, more)
+
+
+def _fitting(rows: Sequence[Any], max_events: int) -> list[str]:
+    """The ids of the oldest rows whose events (``last_event_id`` counts them, or more once some
+    went) fit in ``max_events`` together, up to the first that does not."""
+    ids: list[str] = []
+    room = max_events
+    for row in rows:
+        if row.last_event_id > room:
+            break
+        ids.append(row.id)
+        room -= row.last_event_id
+    return ids
+
+
+async def _delete_oldest_events(conn: Connection, invocation_id: str, count: int) -> int:
+    """Delete the ``count`` oldest events of one invocation; how many went."""
+    of_it = events.c.invocation_id == invocation_id
+    oldest = sa.select(events.c.cursor).where(of_it).order_by(events.c.cursor).limit(count)
+    gone = await conn.execute(sa.delete(events).where(of_it, events.c.cursor.in_(oldest)))
+    return int(gone.rowcount)
+
+
+async def _has_events(conn: Connection, invocation_id: str) -> bool:
+    of_it = sa.select(events.c.cursor).where(events.c.invocation_id == invocation_id).limit(1)
+    return (await conn.execute(of_it)).first() is not None
+
+
+async def _held(conn: Connection, ids: list[str]) -> list[str]:
+    """Lock the rows of ``ids`` still there and not locked by another transaction (PostgreSQL;
+    SQLite's one writer holds them all already); those ids, in their order."""
+    lock = sa.select(inv.id).where(inv.id.in_(ids)).with_for_update(skip_locked=True)
+    got = set((await conn.execute(lock)).scalars().all())
+    return [i for i in ids if i in got]

@@ -43,7 +43,7 @@ from tether.store.eventreads import EventReads, StreamPage, StreamRead
 from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
 from tether.store.liveness import Registry
-from tether.store.maintenance import Maintenance, Queued
+from tether.store.maintenance import Expired, Maintenance, Queued
 from tether.store.migrate import migrate
 from tether.store.opencounts import recount_open
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
@@ -317,8 +317,10 @@ class Store:
     async def mark_resent(self, invocation_ids: Sequence[str]) -> list[str]:
         return await self._maintenance.mark_resent(invocation_ids)
 
-    async def delete_expired(self, retention: float, limit: int = 500) -> int:
-        return await self._maintenance.delete_expired(retention, limit)
+    async def delete_expired(
+        self, retention: float, limit: int = 500, max_events: int | None = None
+    ) -> Expired:
+        return await self._maintenance.delete_expired(retention, limit, max_events)
 
     async def audit_open_counts(self) -> list[tuple[str, str]]:
         """Correct the open counts that drifted from the rows (the reaper, every

@@ -159,7 +159,7 @@ async def test_retention_deletes_steps_and_waits_with_their_invocation(store: St
     await store.request_cancel(claim.invocation_id)
     async with store.engine.begin() as conn:
         await conn.execute(sa.text("UPDATE tether_invocations SET finished_at = 0"))
-    assert await store.delete_expired(retention=1.0) == 1
+    assert (await store.delete_expired(retention=1.0)).invocations == 1
     recorded: Any = await store.journal.load(claim.invocation_id)
     assert recorded.steps == {} and recorded.waits == {}
 

@@ -189,7 +189,7 @@ async def test_retention_deletes_old_terminal_invocations_with_their_events(stor
         await store.claim(n.id, "w")
         await store.finish(FinishRequest(n.id, 1, completed(1)))
     await age(store, old.id, "finished_at", 3600)
-    assert await store.delete_expired(600, limit=10) == 1
+    assert (await store.delete_expired(600, limit=10)).invocations == 1
     assert await store.get(old.id) is None and await store.events_after(old.id, 0) == []
     assert await store.get(recent.id) is not None
 

@@ -14,15 +14,13 @@ import sqlalchemy as sa
 from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.events import decode_batch
-from tether.outcomes import completed
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
 from tether.settings import Limits, Settings
 from tether.store.errors import StoreError
 from tether.store.schema import NewInvocation, StaleAttempt, Status, invocations
-from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
-from tether.worker import reaper as reaper_module
+from tether.store.store import Store
 from tether.worker.reaper import REQUEUE_BATCH, Reaper, Recover, decide, recovery_delay
 
 inv = invocations.c
@@ -322,41 +320,6 @@ async def test_a_failed_enqueue_does_not_abort_the_pass(store: Store) -> None:
     assert report.recovered == 3  # all requeued; take_unclaimed sends them once Redis is back
     for invocation_id in dead:
         assert (await row(store, invocation_id)).status == "queued"
-
-
-async def finished_long_ago(store: Store, events: int) -> str:
-    invocation_id = await running(store)
-    ticks = [NewEvent("tick", {"type": "tick"})] * events
-    await store.append(AppendRequest(invocation_id, 1, ticks))
-    await store.finish(FinishRequest(invocation_id, 1, completed({"ok": True})))
-    await shift(store, invocation_id, finished_at=3600)
-    return invocation_id
-
-
-async def count_events(store: Store, invocation_id: str) -> int:
-    return len(await store.events_after(invocation_id, 0))
-
-
-async def test_retention_deletes_terminal_invocations_with_their_events_in_batches(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(reaper_module, "DELETE_BATCH", 3)
-    monkeypatch.setattr(reaper_module, "DELETE_BATCHES_PER_PASS", 2)
-    expired = [await finished_long_ago(store, events=2) for _ in range(7)]
-    recent = await running(store)
-    await store.finish(FinishRequest(recent, 1, completed(1)))
-    old_but_open = await running(store)
-    await shift(store, old_but_open, created_at=3600, started_at=3600)
-    reaper = make_reaper(store, Enqueued(), retention=600)
-
-    assert (await reaper.reap_once()).deleted == 6  # two batches of three per pass
-    assert (await reaper.reap_once()).deleted == 1
-    assert (await reaper.reap_once()).deleted == 0
-    for invocation_id in expired:
-        assert await store.get(invocation_id) is None
-        assert await count_events(store, invocation_id) == 0
-    assert await store.get(recent) is not None and await count_events(store, recent) == 2
-    assert await store.get(old_but_open) is not None
 
 
 async def test_the_reaper_audits_the_open_counts_once_a_period(store: Store) -> None:
