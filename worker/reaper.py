@@ -40,9 +40,9 @@ lets a worker claim the next fair invocation, whichever it names, and a worker w
 claims again, so a backlog draining behind waiting messages (a flood) needs none re-sent; lost
 messages (a gateway that died before sending) do."""
 DELETE_BATCHES_PER_PASS = 100
-"""Most retention transactions a pass runs, one after the other while more has expired (each
-followed by a pause as long as it took), for at most half ``timers.reaper_interval``; the rest
-waits for the next pass."""
+"""Most retention transactions a pass runs, one after the other while more has expired (on the
+embedded store each followed by a pause as long as it took), for at most half
+``timers.reaper_interval``; the rest waits for the next pass."""
 MAX_DOUBLINGS = 64
 
 
@@ -122,10 +122,11 @@ class Reaper:
 
     async def _delete_expired(self, report: ReapReport) -> None:
         """Retention: bounded transactions while more has expired, for half a pass's interval
-        at most, each followed by a pause as long as it took, so the store and the loop (the
-        embedded store's transactions run on it) give the rest of the work at least as much."""
+        at most. The embedded store's transactions run on this loop: there each is followed by
+        a pause as long as it took, so the rest of the process gets at least as much."""
         timers = self.settings.timers
         until = self._clock() + timers.reaper_interval / 2
+        on_loop = self.store.dialect != "postgresql"
         for _ in range(DELETE_BATCHES_PER_PASS):
             began = time.perf_counter()
             done = await self.store.delete_expired(timers.retention, DELETE_BATCH, DELETE_EVENTS)
@@ -133,7 +134,7 @@ class Reaper:
             report.deleted_events += done.events
             if not done.more or self._clock() >= until:
                 return
-            await asyncio.sleep(time.perf_counter() - began)
+            await asyncio.sleep(time.perf_counter() - began if on_loop else 0)
 
     def _after_period(self) -> float | None:
         """When the next audit is due: one ``timers.count_audit`` (±20 %) on; None if off."""
