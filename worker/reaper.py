@@ -30,9 +30,9 @@ DELETE_BATCH = 500
 DELETE_EVENTS = 5_000
 """Most event rows one retention transaction deletes: expired invocations go whole while their
 events fit, one with more alone goes over several transactions, its row with the last of its
-events. Unbounded, 500 invocations of 200 events each held the embedded store's one writer (and
-the loop its transactions run on) for 90 ms, 100 of 4,000 for 310-380 ms, against 20-22 ms
-bounded; on PostgreSQL 170-215 ms against 9-12 ms (``python -m bench retention``)."""
+events. Unbounded, 100 expired invocations of 4,000 events each held the embedded store's one
+writer, and the loop its transactions run on, for 270-285 ms, against 19-31 ms bounded; on
+PostgreSQL made a 157-249 ms transaction, against 7-64 ms (``python -m bench retention``)."""
 REQUEUE_BATCH = 500
 """Most wake-ups a pass re-sends for queued invocations nobody claimed for ``requeue_after``,
 less the messages already waiting in the queue (each carries one token or more): a token only
