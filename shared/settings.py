@@ -275,7 +275,19 @@ class Settings(BaseSettings):
         "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
         description="PostgreSQL URL for the distributed mode (SQLAlchemy form).",
     )
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for broker and pub/sub.")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis for the broker (the queue of tokens), and for pub/sub unless "
+        "pubsub_redis_url is set.",
+    )
+    pubsub_redis_url: str | None = Field(
+        None,
+        description=(
+            "Redis for pub/sub: stored events on their way to open streams, new-work "
+            "announcements, cancel requests. Unset: redis_url. A server of its own keeps the "
+            "streams' traffic off the broker's single thread."
+        ),
+    )
     embedded_path: str = Field(
         "tether.db", description="SQLite file of `tether dev`; ':memory:' for a throwaway store."
     )
@@ -317,6 +329,11 @@ class Settings(BaseSettings):
         if url.startswith("postgresql://") or url.startswith("postgres://"):
             return "postgresql+psycopg://" + url.split("://", 1)[1]
         return url
+
+    @property
+    def pubsub_redis(self) -> str:
+        """The Redis pub/sub goes through: ``pubsub_redis_url``, or ``redis_url`` when unset."""
+        return self.pubsub_redis_url or self.redis_url
 
 
 def load_settings(config_file: str | None = None, **overrides: Any) -> Settings:

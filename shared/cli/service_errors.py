@@ -35,9 +35,16 @@ def service_error_message(error: BaseException, settings: Settings) -> str | Non
     if isinstance(error, SchemaMissing):
         return f"the database at {database} has no Tether tables: run `tether migrate` first"
     if isinstance(error, RedisConnectionError | RedisTimeoutError):
+        if settings.pubsub_redis == settings.redis_url:
+            where, names = without_password(settings.redis_url), "TETHER_REDIS_URL (redis_url"
+        else:  # the driver's text would say which, and is never shown: name both
+            where = (
+                f"{without_password(settings.redis_url)} (broker) or "
+                f"{without_password(settings.pubsub_redis)} (pub/sub)"
+            )
+            names = "TETHER_REDIS_URL or TETHER_PUBSUB_REDIS_URL (redis_url or pubsub_redis_url"
         return (
-            f"cannot reach Redis at {without_password(settings.redis_url)} "
-            f"({type(error).__name__}): start it, or point TETHER_REDIS_URL (redis_url in "
-            "--config) at one"
+            f"cannot reach Redis at {where} ({type(error).__name__}): start it, or point "
+            f"{names} in --config) at one"
         )
     return None

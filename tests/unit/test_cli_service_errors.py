@@ -43,6 +43,23 @@ def test_an_unreachable_redis_is_named_without_its_password() -> None:
     assert "s3cret" not in message
 
 
+def test_with_a_pubsub_redis_of_its_own_both_are_named_without_their_passwords() -> None:
+    both = SETTINGS.model_copy(update={"pubsub_redis_url": "redis://:t0ken@events.internal:6380/0"})
+    message = service_error_message(RedisConnectionError("s3cret t0ken"), both)
+    assert message is not None
+    assert "redis://:***@cache.internal:6379/0 (broker)" in message
+    assert "redis://:***@events.internal:6380/0 (pub/sub)" in message
+    assert "TETHER_PUBSUB_REDIS_URL" in message
+    assert "s3cret" not in message and "t0ken" not in message
+
+
+def test_pubsub_goes_through_redis_url_unless_a_pubsub_redis_is_set() -> None:
+    assert SETTINGS.pubsub_redis == SETTINGS.redis_url
+    assert Settings(pubsub_redis_url="").pubsub_redis == Settings().redis_url
+    own = Settings(pubsub_redis_url="redis://events:6380/1")
+    assert (own.pubsub_redis, own.redis_url) == ("redis://events:6380/1", Settings().redis_url)
+
+
 def test_a_missing_table_says_to_migrate_and_other_sql_errors_are_not_explained_away() -> None:
     missing = store_error(ProgrammingError("SELECT", {}, UndefinedTable()))
     assert isinstance(missing, SchemaMissing)
