@@ -318,11 +318,14 @@ class ReadyChecks(BaseModel):
     model_config = STRICT
 
     database: Literal["ok", "unavailable"]
+    broker: Literal["ok", "unavailable"]
+    """The queue's Redis (``redis_url``); ``tether dev``'s own loop is always ok."""
     pubsub: Literal["ok", "unavailable"]
+    """Pub/sub's Redis (``pubsub_redis_url``, else ``redis_url``)."""
 
 
 class ReadyResponse(BaseModel):
-    """``/readyz``: 200 when both are reachable, 503 otherwise (with this same body)."""
+    """``/readyz``: 200 when all are reachable, 503 otherwise (with this same body)."""
 
     model_config = STRICT
 

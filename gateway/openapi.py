@@ -259,7 +259,7 @@ def service_paths() -> Json:
         },
         "/readyz": {
             "get": {
-                "summary": "Database and pub/sub reachable",
+                "summary": "Database, broker and pub/sub reachable",
                 "responses": {
                     "200": answer("Ready", ready),
                     "503": answer("Not ready (the same body)", ready),

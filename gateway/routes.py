@@ -317,7 +317,12 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     checks: dict[str, str] = {}
-    for name, probe in (("database", services.store.ping), ("pubsub", services.pubsub.ping)):
+    probes = (
+        ("database", services.store.ping),
+        ("broker", services.queue.ping),
+        ("pubsub", services.pubsub.ping),
+    )
+    for name, probe in probes:
         try:
             await asyncio.wait_for(probe(), timeout=2.0)
             checks[name] = "ok"

@@ -59,6 +59,10 @@ class Queue:
             log.warning("counting the queue's messages failed (%s)", type(exc).__name__)
             return None
 
+    async def ping(self) -> None:
+        """Raise if the transport cannot answer now (``/readyz``)."""
+        await self._transport.waiting()
+
     async def close(self) -> None:
         await self._transport.close()
 

@@ -60,6 +60,10 @@ async def test_streams_announcements_and_cancels_go_through_the_pubsub_redis(
     private_redis.kill()  # pub/sub gone: tokens are on the broker, the work still runs
     db = Db(fresh_db)
     async with api_for(base) as api:
+        async with api.session.get(f"{base}/readyz") as r:
+            assert r.status == 503
+            checks = (await r.json())["checks"]
+        assert checks == {"database": "ok", "broker": "ok", "pubsub": "unavailable"}
         ids = [new_id() for _ in range(3)]
         for invocation_id in ids:
             body = {"id": invocation_id, "input": {"default": {}}, "background": True}
