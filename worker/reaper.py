@@ -25,14 +25,6 @@ from tether.store.store import FinishRequest, Superseded
 
 log = logging.getLogger(__name__)
 
-DELETE_BATCH = 500
-"""Most expired invocations one retention transaction deletes."""
-DELETE_EVENTS = 5_000
-"""Most event rows one retention transaction deletes: expired invocations go whole while their
-events fit, one with more alone goes over several transactions, its row with the last of its
-events. Unbounded, 100 expired invocations of 4,000 events each held the embedded store's one
-writer, and the loop its transactions run on, for 270-285 ms, against 19-31 ms bounded; on
-PostgreSQL made a 157-249 ms transaction, against 7-64 ms (``python -m bench retention``)."""
 REQUEUE_BATCH = 500
 """Most wake-ups a pass re-sends for queued invocations nobody claimed for ``requeue_after``,
 less the messages already waiting in the queue (each carries one token or more): a token only
@@ -40,9 +32,10 @@ lets a worker claim the next fair invocation, whichever it names, and a worker w
 claims again, so a backlog draining behind waiting messages (a flood) needs none re-sent; lost
 messages (a gateway that died before sending) do."""
 DELETE_BATCHES_PER_PASS = 100
-"""Most retention transactions a pass runs, one after the other while more has expired (on the
-embedded store each followed by a pause as long as it took), for at most half
-``timers.reaper_interval``; the rest waits for the next pass."""
+"""Most retention transactions a pass runs (each bounded by
+``tether.store.maintenance.EXPIRED_INVOCATIONS`` and ``EXPIRED_EVENTS``), one after the other
+while more has expired (on the embedded store each followed by a pause as long as it took), for
+at most half ``timers.reaper_interval``; the rest waits for the next pass."""
 MAX_DOUBLINGS = 64
 
 
@@ -129,7 +122,7 @@ class Reaper:
         on_loop = self.store.dialect != "postgresql"
         for _ in range(DELETE_BATCHES_PER_PASS):
             began = time.perf_counter()
-            done = await self.store.delete_expired(timers.retention, DELETE_BATCH, DELETE_EVENTS)
+            done = await self.store.delete_expired(timers.retention)
             report.deleted += done.invocations
             report.deleted_events += done.events
             if not done.more or self._clock() >= until:

@@ -87,8 +87,8 @@ class Sizes:
     heartbeat_attempts: int = 500
     heartbeat_rows: int = 20_000
     heartbeat_rounds: int = 20
-    chatty_invocations: int = 100
-    chatty_events: int = 4000
+    chatty_invocations: int = 50
+    chatty_events: int = 8000  # more than a transaction's 5,000: each goes over two
     chatty_tick: float = 0.01
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 

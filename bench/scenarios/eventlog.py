@@ -35,7 +35,7 @@ from bench.peer_load import post_body
 from bench.procs import Launcher, launcher, private_database
 from bench.report import Row
 from bench.scenarios.common import Pg, Sizes
-from tether.worker.reaper import DELETE_EVENTS
+from tether.store.maintenance import EXPIRED_EVENTS
 
 APP = "bench.apps:both"
 OWNER = 0
@@ -184,20 +184,23 @@ def pkey_levels(pg: Pg) -> int | None:
 
 
 def retention_plans(pg: Pg, invocations: int, each: int) -> str:
-    """The plans of one retention batch: pick the oldest expired ids, delete the events of as
-    many as fit in ``DELETE_EVENTS`` (as the reaper does, ``Maintenance.delete_expired``),
-    without running the delete."""
-    ids = [old_id(k) for k in range(min(max(1, DELETE_EVENTS // each), invocations))]
-    pick = pg.conn.execute(
-        "EXPLAIN SELECT id, last_event_id FROM tether_invocations WHERE status IN"
-        " ('completed', 'failed', 'cancelled') AND finished_at < extract(epoch from now()) - %s"
-        " ORDER BY finished_at LIMIT 500",
-        (7 * 86400,),
-    ).fetchall()
+    """The plans of one retention batch as ``Maintenance.delete_expired`` runs it: read the
+    oldest expired ids, lock as many as fit in ``EXPIRED_EVENTS`` (``SKIP LOCKED``), delete
+    their events; without running the delete."""
+    fit = min(max(1, EXPIRED_EVENTS // each), invocations)
+    ids = [old_id(k) for k in range(fit)]
+    oldest = (
+        "SELECT id, last_event_id FROM tether_invocations WHERE status IN"
+        " ('completed', 'failed', 'cancelled') AND finished_at <"
+        " (SELECT extract(epoch from clock_timestamp())::double precision - %s)"
+        " ORDER BY finished_at LIMIT %s"
+    )
+    pick = pg.conn.execute(f"EXPLAIN {oldest}", (7 * 86400, 500)).fetchall()
+    lock = pg.conn.execute(f"EXPLAIN {oldest} FOR UPDATE SKIP LOCKED", (7 * 86400, fit)).fetchall()
     delete = pg.conn.execute(
         "EXPLAIN DELETE FROM tether_events WHERE invocation_id = ANY(%s)", (ids,)
     ).fetchall()
-    return "\n".join(clip(r[0]) for r in [*pick, *delete])
+    return "\n".join(clip(r[0]) for r in [*pick, *lock, *delete])
 
 
 def clip(line: str, width: int = 160) -> str:

@@ -1,7 +1,8 @@
 """Retention of chatty invocations: the reaper's passes (transactions of at most
-``DELETE_BATCH`` invocations and ``DELETE_EVENTS`` events) against the passes before the event
-bound (``DELETE_BATCH`` invocations a transaction whatever their events, 10 a pass), in the same
-run, on the embedded store (a SQLite file, what ``tether dev`` uses) and on PostgreSQL.
+``EXPIRED_INVOCATIONS`` invocations and ``EXPIRED_EVENTS`` events) against passes as they were
+before the event bound (``EXPIRED_INVOCATIONS`` invocations a transaction whatever their events,
+10 transactions a pass), in the same run, on the embedded store (a SQLite file, what
+``tether dev`` uses) and on PostgreSQL.
 
 Each side gets a fresh store holding ``chatty_invocations`` completed invocations of
 ``chatty_events`` events each, finished eight days ago (past the default retention), and one
@@ -14,6 +15,7 @@ writer and the event loop it runs on), and seconds until all were deleted.
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 import time
 import uuid
@@ -33,10 +35,10 @@ from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
 from tether.settings import Settings
-from tether.store.maintenance import Expired
+from tether.store.maintenance import EXPIRED_INVOCATIONS, Expired
 from tether.store.schema import NewInvocation, invocations
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
-from tether.worker.reaper import DELETE_BATCH, Reaper
+from tether.worker.reaper import Reaper
 
 RETENTION = 7 * 86400.0
 OLD_PASS_BATCHES = 10
@@ -134,7 +136,8 @@ async def old_passes(store: Store) -> None:
     """The passes before the event bound: up to 10 transactions of 500 invocations each."""
     while True:
         for _ in range(OLD_PASS_BATCHES):
-            if (await store.delete_expired(RETENTION, DELETE_BATCH)).invocations < DELETE_BATCH:
+            done = await store.delete_expired(RETENTION, EXPIRED_INVOCATIONS, sys.maxsize)
+            if done.invocations < EXPIRED_INVOCATIONS:
                 break
         if not await expired_left(store):
             return

@@ -51,7 +51,18 @@ class Expired:
     events: int
     """Event rows deleted (an invocation's too many for one transaction go over several)."""
     more: bool
-    """Whether more may be expired: the batch was full, or stopped at its event budget."""
+    """Whether more may be expired: the batch was full, stopped at its event budget, or left
+    rows another transaction held."""
+
+
+EXPIRED_INVOCATIONS = 500
+"""Most expired invocations one retention transaction deletes."""
+EXPIRED_EVENTS = 5_000
+"""Most event rows one retention transaction deletes: expired invocations go whole while their
+events fit; one with more alone goes over several transactions, its oldest events first, its
+row (with its steps and waits) with the last of them. Unbounded, a transaction of invocations
+that stream thousands of events each held ``tether dev``'s one loop for ~0.3 s
+(docs/performance.md, "Retention of chatty invocations")."""
 
 
 AUDIT_KEYS = 1000
@@ -184,42 +195,51 @@ class Maintenance:
             return list(rows.scalars().all())
 
     async def delete_expired(
-        self, retention: float, limit: int = 500, max_events: int | None = None
+        self,
+        retention: float,
+        limit: int | None = None,
+        max_events: int | None = None,
     ) -> Expired:
         """Delete the terminal invocations finished before the retention period, oldest first:
-        up to ``limit`` of them while their events fit in ``max_events`` (None: no bound);
-        where the oldest alone has more, its oldest ``max_events`` events (and the rest of it
-        once they were its last). Readers of an invocation going over several transactions see
-        its log begin later meanwhile."""
-        expired = (
-            sa.select(inv.id, inv.last_event_id)
-            .where(
-                status_is(inv.status, *TERMINAL_VALUES), inv.finished_at < self._db.now - retention
-            )
-            .order_by(inv.finished_at)
-            .limit(limit)
+        up to ``limit`` of them while their events fit in ``max_events``; where the oldest alone
+        has more, its oldest ``max_events`` events (and the rest of it once they were its last).
+        Readers of an invocation going over several transactions see its log begin later
+        meanwhile. On PostgreSQL the rows another transaction holds are skipped, so reapers at
+        once delete different invocations. Unset bounds: :data:`EXPIRED_INVOCATIONS` and
+        :data:`EXPIRED_EVENTS`."""
+        limit = EXPIRED_INVOCATIONS if limit is None else limit
+        max_events = EXPIRED_EVENTS if max_events is None else max_events
+        cutoff = sa.select(self._db.now - retention).scalar_subquery()  # once: the clock is
+        expired = sa.and_(  # volatile, and compared row by row it would not bound the scan
+            status_is(inv.status, *TERMINAL_VALUES), inv.finished_at < cutoff
         )
+        oldest = sa.select(inv.id, inv.last_event_id).where(expired).order_by(inv.finished_at)
         async with self._db.transaction() as conn:
-            rows = (await conn.execute(expired)).all()
-            if not rows:
+            seen = (await conn.execute(oldest.limit(limit))).all()
+            if not seen:
                 return Expired(0, 0, more=False)
-            fitting = [r.id for r in rows] if max_events is None else _fitting(rows, max_events)
-            # PostgreSQL: the chosen rows another reaper's transaction holds are left to it
-            held = await _held(conn, fitting or [rows[0].id])
-            deleted = 0
-            if not fitting and max_events is not None:  # the oldest alone has more events
-                if not held:
-                    return Expired(0, 0, more=True)
-                oldest = held[0]
-                deleted = await _delete_oldest_events(conn, oldest, max_events)
-                if deleted == max_events and await _has_events(conn, oldest):
-                    return Expired(0, deleted, more=True)  # the next transaction goes on
+            # Lock only as many as this transaction may delete (SKIP LOCKED: those another
+            # reaper holds give way to the next ones), then fit what was locked.
+            wanted = len(_fitting(seen, max_events)) or 1
+            locked = (
+                await conn.execute(oldest.limit(wanted).with_for_update(skip_locked=True))
+            ).all()
+            if not locked:  # every one is another reaper's now
+                return Expired(0, 0, more=False)
+            whole = _fitting(locked, max_events)
+            events_deleted = 0
+            if not whole:  # the oldest alone has more events than a transaction
+                first = locked[0].id
+                events_deleted = await _delete_oldest_events(conn, first, max_events)
+                if events_deleted == max_events and await _has_events(conn, first):
+                    return Expired(0, events_deleted, more=True)  # the next one goes on
+                whole = [first]
             for table in (events, steps, waits):
-                gone = await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(held)))
-                deleted += int(gone.rowcount) if table is events else 0
-            await conn.execute(sa.delete(invocations).where(inv.id.in_(held)))
-        more = len(rows) == limit or len(held) < len(rows)
-        return Expired(len(held), deleted, more)
+                gone = await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(whole)))
+                events_deleted += int(gone.rowcount) if table is events else 0
+            await conn.execute(sa.delete(invocations).where(inv.id.in_(whole)))
+        more = len(seen) == limit or len(whole) < len(seen)
+        return Expired(len(whole), events_deleted, more)
 
 
 def _fitting(rows: Sequence[Any], max_events: int) -> list[str]:
@@ -246,11 +266,3 @@ async def _delete_oldest_events(conn: Connection, invocation_id: str, count: int
 async def _has_events(conn: Connection, invocation_id: str) -> bool:
     of_it = sa.select(events.c.cursor).where(events.c.invocation_id == invocation_id).limit(1)
     return (await conn.execute(of_it)).first() is not None
-
-
-async def _held(conn: Connection, ids: list[str]) -> list[str]:
-    """Lock the rows of ``ids`` still there and not locked by another transaction (PostgreSQL;
-    SQLite's one writer holds them all already); those ids, in their order."""
-    lock = sa.select(inv.id).where(inv.id.in_(ids)).with_for_update(skip_locked=True)
-    got = set((await conn.execute(lock)).scalars().all())
-    return [i for i in ids if i in got]

@@ -22,10 +22,10 @@ What this asks of the store, and why it holds:
   by it. What can hold the lock is another thread or process on the same file (the heartbeat
   thread's store, a second ``tether`` command), for the span of one short transaction.
 - A call holds the loop for as long as SQLite works on it. Most are small (a row, a page of
-  events, a batch of at most 256 writes); the largest is retention's delete of the events of up
-  to 500 expired invocations in one transaction, which with very chatty invocations can hold the
-  loop for a noticeable time (not measured yet). Before, the same work held the one writer
-  connection just as long, but reads and HTTP went on meanwhile.
+  events, a batch of at most 256 writes); the largest is a retention transaction, bounded to 500
+  expired invocations and 5,000 events (:mod:`.maintenance`: ~20-30 ms on two shared cores,
+  and the reaper then leaves the loop alone as long); unbounded, 100 invocations of 4,000
+  events held it ~0.3 s (docs/performance.md, "Retention of chatty invocations").
 """
 
 from __future__ import annotations

@@ -318,7 +318,7 @@ class Store:
         return await self._maintenance.mark_resent(invocation_ids)
 
     async def delete_expired(
-        self, retention: float, limit: int = 500, max_events: int | None = None
+        self, retention: float, limit: int | None = None, max_events: int | None = None
     ) -> Expired:
         return await self._maintenance.delete_expired(retention, limit, max_events)
 

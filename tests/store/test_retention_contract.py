@@ -85,17 +85,23 @@ async def test_an_invocation_with_more_events_than_a_batch_goes_over_several(
 
 async def test_reapers_at_once_take_different_invocations(store: Store) -> None:
     """On PostgreSQL a reaper passes over the expired rows another's transaction holds (the
-    embedded store has one writer: nothing is held while a transaction waits for it)."""
+    embedded store has one writer: nothing is held while a transaction waits for it): the next
+    ones are its, even when the held one is an invocation going over several transactions."""
     if store.dialect != "postgresql":
         pytest.skip("one writer: retention transactions take turns")
-    held, free = await finished(store, 0, 3), await finished(store, 0, 2)
+    big = await finished(store, 10, 4)  # 12 events: more than one transaction of 4
+    small, newest = await finished(store, 0, 3), await finished(store, 0, 2)
+    lock = sa.text("SELECT 1 FROM tether_invocations WHERE id = :id FOR UPDATE")
     async with store.engine.begin() as conn:
-        await conn.execute(
-            sa.text("SELECT 1 FROM tether_invocations WHERE id = :id FOR UPDATE"), {"id": held}
-        )
-        done = await asyncio.wait_for(store.delete_expired(600), timeout=10)
-        assert (done.invocations, await store.get(free)) == (1, None)
-    assert await store.get(held) is not None
+        await conn.execute(lock, {"id": big})
+        for gone in (small, newest):  # one at a time: the oldest alone would fill one
+            done = await asyncio.wait_for(store.delete_expired(600, max_events=4), timeout=10)
+            assert (done.invocations, done.events, done.more) == (1, 2, True)
+            assert await store.get(gone) is None
+        everything_held = await asyncio.wait_for(store.delete_expired(600), timeout=10)
+        assert everything_held == Expired(0, 0, more=False)  # no spinning on another's rows
+    assert len(await stored_events(store, big)) == 12
+    assert (await store.delete_expired(600, max_events=4)).events == 4
 
 
 async def test_the_transaction_that_deletes_the_last_events_deletes_the_invocation(

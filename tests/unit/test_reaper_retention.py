@@ -3,6 +3,7 @@ another while more has expired, for at most half a pass's interval."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from tether.outcomes import completed
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
 from tether.services import Services
+from tether.store import maintenance
 from tether.store.maintenance import Expired
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 from tether.worker import reaper as reaper_module
@@ -34,7 +36,7 @@ async def count_events(store: Store, invocation_id: str) -> int:
 async def test_retention_deletes_terminal_invocations_with_their_events_in_batches(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reaper_module, "DELETE_BATCH", 3)
+    monkeypatch.setattr(maintenance, "EXPIRED_INVOCATIONS", 3)
     monkeypatch.setattr(reaper_module, "DELETE_BATCHES_PER_PASS", 2)
     expired = [await finished_long_ago(store, events=2) for _ in range(7)]
     recent = await running(store)
@@ -57,7 +59,7 @@ async def test_retention_deletes_terminal_invocations_with_their_events_in_batch
 async def test_a_chatty_invocation_goes_over_several_transactions_of_one_pass(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reaper_module, "DELETE_EVENTS", 5)
+    monkeypatch.setattr(maintenance, "EXPIRED_EVENTS", 5)
     chatty = await finished_long_ago(store, events=20)  # 22 events: five transactions
     quiet = await finished_long_ago(store, events=1)
     done: list[Expired] = []
@@ -78,7 +80,7 @@ async def test_a_chatty_invocation_goes_over_several_transactions_of_one_pass(
 async def test_a_pass_stops_deleting_after_half_its_interval(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reaper_module, "DELETE_BATCH", 1)
+    monkeypatch.setattr(maintenance, "EXPIRED_INVOCATIONS", 1)
     for _ in range(5):
         await finished_long_ago(store, events=0)
     now = [0.0]
@@ -96,3 +98,24 @@ async def test_a_pass_stops_deleting_after_half_its_interval(
     assert (await reaper.reap_once()).deleted == 2
     assert (await reaper.reap_once()).deleted == 2
     assert (await reaper.reap_once()).deleted == 1
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+async def test_a_pause_follows_each_transaction_only_where_they_run_on_the_loop(
+    store: Store, monkeypatch: pytest.MonkeyPatch, dialect: str
+) -> None:
+    monkeypatch.setattr(maintenance, "EXPIRED_INVOCATIONS", 1)
+    for _ in range(3):
+        await finished_long_ago(store, events=0)
+    monkeypatch.setattr(store, "dialect", dialect)  # the embedded store, said to be the other
+    pauses: list[float] = []
+    sleep = asyncio.sleep
+
+    async def recorded(delay: float, *args: Any) -> Any:
+        pauses.append(delay)
+        return await sleep(delay, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    assert (await make_reaper(store, Enqueued(), retention=600).reap_once()).deleted == 3
+    assert len(pauses) == 3  # each batch of one was full: a fourth transaction finds none
+    assert all(p > 0 for p in pauses) if dialect == "sqlite" else pauses == [0] * 3
