@@ -34,8 +34,8 @@ messages (a gateway that died before sending) do."""
 DELETE_BATCHES_PER_PASS = 100
 """Most retention transactions a pass runs (each bounded by
 ``tether.store.maintenance.EXPIRED_INVOCATIONS`` and ``EXPIRED_EVENTS``), one after the other
-while more has expired (on the embedded store each followed by a pause as long as it took), for
-at most half ``timers.reaper_interval``; the rest waits for the next pass."""
+while more has expired, each followed by a pause as long as it took, for at most half
+``timers.reaper_interval``; the rest waits for the next pass."""
 MAX_DOUBLINGS = 64
 
 
@@ -115,11 +115,12 @@ class Reaper:
 
     async def _delete_expired(self, report: ReapReport) -> None:
         """Retention: bounded transactions while more has expired, for half a pass's interval
-        at most. The embedded store's transactions run on this loop: there each is followed by
-        a pause as long as it took, so the rest of the process gets at least as much."""
+        at most, each followed by a pause as long as it took: the rest of the work gets at least
+        as much of the loop (the embedded store's transactions run on it) and of the database:
+        without it on PostgreSQL, a live invocation's emit -> receive p99 while 10 M expired
+        events went was 60-68 ms in two runs of three, with it 16-27 ms (``bench eventlog``)."""
         timers = self.settings.timers
         until = self._clock() + timers.reaper_interval / 2
-        on_loop = self.store.dialect != "postgresql"
         for _ in range(DELETE_BATCHES_PER_PASS):
             began = time.perf_counter()
             done = await self.store.delete_expired(timers.retention)
@@ -127,7 +128,7 @@ class Reaper:
             report.deleted_events += done.events
             if not done.more or self._clock() >= until:
                 return
-            await asyncio.sleep(time.perf_counter() - began if on_loop else 0)
+            await asyncio.sleep(time.perf_counter() - began)
 
     def _after_period(self) -> float | None:
         """When the next audit is due: one ``timers.count_audit`` (±20 %) on; None if off."""
