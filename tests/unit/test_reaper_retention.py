@@ -77,12 +77,17 @@ async def test_a_chatty_invocation_goes_over_several_transactions_of_one_pass(
     assert await store.get(quiet) is None
 
 
+async def one_per_transaction(store: Store, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """``count`` expired invocations, and retention transactions of one invocation each."""
+    monkeypatch.setattr(maintenance, "EXPIRED_INVOCATIONS", 1)
+    for _ in range(count):
+        await finished_long_ago(store, events=0)
+
+
 async def test_a_pass_stops_deleting_after_half_its_interval(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(maintenance, "EXPIRED_INVOCATIONS", 1)
-    for _ in range(5):
-        await finished_long_ago(store, events=0)
+    await one_per_transaction(store, monkeypatch, 5)
     now = [0.0]
 
     def clock() -> float:  # each read a second later: a pass of interval 4 has 2 s to delete
@@ -103,9 +108,7 @@ async def test_a_pass_stops_deleting_after_half_its_interval(
 async def test_a_pause_as_long_as_it_took_follows_each_transaction(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(maintenance, "EXPIRED_INVOCATIONS", 1)
-    for _ in range(3):
-        await finished_long_ago(store, events=0)
+    await one_per_transaction(store, monkeypatch, 3)
     pauses: list[float] = []
     sleep = asyncio.sleep
 
