@@ -208,7 +208,7 @@ class Maintenance:
         once delete different invocations. Unset bounds: :data:`EXPIRED_INVOCATIONS` and
         :data:`EXPIRED_EVENTS`."""
         limit = EXPIRED_INVOCATIONS if limit is None else limit
-        max_events = EXPIRED_EVENTS if max_events is None else max_events
+        max_events = EXPIRED_EVENTS if max_events is None else max(1, max_events)  # progress
         cutoff = sa.select(self._db.now - retention).scalar_subquery()  # once: the clock is
         expired = sa.and_(  # volatile, and compared row by row it would not bound the scan
             status_is(inv.status, *TERMINAL_VALUES), inv.finished_at < cutoff
