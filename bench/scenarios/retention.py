@@ -38,6 +38,7 @@ from tether.settings import Settings
 from tether.store.maintenance import EXPIRED_INVOCATIONS, Expired
 from tether.store.schema import NewInvocation, invocations
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
+from tether.worker.local_queue import LocalQueue
 from tether.worker.reaper import Reaper
 
 RETENTION = 7 * 86400.0
@@ -51,17 +52,6 @@ class Side:
     gaps: list[float] = field(default_factory=list)
     seconds: float = 0.0
     events: int = 0
-
-
-class NoQueue:
-    async def send(self, invocation_ids: Any, delay: float) -> None:
-        return None
-
-    async def waiting(self) -> int:
-        return 0
-
-    async def close(self) -> None:
-        return None
 
 
 @asynccontextmanager
@@ -122,9 +112,10 @@ def timed(store: Store, side: Side) -> Callable[..., Awaitable[Expired]]:
 
 
 async def reaper_passes(store: Store) -> None:
-    """Today's reaper, its passes back to back (no interval between them)."""
+    """Today's reaper, its passes back to back (no interval between them); its queue has no
+    runtime attached, so what it would re-send is dropped."""
     reaper = Reaper(
-        services=Services(store, MemoryPubSub(), Queue(NoQueue())),
+        services=Services(store, MemoryPubSub(), Queue(LocalQueue())),
         settings=Settings.model_validate({"timers": {"count_audit": 0, "stale_after": 86400}}),
         has_recover=True,
     )
