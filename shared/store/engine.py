@@ -15,6 +15,7 @@ from tether.jsonvalue import dumps
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect, dialect_named
 from tether.store.errors import wrapped
+from tether.store.pg_direct import DirectConnection
 from tether.store.sqlite_sync import SyncPools
 
 ENGINE_OPTIONS = {"json_serializer": dumps, "hide_parameters": True}
@@ -90,7 +91,7 @@ class Database:
                     yield sync_conn
                 return
             async with self.engine.begin() as conn:
-                yield conn
+                yield DirectConnection(conn)
 
     @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[Connection]:
@@ -104,7 +105,7 @@ class Database:
         with wrapped():
             async with self.engine.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
-                yield conn
+                yield DirectConnection(conn)
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -115,7 +116,7 @@ class Database:
                     yield sync_conn
                 return
             async with (self.reader or self.engine).connect() as conn:
-                yield conn
+                yield DirectConnection(conn)
 
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Connection]:
@@ -131,4 +132,4 @@ class Database:
                 await conn.execution_options(
                     isolation_level="REPEATABLE READ", postgresql_readonly=True
                 )
-                yield conn
+                yield DirectConnection(conn)
