@@ -21,6 +21,7 @@ from bench.scenarios import (
     io_bound,
     peer,
     retention,
+    statements,
     streaming,
     sync_latency,
     terminal,
@@ -47,4 +48,5 @@ SCENARIOS: dict[str, Scenario] = {
     "backlog": backlog.run,
     "heartbeat": heartbeat.run,
     "retention": retention.run,
+    "statements": statements.run,
 }

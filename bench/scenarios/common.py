@@ -90,6 +90,8 @@ class Sizes:
     chatty_invocations: int = 50
     chatty_events: int = 8000  # more than a transaction's 5,000: each goes over two
     chatty_tick: float = 0.01
+    statements_batch: int = 16  # about what a burst's group commits batch
+    statements_rounds: int = 200
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -157,6 +159,7 @@ QUICK = Sizes(
     heartbeat_rounds=3,
     chatty_invocations=10,
     chatty_events=300,
+    statements_rounds=10,
     deadline=60.0,
 )
 
