@@ -1,27 +1,29 @@
 """The store's PostgreSQL statements, compiled by SQLAlchemy once and run on psycopg directly.
 
-SQLAlchemy's asyncio layer costs more than the statement: each ``execute`` goes through a
-greenlet switch, the driver adapter's cursor, the execution context and the result's metadata,
-and comes back. For the gateway's status read (``Invocations.get_many``, 32 ids) that was 0.29 ms
-of the client's CPU against 0.09 ms for the same text on psycopg's own connection, and the store's
-hot statements are all of that kind: built once (module-level or ``functools.cache``), every batch
-bound as the same few parameters (:mod:`.bound`). So :class:`DirectConnection`, what
-:class:`.engine.Database` lends on PostgreSQL, compiles each statement once (a :class:`Plan`,
-cached by the statement object), binds its parameters with SQLAlchemy's own
-``construct_params``, and sends the text on the psycopg connection of the same SQLAlchemy
-connection: the transaction, the pool, the isolation level and the prepared statements are
-SQLAlchemy's and psycopg's as before. Rows come back as named tuples (:class:`Rows` has the part
-of SQLAlchemy's result the store uses), each value through the column type's result processor
-where SQLAlchemy has one for that database type (chosen from the first result's type OIDs).
+SQLAlchemy's asyncio layer costs more than the statement: each ``execute`` goes through a greenlet
+switch, the driver adapter's cursor, the execution context and the result's metadata, and comes
+back. For the gateway's status read (``Invocations.get_many``, 32 ids) that was 0.29 ms of the
+client's CPU against 0.09 ms for the same text on psycopg's own connection, and the store's hot
+statements are all of that kind: built once (module-level or ``functools.cache``), every batch bound
+as the same few parameters (:mod:`.bound`). So :class:`DirectConnection`, what
+:class:`.engine.Database` lends on PostgreSQL, compiles each statement once (a :class:`Plan`, cached
+by the statement object), binds its parameters as SQLAlchemy does (``construct_params``, then each
+type's bind processor: a JSON value's, an array's), and sends the text on the psycopg connection of
+the same SQLAlchemy connection: the transaction, the pool, the isolation level and the prepared
+statements are SQLAlchemy's and psycopg's as before. Rows come back as named tuples (:class:`Rows`
+has the part of SQLAlchemy's result the store uses), each value through the column type's result
+processor where SQLAlchemy has one for that database type (chosen from the first result's type
+OIDs).
 
-A statement takes SQLAlchemy's own path, unchanged, where this would not be the same statement:
-parameters SQLAlchemy processes before binding (a JSON value), expanding or literal parameters
-(rendered per execution), Python-side column defaults, several parameter sets at once, execution
+A statement takes SQLAlchemy's own path, unchanged, where this would not be the same statement or
+would cost more: on its first run (one built anew for every call never gets a plan: SQLAlchemy
+caches its compiled form by structure, this by object), with expanding or literal parameters
+(rendered per execution), Python-side column defaults, several parameter sets at once or execution
 options; and every statement does while anything listens to the engine's statement events
 (``before_cursor_execute``: tests that count statements, tracing), so that they see all of them.
 Driver errors are raised as SQLAlchemy raises them (:class:`sqlalchemy.exc.DBAPIError`, without
-parameters), so :func:`.errors.wrapped` maps them the same way; a connection the error left
-broken fails the rollback that follows, and SQLAlchemy invalidates it as before.
+parameters), so :func:`.errors.wrapped` maps them the same way; a connection the error left broken
+fails the rollback that follows, and SQLAlchemy invalidates it as before.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ from sqlalchemy.engine.interfaces import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 MAX_PLANS = 1_000
-"""Plans kept; past it the cache starts over (statements built per call, not the hot ones)."""
+"""Plans kept; past it the cache starts over. Only statements run twice get one, so these are
+the store's statements built once (module-level, ``functools.cache``), a bounded set."""
+MAX_SEEN = 256
+"""Statements seen once, kept (alive, so that their ids are not reused) to know a second run."""
 
 Processor = Callable[[Any], Any] | None
 
@@ -55,10 +60,21 @@ class Plan:
     sql: str
     keys: tuple[str, ...]
     types: tuple[Any, ...]
+    binds: dict[str, Callable[[Any], Any]]  # the parameters SQLAlchemy processes, by name
     processors: tuple[Processor, ...] | None = None  # set from the first result's type OIDs
 
-    def rows(self, description: list[Any], rows: list[tuple[Any, ...]], dialect: Any) -> list[Any]:
+    def params(self, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The statement's parameters, as SQLAlchemy binds them: each one its statement holds
+        or the caller gave, through its type's bind processor if it has one."""
+        params: dict[str, Any] = self.compiled.construct_params(parameters)
+        for name, process in self.binds.items():
+            if name in params:
+                params[name] = process(params[name])
+        return params
+
+    def rows(self, cursor: Any, rows: list[tuple[Any, ...]], dialect: Any) -> list[Any]:
         if self.processors is None:
+            description = cursor.description or []
             if len(self.types) != len(description):  # a text(): the cursor names its columns
                 self.keys = tuple(column.name for column in description)
                 self.types = tuple(sa.types.NULLTYPE for _ in description)
@@ -75,16 +91,20 @@ class Plan:
         ]
 
 
-_PLANS: dict[tuple[int, tuple[str, ...]], tuple[sa.ClauseElement, Plan | None]] = {}
+Key = tuple[int, tuple[str, ...]]
+_PLANS: dict[Key, tuple[sa.ClauseElement, Plan | None]] = {}
 """By the statement's id and an insert's or update's column keys: the statement (held, so that
 its id is not reused while cached) and its plan."""
+_SEEN: dict[Key, sa.ClauseElement] = {}
 
 
 def plan_for(
     statement: sa.Executable, parameters: Mapping[str, Any] | None, dialect: sa.Dialect
 ) -> Plan | None:
-    """The statement's plan (None: it takes SQLAlchemy's path). An insert's or update's text
-    depends on the columns its parameters name, as SQLAlchemy compiles it."""
+    """The statement's plan (None: it takes SQLAlchemy's path). A statement built anew for each
+    call gets none: compiling it every time would cost more than SQLAlchemy's path, whose
+    compiled cache goes by the statement's structure. An insert's or update's text depends on
+    the columns its parameters name, as SQLAlchemy compiles it."""
     if not isinstance(statement, sa.ClauseElement):
         return None
     dml = isinstance(statement, sa.sql.dml.ValuesBase)
@@ -93,6 +113,12 @@ def plan_for(
     cached = _PLANS.get(key)
     if cached is not None and cached[0] is statement:
         return cached[1]
+    if _SEEN.get(key) is not statement:  # the first run of this statement object
+        if len(_SEEN) >= MAX_SEEN:
+            _SEEN.clear()
+        _SEEN[key] = statement
+        return None
+    del _SEEN[key]
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
     plan = _compile(statement, list(column_keys), dialect)
@@ -110,12 +136,12 @@ def _compile(
         or compiled.escaped_bind_names
         or compiled.insert_prefetch
         or compiled.update_prefetch
-        or any(p is not None for p in compiled._bind_processors.values())
     ):
         return None
+    binds = {name: p for name, p in compiled._bind_processors.items() if p is not None}
     columns = compiled._result_columns
     keys = tuple(column[0] for column in columns)
-    return Plan(compiled, compiled.string, keys, tuple(c[3] for c in columns))
+    return Plan(compiled, compiled.string, keys, tuple(c[3] for c in columns), binds)
 
 
 @cache
@@ -197,23 +223,22 @@ class DirectConnection:
     ) -> Any:
         conn = self._conn
         plan = None
-        if (
-            (parameters is None or isinstance(parameters, Mapping))
-            and not execution_options
-            and not conn.sync_engine.dispatch.before_cursor_execute
-        ):
-            plan = plan_for(statement, parameters, conn.dialect)
-        if plan is None:
+        if not execution_options and not conn.sync_engine.dispatch.before_cursor_execute:
+            plan = plan_for(statement, _first(parameters), conn.dialect)
+        if plan is None or not _fits(plan, parameters):
             return await conn.execute(statement, parameters, execution_options=execution_options)
-        params = plan.compiled.construct_params(parameters)
         driver: Any = self._driver
         if driver is None:
             driver = self._driver = (await conn.get_raw_connection()).driver_connection
         try:
-            cursor = await driver.execute(plan.sql, params)
+            if parameters is None or isinstance(parameters, Mapping):
+                cursor = await driver.execute(plan.sql, plan.params(parameters))
+            else:  # several parameter sets, no rows back: psycopg sends them in one pipeline
+                cursor = driver.cursor()
+                await cursor.executemany(plan.sql, [plan.params(p) for p in parameters])
             result = cursor.pgresult
             if result is not None and result.nfields:
-                rows = plan.rows(cursor.description or [], await cursor.fetchall(), conn.dialect)
+                rows = plan.rows(cursor, await cursor.fetchall(), conn.dialect)
             else:
                 rows = []
         except psycopg.Error as exc:  # a broken connection: the rollback invalidates it
@@ -235,3 +260,22 @@ class DirectConnection:
     async def get_raw_connection(self) -> Any:
         """The pool's connection (its ``driver_connection`` is psycopg's)."""
         return await self._conn.get_raw_connection()
+
+
+def _first(parameters: _CoreAnyExecuteParams | None) -> Mapping[str, Any] | None:
+    """The parameter set the statement is compiled for: the only one, or the first of several."""
+    if parameters is None or isinstance(parameters, Mapping):
+        return parameters
+    return parameters[0] if parameters else None
+
+
+def _fits(plan: Plan, parameters: _CoreAnyExecuteParams | None) -> bool:
+    """Whether the plan runs these parameters as SQLAlchemy would: one set; or several, naming
+    the same columns, for a statement that returns no rows (SQLAlchemy would send an insert's as
+    one statement of many ``VALUES``, psycopg sends one statement a set, in one pipeline)."""
+    if parameters is None or isinstance(parameters, Mapping):
+        return True
+    if not parameters or plan.keys:
+        return False
+    names = parameters[0].keys()
+    return all(p.keys() == names for p in parameters)

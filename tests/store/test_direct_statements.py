@@ -11,11 +11,20 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from tether.store import pg_direct
 from tether.store.bound import BoundBatch
 from tether.store.errors import StoreUnavailable, ValueRefused
-from tether.store.schema import NewInvocation, events, invocations, thread_messages, threads
+from tether.store.schema import (
+    JsonValue,
+    NewInvocation,
+    events,
+    invocations,
+    tenant_passes,
+    thread_messages,
+    threads,
+)
 from tether.store.store import AppendRequest, NewEvent, Store
 
 BATCH = BoundBatch("some_ids", (sa.column("id", sa.Text),))
@@ -26,7 +35,10 @@ TOUCH = (
     .where(invocations.c.owner == sa.bindparam("who"))
     .values(crashes=invocations.c.crashes)
 )
-WITH_JSON_PARAM = sa.select(sa.cast(sa.bindparam("value", type_=sa.JSON), sa.Text).label("text"))
+WITH_JSON_PARAM = sa.select(
+    sa.cast(sa.bindparam("value", type_=JsonValue), sa.Text).label("text"),
+    sa.cast(sa.bindparam("names", type_=ARRAY(sa.Text)), sa.Text).label("names"),
+)
 EXPANDING = sa.select(invocations.c.id).where(
     invocations.c.id.in_(sa.bindparam("ids", expanding=True))
 )
@@ -53,8 +65,14 @@ async def made(store: Store, count: int) -> tuple[str, list[str]]:
     return owner, [n.id for n in news]
 
 
+def known(store: Store, statement: Any, params: dict[str, Any] | None = None) -> None:
+    """Mark the statement as run before: a statement gets a plan on its second run."""
+    pg_direct.plan_for(statement, params, store.db.engine.sync_engine.dialect)
+
+
 async def both(store: Store, statement: Any, params: dict[str, Any] | None = None) -> Any:
     """The statement's result both ways, in one transaction: direct, then SQLAlchemy's."""
+    known(store, statement, params)
     async with store.db.transaction() as conn:
         assert isinstance(conn, pg_direct.DirectConnection)
         direct = await conn.execute(statement, params)
@@ -68,7 +86,6 @@ async def test_rows_mappings_and_scalars_match_sqlalchemys(pg: Store) -> None:
     _, ids = await made(pg, 3)
     direct, plain = await both(pg, BY_IDS, BATCH.params([(i,) for i in ids]))
     assert isinstance(direct, pg_direct.Rows)
-    assert pg_direct.plan_for(BY_IDS, None, pg.db.engine.sync_engine.dialect) is not None
     got, want = direct.mappings().all(), plain.mappings().all()
     assert sorted(got, key=lambda r: r["id"]) == sorted(
         (dict(r) for r in want), key=lambda r: r["id"]
@@ -101,21 +118,22 @@ async def test_row_counts_and_empty_results_match(pg: Store) -> None:
         assert (await conn.execute(sa.select(sa.literal(7)))).scalars().all() == [7]
 
 
-@pytest.mark.parametrize("statement", [WITH_JSON_PARAM, EXPANDING], ids=["json", "expanding"])
-async def test_statements_sqlalchemy_must_render_or_process_take_its_path(
-    pg: Store, statement: Any
-) -> None:
-    dialect = pg.db.engine.sync_engine.dialect
-    params = {"value": {"a": [1, "x"]}} if statement is WITH_JSON_PARAM else {"ids": ["a", "b"]}
-    assert pg_direct.plan_for(statement, params, dialect) is None
+async def test_parameters_are_processed_as_sqlalchemy_processes_them(pg: Store) -> None:
+    params = {"value": {"a": [1, "x"], "none": None}, "names": ("a", "b")}  # a tuple: a list
+    direct, plain = await both(pg, WITH_JSON_PARAM, params)
+    assert isinstance(direct, pg_direct.Rows)
+    [got], [want] = direct.all(), plain.all()
+    assert tuple(got) == tuple(want)
+    assert json.loads(got.text) == params["value"] and got.names == "{a,b}"
+
+
+async def test_a_statement_sqlalchemy_renders_per_execution_takes_its_path(pg: Store) -> None:
+    params = {"ids": ["a", "b"]}
+    known(pg, EXPANDING, params)
+    assert pg_direct.plan_for(EXPANDING, params, pg.db.engine.sync_engine.dialect) is None
     async with pg.db.transaction() as conn:
-        result = await conn.execute(statement, params)
-        assert not isinstance(result, pg_direct.Rows)
-        rows = result.all()
-        if statement is WITH_JSON_PARAM:
-            assert [json.loads(r.text) for r in rows] == [{"a": [1, "x"]}]
-        else:
-            assert rows == []
+        result = await conn.execute(EXPANDING, params)
+        assert not isinstance(result, pg_direct.Rows) and result.all() == []
 
 
 async def test_inserts_compile_for_the_columns_their_parameters_name(pg: Store) -> None:
@@ -129,10 +147,13 @@ async def test_inserts_compile_for_the_columns_their_parameters_name(pg: Store) 
         "content": "hi",
         "created_at": 1.0,
     }
+    known(pg, insert, {**message, "position": 0})
     async with pg.db.transaction() as conn:
         first = await conn.execute(insert, {**message, "position": 0})  # seq: always generated
         assert isinstance(first, pg_direct.Rows)
+        known(pg, insert, {**message, "position": 1, "content": "x"})  # the same columns
         second = await conn.execute(insert, {"position": 1, **message})
+        assert isinstance(second, pg_direct.Rows)
         assert second.scalar() == first.scalar() + 1
         rows = await conn.execute(
             sa.select(thread_messages.c.position).where(thread_messages.c.owner == owner)
@@ -148,6 +169,51 @@ async def test_values_are_converted_as_sqlalchemy_converts_them(pg: Store) -> No
     assert direct.scalar() == plain.scalar() == 1.25 and type(direct.scalar()) is float
 
 
+async def test_several_parameter_sets_run_as_one_pipeline(pg: Store) -> None:
+    owner = f"direct-{uuid.uuid4()}"
+    upsert = pg.db.dialect.upsert_on(tenant_passes, "tenant")
+    rows = [{"tenant": f"{owner}-{k}", "pass": float(k)} for k in range(3)]
+    known(pg, upsert, rows[0])
+    async with pg.db.transaction() as conn:
+        result = await conn.execute(upsert, rows)
+        assert isinstance(result, pg_direct.Rows) and result.rowcount == 3
+        await conn.execute(upsert, [{"tenant": rows[0]["tenant"], "pass": 9.5}])
+        mixed = [{"tenant": f"{owner}-m", "pass": 1.0}, {"pass": 2.0, "tenant": f"{owner}-n"}]
+        assert isinstance(await conn.execute(upsert, mixed), pg_direct.Rows)
+        stored = await conn.execute(
+            sa.select(tenant_passes.c.tenant, tenant_passes.c["pass"])
+            .where(tenant_passes.c.tenant.startswith(owner))
+            .order_by(tenant_passes.c.tenant)
+        )
+        assert [tuple(r) for r in stored.all()] == [
+            (f"{owner}-0", 9.5),
+            (f"{owner}-1", 1.0),
+            (f"{owner}-2", 2.0),
+            (f"{owner}-m", 1.0),
+            (f"{owner}-n", 2.0),
+        ]
+        returning = upsert.returning(tenant_passes.c.tenant)
+        known(pg, returning, rows[0])
+        again = await conn.execute(returning, rows)  # rows back from several sets: SQLAlchemy's
+        assert not isinstance(again, pg_direct.Rows)
+
+
+async def test_only_a_statement_run_again_gets_a_plan(pg: Store) -> None:
+    dialect = pg.db.engine.sync_engine.dialect
+
+    def built() -> Any:  # a statement built anew for each call
+        return sa.select(threads.c.id).where(threads.c.owner == "nobody")
+
+    for _ in range(3):
+        assert pg_direct.plan_for(built(), None, dialect) is None
+    kept = built()
+    assert pg_direct.plan_for(kept, None, dialect) is None
+    assert pg_direct.plan_for(kept, None, dialect) is not None
+    async with pg.db.transaction() as conn:
+        assert not isinstance(await conn.execute(built()), pg_direct.Rows)
+        assert isinstance(await conn.execute(kept), pg_direct.Rows)
+
+
 async def test_a_statement_listener_sees_every_statement(pg: Store) -> None:
     seen: list[str] = []
 
@@ -155,6 +221,7 @@ async def test_a_statement_listener_sees_every_statement(pg: Store) -> None:
         seen.append(text)
 
     engine = pg.db.engine.sync_engine
+    known(pg, BY_IDS)
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
         async with pg.db.transaction() as conn:
@@ -182,9 +249,11 @@ async def test_driver_errors_are_sqlalchemys_and_map_the_same(pg: Store) -> None
 
 
 async def test_a_connection_the_error_broke_is_replaced(pg: Store) -> None:
+    suicide = sa.text("SELECT pg_terminate_backend(pg_backend_pid())")
+    known(pg, suicide)
     with pytest.raises(StoreUnavailable):
         async with pg.db.transaction() as conn:
-            await conn.execute(sa.text("SELECT pg_terminate_backend(pg_backend_pid())"))
+            await conn.execute(suicide)
     for _ in range(3):  # every connection of the pool works again
         async with pg.db.transaction() as conn:
             assert await conn.scalar(sa.text("SELECT 1")) == 1
