@@ -1,6 +1,8 @@
-"""Engines for PostgreSQL (psycopg 3) and the embedded SQLite (aiosqlite for migrations, the
-synchronous pools of :mod:`.sqlite_sync` for everything else), and the one way the store opens a
-connection: with the driver's errors wrapped (:mod:`tether.store.errors`)."""
+"""Engines for PostgreSQL (psycopg 3; each connection lent as a
+:class:`.pg_direct.DirectConnection`, whose statements skip SQLAlchemy's asyncio layer) and the
+embedded SQLite (aiosqlite for migrations, the synchronous pools of :mod:`.sqlite_sync` for
+everything else), and the one way the store opens a connection: with the driver's errors
+wrapped (:mod:`tether.store.errors`)."""
 
 from __future__ import annotations
 
