@@ -17,18 +17,27 @@ OIDs).
 
 A statement takes SQLAlchemy's own path, unchanged, where this would not be the same statement or
 would cost more: on its first run (one built anew for every call never gets a plan: SQLAlchemy
-caches its compiled form by structure, this by object), with expanding or literal parameters
-(rendered per execution), Python-side column defaults, several parameter sets at once or execution
-options; and every statement does while anything listens to the engine's statement events
+caches its compiled form by structure, this by object; the objects seen once are held weakly, as a
+one-off statement holds its values, a checkpoint's or an input's), a ``text()`` that names its
+columns only in its result, execution options on the statement, the call or the connection
+(beyond the isolation level and read-only flag :class:`.engine.Database` sets), expanding or
+literal parameters (rendered per execution), Python-side column defaults, columns a named tuple
+would rename (``pass``, ``count``, a duplicate), several parameter sets for a statement that
+returns rows; and every statement does while anything listens to the engine's statement events
 (``before_cursor_execute``: tests that count statements, tracing), so that they see all of them.
 Driver errors are raised as SQLAlchemy raises them (:class:`sqlalchemy.exc.DBAPIError`, without
-parameters), so :func:`.errors.wrapped` maps them the same way; a connection the error left broken
-fails the rollback that follows, and SQLAlchemy invalidates it as before.
+parameters), so :func:`.errors.wrapped` maps them the same way; on a lost connection, as
+SQLAlchemy does, the connection is invalidated and every connection the pool held before it is
+replaced at its next checkout (a restarted server costs one failed request, not one per pooled
+connection).
 """
 
 from __future__ import annotations
 
 import collections
+import keyword
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -46,10 +55,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 MAX_PLANS = 1_000
 """Plans kept; past it the cache starts over. Only statements run twice get one, so these are
 the store's statements built once (module-level, ``functools.cache``), a bounded set."""
-MAX_SEEN = 256
-"""Statements seen once, kept (alive, so that their ids are not reused) to know a second run."""
 
 Processor = Callable[[Any], Any] | None
+
+CONNECTION_OPTIONS = frozenset({"isolation_level", "postgresql_readonly"})
+"""The execution options a connection may carry and still run statements directly: the ones
+:class:`.engine.Database` sets, which act on the psycopg connection itself."""
 
 
 @dataclass(slots=True)
@@ -62,6 +73,8 @@ class Plan:
     types: tuple[Any, ...]
     binds: dict[str, Callable[[Any], Any]]  # the parameters SQLAlchemy processes, by name
     processors: tuple[Processor, ...] | None = None  # set from the first result's type OIDs
+    named_by_result: bool = False  # a text(): its keys come with its first result
+    retired: bool = False  # those keys would not make a named tuple: SQLAlchemy's path from now
 
     def params(self, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
         """The statement's parameters, as SQLAlchemy binds them: each one its statement holds
@@ -75,9 +88,10 @@ class Plan:
     def rows(self, cursor: Any, rows: list[tuple[Any, ...]], dialect: Any) -> list[Any]:
         if self.processors is None:
             description = cursor.description or []
-            if len(self.types) != len(description):  # a text(): the cursor names its columns
+            if self.named_by_result:
                 self.keys = tuple(column.name for column in description)
                 self.types = tuple(sa.types.NULLTYPE for _ in description)
+                self.retired = not plain_names(self.keys)
             self.processors = tuple(
                 type_._cached_result_processor(dialect, column.type_code)
                 for type_, column in zip(self.types, description, strict=True)
@@ -95,7 +109,12 @@ Key = tuple[int, tuple[str, ...]]
 _PLANS: dict[Key, tuple[sa.ClauseElement, Plan | None]] = {}
 """By the statement's id and an insert's or update's column keys: the statement (held, so that
 its id is not reused while cached) and its plan."""
-_SEEN: dict[Key, sa.ClauseElement] = {}
+_SEEN: weakref.WeakValueDictionary[Key, sa.ClauseElement] = weakref.WeakValueDictionary()
+"""Statements run once, while they live (not kept alive: a one-off statement holds its values,
+a checkpoint's, an input's)."""
+_LOCK = threading.Lock()
+"""Around the caches' changes: each thread with a loop of its own (a worker's heartbeat) runs
+statements too."""
 
 
 def plan_for(
@@ -112,24 +131,27 @@ def plan_for(
     key = (id(statement), column_keys)
     cached = _PLANS.get(key)
     if cached is not None and cached[0] is statement:
-        return cached[1]
-    if _SEEN.get(key) is not statement:  # the first run of this statement object
-        if len(_SEEN) >= MAX_SEEN:
-            _SEEN.clear()
-        _SEEN[key] = statement
-        return None
-    del _SEEN[key]
-    if len(_PLANS) >= MAX_PLANS:
-        _PLANS.clear()
+        plan = cached[1]
+        return None if plan is None or plan.retired else plan
+    with _LOCK:
+        if _SEEN.get(key) is not statement:  # the first run of this statement object
+            _SEEN[key] = statement
+            return None
+        _SEEN.pop(key, None)
     plan = _compile(statement, list(column_keys), dialect)
-    _PLANS[key] = (statement, plan)
+    with _LOCK:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = (statement, plan)
     return plan
 
 
 def _compile(
     statement: sa.ClauseElement, column_keys: list[str], dialect: sa.Dialect
 ) -> Plan | None:
-    compiled: Any = statement.compile(dialect=dialect, column_keys=column_keys or None)
+    if isinstance(statement, sa.Executable) and statement.get_execution_options():
+        return None
+    compiled: Any = statement.compile(dialect=dialect, column_keys=column_keys)
     if (
         compiled.literal_execute_params
         or compiled.post_compile_params
@@ -141,12 +163,31 @@ def _compile(
     binds = {name: p for name, p in compiled._bind_processors.items() if p is not None}
     columns = compiled._result_columns
     keys = tuple(column[0] for column in columns)
-    return Plan(compiled, compiled.string, keys, tuple(c[3] for c in columns), binds)
+    if not plain_names(keys):
+        return None
+    named_by_result = isinstance(statement, sa.TextClause)
+    types = tuple(c[3] for c in columns)
+    return Plan(compiled, compiled.string, keys, types, binds, named_by_result=named_by_result)
+
+
+def plain_names(keys: tuple[str, ...]) -> bool:
+    """Column keys a named tuple keeps as they are, distinct, none shadowed by a tuple attribute
+    (``count``): rows of them behave as SQLAlchemy's do."""
+    return len(set(keys)) == len(keys) and all(
+        k.isidentifier()
+        and not keyword.iskeyword(k)
+        and not k.startswith("_")
+        and k not in _TUPLE_ATTRIBUTES
+        for k in keys
+    )
+
+
+_TUPLE_ATTRIBUTES = frozenset(dir(tuple))
 
 
 @cache
 def _row_class(keys: tuple[str, ...]) -> type[tuple[Any, ...]]:
-    return collections.namedtuple("Row", keys, rename=True)
+    return collections.namedtuple("Row", keys, rename=True)  # renames only a retired text's
 
 
 class Rows:
@@ -208,11 +249,13 @@ class Items:
 class DirectConnection:
     """A SQLAlchemy connection whose statements run on its psycopg connection (module doc)."""
 
-    __slots__ = ("_conn", "_driver")
+    __slots__ = ("_conn", "_direct", "_driver")
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
         self._driver: psycopg.AsyncConnection[Any] | None = None
+        options = conn.sync_connection.get_execution_options() if conn.sync_connection else {}
+        self._direct = options.keys() <= CONNECTION_OPTIONS
 
     async def execute(
         self,
@@ -223,7 +266,11 @@ class DirectConnection:
     ) -> Any:
         conn = self._conn
         plan = None
-        if not execution_options and not conn.sync_engine.dispatch.before_cursor_execute:
+        if (
+            self._direct
+            and not execution_options
+            and not conn.sync_engine.dispatch.before_cursor_execute
+        ):
             plan = plan_for(statement, _first(parameters), conn.dialect)
         if plan is None or not _fits(plan, parameters):
             return await conn.execute(statement, parameters, execution_options=execution_options)
@@ -241,9 +288,20 @@ class DirectConnection:
                 rows = plan.rows(cursor, await cursor.fetchall(), conn.dialect)
             else:
                 rows = []
-        except psycopg.Error as exc:  # a broken connection: the rollback invalidates it
+        except psycopg.Error as exc:
+            error: Any = exc
+            lost = conn.dialect.is_disconnect(error, driver, None)
+            if lost:  # as SQLAlchemy does: every connection of the pool older than this one
+                pooled: Any = await conn.get_raw_connection()  # is replaced at its checkout
+                conn.sync_engine.pool._invalidate(pooled, exc, _checkin=False)
+                await conn.invalidate(exc)
             raise sa.exc.DBAPIError.instance(
-                plan.sql, None, exc, psycopg.Error, hide_parameters=True
+                plan.sql,
+                None,
+                exc,
+                psycopg.Error,
+                hide_parameters=True,
+                connection_invalidated=lost,
             ) from None
         return Rows(plan.keys, rows, cursor.rowcount)
 

@@ -4,14 +4,19 @@ not send the same statement or someone listens to the statements."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import json
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from tether.store import pg_direct
 from tether.store.bound import BoundBatch
@@ -99,10 +104,10 @@ async def test_rows_mappings_and_scalars_match_sqlalchemys(pg: Store) -> None:
     assert [tuple(r) for r in got_rows] == [tuple(r) for r in want_rows]
     assert got_rows[-1].data == want_rows[-1].data == {"i": 1.5, "s": "é"}
     assert tuple(direct.first()) == tuple(want_rows[0])
-    text = sa.text(
-        "SELECT count(*) AS n, max(cursor) AS top FROM tether_events WHERE invocation_id = :i"
-    )
-    direct, plain = await both(pg, text, {"i": ids[0]})
+    counted = sa.select(
+        sa.func.count().label("n"), sa.func.max(events.c.cursor).label("top")
+    ).where(events.c.invocation_id == sa.bindparam("i"))
+    direct, plain = await both(pg, counted, {"i": ids[0]})
     want = plain.one()
     assert direct.one() == tuple(want) and direct.one().n == want.n == 2
 
@@ -248,12 +253,136 @@ async def test_driver_errors_are_sqlalchemys_and_map_the_same(pg: Store) -> None
     assert "secret-id" not in str(raw.value.params) and raw.value.hide_parameters
 
 
+SUICIDE = sa.select(sa.func.pg_terminate_backend(sa.func.pg_backend_pid()).label("done"))
+BACKEND = sa.select(sa.func.pg_backend_pid().label("pid"))
+
+
 async def test_a_connection_the_error_broke_is_replaced(pg: Store) -> None:
-    suicide = sa.text("SELECT pg_terminate_backend(pg_backend_pid())")
-    known(pg, suicide)
+    known(pg, SUICIDE)
     with pytest.raises(StoreUnavailable):
         async with pg.db.transaction() as conn:
-            await conn.execute(suicide)
+            await conn.execute(SUICIDE)
     for _ in range(3):  # every connection of the pool works again
         async with pg.db.transaction() as conn:
-            assert await conn.scalar(sa.text("SELECT 1")) == 1
+            assert await conn.scalar(sa.select(sa.literal(1))) == 1
+
+
+@pytest.mark.parametrize("kind", ["transaction", "connection", "autocommit"])
+async def test_a_lost_server_costs_one_failure_not_one_per_pooled_connection(
+    migrated_pg: str, kind: str
+) -> None:
+    """As SQLAlchemy does on a disconnect: every connection pooled before it is replaced at its
+    next checkout, not handed out to fail one request each."""
+    store = Store.postgres(migrated_pg, pool_size=6)  # its reader's: 3
+    try:
+        lend = getattr(store.db, kind)
+        known(store, BACKEND)
+        pids: list[int] = []
+        held = asyncio.Event()
+
+        async def hold() -> None:  # three connections in the pool at once
+            async with lend() as conn:
+                pids.append(await conn.scalar(BACKEND))
+                if len(pids) == 3:
+                    held.set()
+                await held.wait()
+
+        await asyncio.gather(*(hold() for _ in range(3)))
+        async with pg_admin(migrated_pg) as admin:
+            await admin.execute(
+                sa.text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:pids AS int[])) pid"),
+                {"pids": pids},
+            )
+        answers: list[bool | str] = []
+        for _ in range(4):
+            try:
+                async with lend() as conn:
+                    answers.append(await conn.scalar(BACKEND) not in pids)
+            except StoreUnavailable:
+                answers.append("unavailable")
+        assert answers == ["unavailable", True, True, True]
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def pg_admin(url: str) -> AsyncIterator[Any]:
+    engine = create_async_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        async with engine.begin() as conn:
+            yield conn
+    finally:
+        await engine.dispose()
+
+
+async def test_options_that_change_a_run_take_sqlalchemys_path(pg: Store) -> None:
+    dialect = pg.db.engine.sync_engine.dialect
+    with_options = BY_IDS.execution_options(yield_per=10)
+    known(pg, with_options)
+    assert pg_direct.plan_for(with_options, None, dialect) is None
+    async with pg.db.engine.connect() as sa_conn:
+        await sa_conn.execution_options(schema_translate_map={None: "public"})
+        conn = pg_direct.DirectConnection(sa_conn)
+        result = await conn.execute(BY_IDS, BATCH.params([("x",)]))
+        assert not isinstance(result, pg_direct.Rows)
+
+
+def test_a_statement_run_once_is_not_kept_alive(pg: Store) -> None:
+    """Only to know its second run: a one-off statement holds its values (a checkpoint's)."""
+    one_off = sa.select(sa.literal("x" * 100_000).label("v"))
+    known(pg, one_off)
+    kept = weakref.ref(one_off)
+    del one_off
+    gc.collect()
+    assert kept() is None
+
+
+def test_columns_a_named_tuple_would_rename_take_sqlalchemys_path(pg: Store) -> None:
+    dialect = pg.db.engine.sync_engine.dialect
+    for label in ("pass", "_hidden", "count", "two words"):
+        statement = sa.select(sa.literal(1).label(label))
+        known(pg, statement)
+        assert pg_direct.plan_for(statement, None, dialect) is None, label
+    twice = sa.select(sa.literal(1).label("a"), sa.literal(2).label("a"))
+    known(pg, twice)
+    assert pg_direct.plan_for(twice, None, dialect) is None
+
+
+async def test_a_text_names_its_columns_with_its_first_result(pg: Store) -> None:
+    dialect = pg.db.engine.sync_engine.dialect
+    plain = sa.text("SELECT 1 AS one, 'x' AS two")
+    odd = sa.text('SELECT 1 AS "pass", 2 AS "count"')
+    for statement, values in ((plain, (1, "x")), (odd, (1, 2))):
+        known(pg, statement)
+        async with pg.db.transaction() as conn:
+            first = await conn.execute(statement)
+            assert isinstance(first, pg_direct.Rows) and tuple(first.one()) == values
+    async with pg.db.transaction() as conn:
+        again = await conn.execute(plain)
+        assert isinstance(again, pg_direct.Rows) and again.one().two == "x"
+        assert again.mappings().first() == {"one": 1, "two": "x"}
+        later = await conn.execute(odd)  # keys a named tuple would rename: SQLAlchemy's from now
+        assert not isinstance(later, pg_direct.Rows) and later.one().count == 2
+    assert pg_direct.plan_for(odd, None, dialect) is None
+
+
+async def test_an_insert_without_parameters_inserts_the_defaults(pg: Store) -> None:
+    metadata = sa.MetaData()
+    scratch = sa.Table(
+        f"direct_scratch_{uuid.uuid4().hex[:8]}",
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("n", sa.Integer, server_default="7", nullable=False),
+    )
+    async with pg.db.engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    try:
+        insert = scratch.insert()
+        known(pg, insert)
+        async with pg.db.transaction() as conn:
+            done = await conn.execute(insert)  # compiled as SQLAlchemy does: no column bound
+            assert isinstance(done, pg_direct.Rows) and done.rowcount == 1
+            assert (await conn.execute(sa.select(scratch.c.n))).scalars().all() == [7]
+    finally:
+        async with pg.db.engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)
