@@ -1,5 +1,5 @@
 """Statements: the store's side of a no-op's life on PostgreSQL, in this process, with statements
-run on psycopg directly (``tether.store.pg_direct``, what the store does) against the same
+run on psycopg directly (``tether.store.plans`` on psycopg, what the store does) against the same
 statements through SQLAlchemy's asyncio layer (what it did until 2026-12-05), in the same run.
 
 A round is ``statements_batch`` invocations through the store calls a gateway and a worker make
@@ -25,7 +25,7 @@ from bench.procs import private_database
 from bench.report import Row
 from bench.scenarios.common import Sizes
 from tether.outcomes import completed
-from tether.store import pg_direct
+from tether.store import plans
 from tether.store.schema import NewInvocation
 from tether.store.store import AppendRequest, FinishRequest, NewEvent, Store
 
@@ -43,7 +43,7 @@ class Way:
         if self.label == "direct":
             yield
             return
-        with mock.patch.object(pg_direct, "plan_for", return_value=None):
+        with mock.patch.object(plans, "plan_for", return_value=None):
             yield
 
 

@@ -38,7 +38,7 @@ import logging
 import sqlite3
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from sqlalchemy.engine.interfaces import (
     _CoreSingleExecuteParams,
 )
 
+from tether.store import plans
 from tether.store.errors import StoreUnavailable
 from tether.store.sqlite_checkpoints import Checkpoints
 from tether.store.sqlite_inline import BUSY_TIMEOUT_S
@@ -158,8 +159,35 @@ class SyncConnection:
         parameters: _CoreAnyExecuteParams | None = None,
         *,
         execution_options: CoreExecuteOptionsParameter | None = None,
-    ) -> sa.CursorResult[*tuple[Any, ...]]:
-        return self._conn.execute(statement, parameters, execution_options=execution_options)
+    ) -> Any:
+        """The statement's plan on sqlite3 (:mod:`.plans`), or SQLAlchemy's own execution where
+        it has none, options are given, or something listens to the engine's statements."""
+        conn = self._conn
+        plan = None
+        if not execution_options and not conn.engine.dispatch.before_cursor_execute:
+            plan = plans.plan_for(statement, plans.first_parameters(parameters), conn.dialect)
+        if plan is None or not plans.fits(plan, parameters):
+            return conn.execute(statement, parameters, execution_options=execution_options)
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        cursor: Any = dbapi.cursor()
+        try:
+            if parameters is None or isinstance(parameters, Mapping):
+                cursor.execute(plan.sql, plan.params(parameters))
+            else:
+                cursor.executemany(plan.sql, [plan.params(p) for p in parameters])
+            description = cursor.description
+            if description:
+                rows = plan.rows(lambda: description, cursor.fetchall(), conn.dialect)
+            else:
+                rows = []
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(
+                plan.sql, None, exc, sqlite3.Error, hide_parameters=True
+            ) from None
+        finally:
+            cursor.close()
+        return plans.Rows(plan.keys, rows, cursor.rowcount)
 
     async def scalar(
         self,
@@ -168,7 +196,8 @@ class SyncConnection:
         *,
         execution_options: CoreExecuteOptionsParameter | None = None,
     ) -> Any:
-        return self._conn.scalar(statement, parameters, execution_options=execution_options)
+        result = await self.execute(statement, parameters, execution_options=execution_options)
+        return result.scalar()
 
 
 class SyncPool:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tether.store import pg_direct
+from tether.store import pg_direct, plans
 from tether.store.bound import BoundBatch
 from tether.store.errors import StoreUnavailable, ValueRefused
 from tether.store.schema import (
@@ -72,7 +72,7 @@ async def made(store: Store, count: int) -> tuple[str, list[str]]:
 
 def known(store: Store, statement: Any, params: dict[str, Any] | None = None) -> None:
     """Mark the statement as run before: a statement gets a plan on its second run."""
-    pg_direct.plan_for(statement, params, store.db.engine.sync_engine.dialect)
+    plans.plan_for(statement, params, store.db.engine.sync_engine.dialect)
 
 
 async def both(store: Store, statement: Any, params: dict[str, Any] | None = None) -> Any:
@@ -90,7 +90,7 @@ async def both(store: Store, statement: Any, params: dict[str, Any] | None = Non
 async def test_rows_mappings_and_scalars_match_sqlalchemys(pg: Store) -> None:
     _, ids = await made(pg, 3)
     direct, plain = await both(pg, BY_IDS, BATCH.params([(i,) for i in ids]))
-    assert isinstance(direct, pg_direct.Rows)
+    assert isinstance(direct, plans.Rows)
     got, want = direct.mappings().all(), plain.mappings().all()
     assert sorted(got, key=lambda r: r["id"]) == sorted(
         (dict(r) for r in want), key=lambda r: r["id"]
@@ -126,7 +126,7 @@ async def test_row_counts_and_empty_results_match(pg: Store) -> None:
 async def test_parameters_are_processed_as_sqlalchemy_processes_them(pg: Store) -> None:
     params = {"value": {"a": [1, "x"], "none": None}, "names": ("a", "b")}  # a tuple: a list
     direct, plain = await both(pg, WITH_JSON_PARAM, params)
-    assert isinstance(direct, pg_direct.Rows)
+    assert isinstance(direct, plans.Rows)
     [got], [want] = direct.all(), plain.all()
     assert tuple(got) == tuple(want)
     assert json.loads(got.text) == params["value"] and got.names == "{a,b}"
@@ -135,10 +135,10 @@ async def test_parameters_are_processed_as_sqlalchemy_processes_them(pg: Store) 
 async def test_a_statement_sqlalchemy_renders_per_execution_takes_its_path(pg: Store) -> None:
     params = {"ids": ["a", "b"]}
     known(pg, EXPANDING, params)
-    assert pg_direct.plan_for(EXPANDING, params, pg.db.engine.sync_engine.dialect) is None
+    assert plans.plan_for(EXPANDING, params, pg.db.engine.sync_engine.dialect) is None
     async with pg.db.transaction() as conn:
         result = await conn.execute(EXPANDING, params)
-        assert not isinstance(result, pg_direct.Rows) and result.all() == []
+        assert not isinstance(result, plans.Rows) and result.all() == []
 
 
 async def test_inserts_compile_for_the_columns_their_parameters_name(pg: Store) -> None:
@@ -155,10 +155,10 @@ async def test_inserts_compile_for_the_columns_their_parameters_name(pg: Store) 
     known(pg, insert, {**message, "position": 0})
     async with pg.db.transaction() as conn:
         first = await conn.execute(insert, {**message, "position": 0})  # seq: always generated
-        assert isinstance(first, pg_direct.Rows)
+        assert isinstance(first, plans.Rows)
         known(pg, insert, {**message, "position": 1, "content": "x"})  # the same columns
         second = await conn.execute(insert, {"position": 1, **message})
-        assert isinstance(second, pg_direct.Rows)
+        assert isinstance(second, plans.Rows)
         assert second.scalar() == first.scalar() + 1
         rows = await conn.execute(
             sa.select(thread_messages.c.position).where(thread_messages.c.owner == owner)
@@ -170,7 +170,7 @@ async def test_values_are_converted_as_sqlalchemy_converts_them(pg: Store) -> No
     as_float = sa.type_coerce(sa.cast(sa.bindparam("v", type_=sa.Text), sa.Numeric), sa.Float)
     statement = sa.select(as_float.label("x"))
     direct, plain = await both(pg, statement, {"v": "1.25"})
-    assert isinstance(direct, pg_direct.Rows)
+    assert isinstance(direct, plans.Rows)
     assert direct.scalar() == plain.scalar() == 1.25 and type(direct.scalar()) is float
 
 
@@ -181,10 +181,10 @@ async def test_several_parameter_sets_run_as_one_pipeline(pg: Store) -> None:
     known(pg, upsert, rows[0])
     async with pg.db.transaction() as conn:
         result = await conn.execute(upsert, rows)
-        assert isinstance(result, pg_direct.Rows) and result.rowcount == 3
+        assert isinstance(result, plans.Rows) and result.rowcount == 3
         await conn.execute(upsert, [{"tenant": rows[0]["tenant"], "pass": 9.5}])
         mixed = [{"tenant": f"{owner}-m", "pass": 1.0}, {"pass": 2.0, "tenant": f"{owner}-n"}]
-        assert isinstance(await conn.execute(upsert, mixed), pg_direct.Rows)
+        assert isinstance(await conn.execute(upsert, mixed), plans.Rows)
         stored = await conn.execute(
             sa.select(tenant_passes.c.tenant, tenant_passes.c["pass"])
             .where(tenant_passes.c.tenant.startswith(owner))
@@ -200,7 +200,7 @@ async def test_several_parameter_sets_run_as_one_pipeline(pg: Store) -> None:
         returning = upsert.returning(tenant_passes.c.tenant)
         known(pg, returning, rows[0])
         again = await conn.execute(returning, rows)  # rows back from several sets: SQLAlchemy's
-        assert not isinstance(again, pg_direct.Rows)
+        assert not isinstance(again, plans.Rows)
 
 
 async def test_only_a_statement_run_again_gets_a_plan(pg: Store) -> None:
@@ -210,13 +210,13 @@ async def test_only_a_statement_run_again_gets_a_plan(pg: Store) -> None:
         return sa.select(threads.c.id).where(threads.c.owner == "nobody")
 
     for _ in range(3):
-        assert pg_direct.plan_for(built(), None, dialect) is None
+        assert plans.plan_for(built(), None, dialect) is None
     kept = built()
-    assert pg_direct.plan_for(kept, None, dialect) is None
-    assert pg_direct.plan_for(kept, None, dialect) is not None
+    assert plans.plan_for(kept, None, dialect) is None
+    assert plans.plan_for(kept, None, dialect) is not None
     async with pg.db.transaction() as conn:
-        assert not isinstance(await conn.execute(built()), pg_direct.Rows)
-        assert isinstance(await conn.execute(kept), pg_direct.Rows)
+        assert not isinstance(await conn.execute(built()), plans.Rows)
+        assert isinstance(await conn.execute(kept), plans.Rows)
 
 
 async def test_a_statement_listener_sees_every_statement(pg: Store) -> None:
@@ -231,7 +231,7 @@ async def test_a_statement_listener_sees_every_statement(pg: Store) -> None:
     try:
         async with pg.db.transaction() as conn:
             result = await conn.execute(BY_IDS, BATCH.params([("x",)]))
-            assert not isinstance(result, pg_direct.Rows)
+            assert not isinstance(result, plans.Rows)
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
     assert len(seen) == 1 and "some_ids" in seen[0]
@@ -319,12 +319,12 @@ async def test_options_that_change_a_run_take_sqlalchemys_path(pg: Store) -> Non
     dialect = pg.db.engine.sync_engine.dialect
     with_options = BY_IDS.execution_options(yield_per=10)
     known(pg, with_options)
-    assert pg_direct.plan_for(with_options, None, dialect) is None
+    assert plans.plan_for(with_options, None, dialect) is None
     async with pg.db.engine.connect() as sa_conn:
         await sa_conn.execution_options(schema_translate_map={None: "public"})
         conn = pg_direct.DirectConnection(sa_conn)
         result = await conn.execute(BY_IDS, BATCH.params([("x",)]))
-        assert not isinstance(result, pg_direct.Rows)
+        assert not isinstance(result, plans.Rows)
 
 
 def test_a_statement_run_once_is_not_kept_alive(pg: Store) -> None:
@@ -342,10 +342,10 @@ def test_columns_a_named_tuple_would_rename_take_sqlalchemys_path(pg: Store) -> 
     for label in ("pass", "_hidden", "count", "two words"):
         statement = sa.select(sa.literal(1).label(label))
         known(pg, statement)
-        assert pg_direct.plan_for(statement, None, dialect) is None, label
+        assert plans.plan_for(statement, None, dialect) is None, label
     twice = sa.select(sa.literal(1).label("a"), sa.literal(2).label("a"))
     known(pg, twice)
-    assert pg_direct.plan_for(twice, None, dialect) is None
+    assert plans.plan_for(twice, None, dialect) is None
 
 
 async def test_a_text_names_its_columns_with_its_first_result(pg: Store) -> None:
@@ -356,14 +356,14 @@ async def test_a_text_names_its_columns_with_its_first_result(pg: Store) -> None
         known(pg, statement)
         async with pg.db.transaction() as conn:
             first = await conn.execute(statement)
-            assert isinstance(first, pg_direct.Rows) and tuple(first.one()) == values
+            assert isinstance(first, plans.Rows) and tuple(first.one()) == values
     async with pg.db.transaction() as conn:
         again = await conn.execute(plain)
-        assert isinstance(again, pg_direct.Rows) and again.one().two == "x"
+        assert isinstance(again, plans.Rows) and again.one().two == "x"
         assert again.mappings().first() == {"one": 1, "two": "x"}
         later = await conn.execute(odd)  # keys a named tuple would rename: SQLAlchemy's from now
-        assert not isinstance(later, pg_direct.Rows) and later.one().count == 2
-    assert pg_direct.plan_for(odd, None, dialect) is None
+        assert not isinstance(later, plans.Rows) and later.one().count == 2
+    assert plans.plan_for(odd, None, dialect) is None
 
 
 async def test_an_insert_without_parameters_inserts_the_defaults(pg: Store) -> None:
@@ -381,7 +381,7 @@ async def test_an_insert_without_parameters_inserts_the_defaults(pg: Store) -> N
         known(pg, insert)
         async with pg.db.transaction() as conn:
             done = await conn.execute(insert)  # compiled as SQLAlchemy does: no column bound
-            assert isinstance(done, pg_direct.Rows) and done.rowcount == 1
+            assert isinstance(done, plans.Rows) and done.rowcount == 1
             assert (await conn.execute(sa.select(scratch.c.n))).scalars().all() == [7]
     finally:
         async with pg.db.engine.begin() as conn:
