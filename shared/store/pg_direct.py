@@ -59,14 +59,15 @@ class DirectConnection:
         execution_options: CoreExecuteOptionsParameter | None = None,
     ) -> Any:
         conn = self._conn
-        plan = None
-        if (
-            self._direct
-            and not execution_options
-            and not conn.sync_engine.dispatch.before_cursor_execute
-        ):
-            plan = plans.plan_for(statement, plans.first_parameters(parameters), conn.dialect)
-        if plan is None or not plans.fits(plan, parameters):
+        plan = plans.runnable(
+            statement,
+            parameters,
+            conn.dialect,
+            sqlalchemy_only=not self._direct
+            or bool(execution_options)
+            or bool(conn.sync_engine.dispatch.before_cursor_execute),
+        )
+        if plan is None:
             return await conn.execute(statement, parameters, execution_options=execution_options)
         driver: Any = self._driver
         if driver is None:

@@ -236,14 +236,29 @@ class Items:
         return iter(self._items)
 
 
-def first_parameters(parameters: _CoreAnyExecuteParams | None) -> Mapping[str, Any] | None:
+def runnable(
+    statement: sa.Executable,
+    parameters: _CoreAnyExecuteParams | None,
+    dialect: sa.Dialect,
+    *,
+    sqlalchemy_only: bool,
+) -> Plan | None:
+    """The plan an executor runs for this call; None: SQLAlchemy's path (``sqlalchemy_only``,
+    the executor's own reasons: execution options, a statement listener, its connection)."""
+    if sqlalchemy_only:
+        return None
+    plan = plan_for(statement, _first(parameters), dialect)
+    return plan if plan is not None and _fits(plan, parameters) else None
+
+
+def _first(parameters: _CoreAnyExecuteParams | None) -> Mapping[str, Any] | None:
     """The parameter set the statement is compiled for: the only one, or the first of several."""
     if parameters is None or isinstance(parameters, Mapping):
         return parameters
     return parameters[0] if parameters else None
 
 
-def fits(plan: Plan, parameters: _CoreAnyExecuteParams | None) -> bool:
+def _fits(plan: Plan, parameters: _CoreAnyExecuteParams | None) -> bool:
     """Whether the plan runs these parameters as SQLAlchemy would: one set; or several, naming
     the same columns, for a statement that returns no rows (SQLAlchemy would send an insert's as
     one statement of many ``VALUES``, psycopg sends one statement a set, in one pipeline)."""

@@ -163,10 +163,14 @@ class SyncConnection:
         """The statement's plan on sqlite3 (:mod:`.plans`), or SQLAlchemy's own execution where
         it has none, options are given, or something listens to the engine's statements."""
         conn = self._conn
-        plan = None
-        if not execution_options and not conn.engine.dispatch.before_cursor_execute:
-            plan = plans.plan_for(statement, plans.first_parameters(parameters), conn.dialect)
-        if plan is None or not plans.fits(plan, parameters):
+        plan = plans.runnable(
+            statement,
+            parameters,
+            conn.dialect,
+            sqlalchemy_only=bool(execution_options)
+            or bool(conn.engine.dispatch.before_cursor_execute),
+        )
+        if plan is None:
             return conn.execute(statement, parameters, execution_options=execution_options)
         dbapi = conn.connection.dbapi_connection
         assert dbapi is not None
