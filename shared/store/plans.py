@@ -47,14 +47,14 @@ Processor = Callable[[Any], Any] | None
 
 @dataclass(slots=True)
 class Plan:
-    """One statement's text for psycopg, and how its parameters and rows are made."""
+    """One statement's text for its driver, and how its parameters and rows are made."""
 
     compiled: Any  # sqlalchemy's SQLCompiler
     sql: str
     keys: tuple[str, ...]
     types: tuple[Any, ...]
     binds: dict[str, Callable[[Any], Any]]  # the parameters SQLAlchemy processes, by name
-    processors: tuple[Processor, ...] | None = None  # set from the first result's type OIDs
+    processors: tuple[Processor, ...] | None = None  # from the first result's type codes
     named_by_result: bool = False  # a text(): its keys come with its first result
     retired: bool = False  # those keys would not make a named tuple: SQLAlchemy's path from now
 
