@@ -1,5 +1,6 @@
-"""What the store's statements run on: an asynchronous SQLAlchemy connection (PostgreSQL), or a
-synchronous one behind the same calls (the embedded SQLite store, :mod:`.sqlite_sync`)."""
+"""What the store's statements run on: a PostgreSQL connection (:mod:`.pg_direct`) or the
+embedded store's (:mod:`.sqlite_sync`), each running a statement's plan on its driver
+(:mod:`.plans`) or handing it to SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -29,3 +30,29 @@ class Connection(Protocol):
         *,
         execution_options: CoreExecuteOptionsParameter | None = None,
     ) -> Any: ...
+
+
+class ScalarOfExecute:
+    """``scalar`` as the first value of ``execute``'s first row, for a connection whose
+    ``execute`` is its own."""
+
+    __slots__ = ()
+
+    async def execute(
+        self,
+        statement: sa.Executable,
+        parameters: _CoreAnyExecuteParams | None = None,
+        *,
+        execution_options: CoreExecuteOptionsParameter | None = None,
+    ) -> Any:
+        raise NotImplementedError
+
+    async def scalar(
+        self,
+        statement: sa.Executable,
+        parameters: _CoreSingleExecuteParams | None = None,
+        *,
+        execution_options: CoreExecuteOptionsParameter | None = None,
+    ) -> Any:
+        result = await self.execute(statement, parameters, execution_options=execution_options)
+        return result.scalar()

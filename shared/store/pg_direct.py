@@ -29,18 +29,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import (
     CoreExecuteOptionsParameter,
     _CoreAnyExecuteParams,
-    _CoreSingleExecuteParams,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.store import plans
+from tether.store.connection import ScalarOfExecute
 
 CONNECTION_OPTIONS = frozenset({"isolation_level", "postgresql_readonly"})
 """The execution options a connection may carry and still run statements directly: the ones
 :class:`.engine.Database` sets, which act on the psycopg connection itself."""
 
 
-class DirectConnection:
+class DirectConnection(ScalarOfExecute):
     """A SQLAlchemy connection whose statements run on its psycopg connection (module doc)."""
 
     __slots__ = ("_conn", "_direct", "_driver")
@@ -99,16 +99,6 @@ class DirectConnection:
                 connection_invalidated=lost,
             ) from None
         return plans.Rows(plan.keys, rows, cursor.rowcount)
-
-    async def scalar(
-        self,
-        statement: sa.Executable,
-        parameters: _CoreSingleExecuteParams | None = None,
-        *,
-        execution_options: CoreExecuteOptionsParameter | None = None,
-    ) -> Any:
-        result = await self.execute(statement, parameters, execution_options=execution_options)
-        return result.scalar()
 
     async def get_raw_connection(self) -> Any:
         """The pool's connection (its ``driver_connection`` is psycopg's)."""

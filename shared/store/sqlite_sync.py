@@ -46,10 +46,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import (
     CoreExecuteOptionsParameter,
     _CoreAnyExecuteParams,
-    _CoreSingleExecuteParams,
 )
 
 from tether.store import plans
+from tether.store.connection import ScalarOfExecute
 from tether.store.errors import StoreUnavailable
 from tether.store.sqlite_checkpoints import Checkpoints
 from tether.store.sqlite_inline import BUSY_TIMEOUT_S
@@ -145,7 +145,7 @@ def run_pragmas(dbapi_connection: Any, pragmas: Iterable[str]) -> None:
         cursor.close()
 
 
-class SyncConnection:
+class SyncConnection(ScalarOfExecute):
     """A synchronous connection behind the store's :class:`~.connection.Connection` protocol."""
 
     __slots__ = ("_conn",)
@@ -192,16 +192,6 @@ class SyncConnection:
         finally:
             cursor.close()
         return plans.Rows(plan.keys, rows, cursor.rowcount)
-
-    async def scalar(
-        self,
-        statement: sa.Executable,
-        parameters: _CoreSingleExecuteParams | None = None,
-        *,
-        execution_options: CoreExecuteOptionsParameter | None = None,
-    ) -> Any:
-        result = await self.execute(statement, parameters, execution_options=execution_options)
-        return result.scalar()
 
 
 class SyncPool:
