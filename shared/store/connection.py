@@ -4,6 +4,7 @@ embedded store's (:mod:`.sqlite_sync`), each running a statement's plan on its d
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -37,15 +38,7 @@ class ScalarOfExecute:
     ``execute`` is its own."""
 
     __slots__ = ()
-
-    async def execute(
-        self,
-        statement: sa.Executable,
-        parameters: _CoreAnyExecuteParams | None = None,
-        *,
-        execution_options: CoreExecuteOptionsParameter | None = None,
-    ) -> Any:
-        raise NotImplementedError
+    execute: Callable[..., Awaitable[Any]]
 
     async def scalar(
         self,
