@@ -33,7 +33,7 @@ def test_only_statuses_reach_the_sql_text() -> None:
     ("where", "index"),
     [
         (status_is(inv.status, *TERMINAL_VALUES), "tether_invocations_finished"),
-        (status_is(inv.status, *OPEN), "tether_invocations_open_by_owner"),
+        (status_is(inv.status, *OPEN), "tether_invocations_open_by_session"),
     ],
 )
 async def test_status_lists_match_their_partial_index(
