@@ -216,3 +216,27 @@ async def test_a_connection_lent_when_the_pool_closes_is_closed_when_its_transac
         assert pool._idle == [] and pool.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         await other.close()
+
+
+def page_size(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_a_new_file_gets_the_small_page_and_an_old_file_keeps_its_own(
+    store: Store, tmp_path: Path
+) -> None:
+    assert page_size(tmp_path / FILE) == 2048  # the fixture's store made this file
+    old = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(old)) as conn:  # as an earlier version made it
+        conn.execute("PRAGMA page_size=4096")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE made_before (x)")
+    reopened = Store.embedded(str(old))
+    try:
+        await reopened.migrate()
+        await reopened.accept(new())
+        assert len(await reopened.list_owned("ann")) == 1
+    finally:
+        await reopened.close()
+    assert page_size(old) == 4096
