@@ -4,6 +4,14 @@ together, as one batch, instead of one round trip each.
 The first request starts a flush at once (no timer, so a lone request waits for nothing extra);
 requests that arrive while a flush is in flight wait and go together in the next one, so batches
 grow by themselves exactly when the system is busy.
+
+A flush may first let the event loop take a few turns (``gather_turns``): what the loop's
+other callbacks submit in those turns joins the batch. Idle, a turn takes microseconds; busy,
+each turn runs every callback that is ready (requests read and parsed, attempts ended), so the
+batch holds what a burst brought in those turns instead of what one turn brought. A batch's
+transaction costs much the same whatever its size: in ``tether dev`` the store calls of a no-op's
+life (accept, claim, an event, finish, a status read) cost 0.29 ms of CPU in batches of 13 and
+0.23 ms in batches of 32 (:data:`GATHER_TURNS`).
 """
 
 from __future__ import annotations
@@ -19,21 +27,37 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 Flush = Callable[[list[Item]], Awaitable[Sequence[Result | BaseException]]]
 
+GATHER_TURNS = 2
+"""Loop turns an accept's or a finish's first flush waits for more to join it (the gateway's
+:class:`~tether.gateway.accept.Acceptor`, the worker's finishes). In ``tether dev``, under
+bursts of 2,000 background no-ops, batches of accepts grew from ~13 to ~25 and of finishes
+from ~13 to ~30, and the process spent 0.60 against 0.65 ms of CPU per invocation (2, 3 and 4
+turns measured alike). Claims and event appends gained nothing: a claim's batch is the tokens
+and freed slots at hand, an append's the events an attempt has buffered."""
+
 
 class GroupCommit(Generic[Item, Result]):
     """``await submit(item)`` returns that item's result (or raises its exception).
 
     ``flush(items)`` returns one result or exception per item, in order; if it raises, every item
     of the batch gets that exception. At most ``max_batch`` items go in one flush, and at most
-    ``in_flight`` flushes run at once (1 keeps batches in submission order).
+    ``in_flight`` flushes run at once (1 keeps batches in submission order). A submit that
+    starts a flush (rather than waiting for the one in flight) has it let the loop take
+    ``gather_turns`` turns first.
     """
 
     def __init__(
-        self, flush: Flush[Item, Result], *, max_batch: int = 256, in_flight: int = 1
+        self,
+        flush: Flush[Item, Result],
+        *,
+        max_batch: int = 256,
+        in_flight: int = 1,
+        gather_turns: int = 0,
     ) -> None:
         self._flush = flush
         self._max_batch = max_batch
         self._in_flight = in_flight
+        self._gather_turns = gather_turns
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
         self._runners: set[asyncio.Task[None]] = set()
 
@@ -58,6 +82,12 @@ class GroupCommit(Generic[Item, Result]):
             await asyncio.gather(*runners, return_exceptions=True)
 
     async def _run(self) -> None:
+        try:
+            for _ in range(self._gather_turns):
+                await asyncio.sleep(0)
+        except BaseException as exc:  # cancelled while gathering: nothing was flushed
+            self._fail_waiting([], exc)
+            raise
         while self._pending:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
@@ -70,10 +100,7 @@ class GroupCommit(Generic[Item, Result]):
             except Exception as exc:
                 results = [exc] * len(batch)
             except BaseException as exc:  # cancelled: fail this batch and everything waiting
-                for _, future in batch + self._pending:
-                    if not future.done():
-                        future.set_exception(exc)
-                self._pending.clear()
+                self._fail_waiting(batch, exc)
                 raise
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():  # the caller gave up (its request was cancelled)
@@ -82,3 +109,11 @@ class GroupCommit(Generic[Item, Result]):
                     future.set_exception(result)
                 else:
                     future.set_result(result)
+
+    def _fail_waiting(
+        self, batch: list[tuple[Item, asyncio.Future[Result]]], exc: BaseException
+    ) -> None:
+        for _, future in batch + self._pending:
+            if not future.done():
+                future.set_exception(exc)
+        self._pending.clear()
