@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,10 +27,24 @@ LOOPBACK_PROXY_AUTH = {
 then be a different owner."""
 
 
+CHOSEN_PORTS = range(20000, 32768)
+"""Where :func:`free_port` picks, below Linux's ephemeral range (32768-60999 by default), where
+the kernel puts every socket bound to port 0 (the tests' in-process servers, every client's
+outgoing connection). A port the kernel chose and then let go could be bound by another test
+process's server before ours started on it (two parallel tests failed so: a probe meant for a
+restarted ``tether dev`` reached a fake model server)."""
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on now, for a process started next to bind."""
+    for port in random.sample(CHOSEN_PORTS, 64):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port among 64 tried in {CHOSEN_PORTS}")
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str) -> T:
