@@ -20,7 +20,7 @@ from typing import Any
 
 from tether.credentials import CredentialVault, UserCredential
 from tether.gateway.tenant_limits import Fresh, LimitsCache, LimitsSnapshot
-from tether.groupcommit import GATHER_TURNS, GroupCommit
+from tether.groupcommit import GroupCommit
 from tether.pubsub import PubSub, announce_queued
 from tether.queue import Queue
 from tether.store.buckets import Grant, Want
@@ -73,7 +73,7 @@ class Acceptor:
         self._credentials = credentials
         self._carried: dict[str, UserCredential] = {}
         self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(
-            self._flush, in_flight=ACCEPTS_IN_FLIGHT, gather_turns=GATHER_TURNS
+            self._flush, in_flight=ACCEPTS_IN_FLIGHT, gather_turns=store.db.gather_turns
         )
 
     async def accept(

@@ -5,13 +5,11 @@ The first request starts a flush at once (no timer, so a lone request waits for 
 requests that arrive while a flush is in flight wait and go together in the next one, so batches
 grow by themselves exactly when the system is busy.
 
-A flush may first let the event loop take a few turns (``gather_turns``): what the loop's
-other callbacks submit in those turns joins the batch. Idle, a turn takes microseconds; busy,
-each turn runs every callback that is ready (requests read and parsed, attempts ended), so the
-batch holds what a burst brought in those turns instead of what one turn brought. A batch's
-transaction costs much the same whatever its size: in ``tether dev`` the store calls of a no-op's
-life (accept, claim, an event, finish, a status read) cost 0.29 ms of CPU in batches of 13 and
-0.23 ms in batches of 32 (:data:`GATHER_TURNS`).
+That needs the loop to run while a flush is in flight. A flush that holds the loop's thread
+(the embedded store's transactions run on it) lets nothing arrive meanwhile, so such a flush may
+first let the loop take a few turns (``gather_turns``): what the loop's other callbacks submit
+in those turns joins the batch. Idle, a turn takes microseconds; busy, each turn runs every
+callback that is ready (requests read and parsed, attempts ended).
 """
 
 from __future__ import annotations
@@ -26,14 +24,6 @@ log = logging.getLogger(__name__)
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 Flush = Callable[[list[Item]], Awaitable[Sequence[Result | BaseException]]]
-
-GATHER_TURNS = 2
-"""Loop turns an accept's or a finish's first flush waits for more to join it (the gateway's
-:class:`~tether.gateway.accept.Acceptor`, the worker's finishes). In ``tether dev``, under
-bursts of 2,000 background no-ops, batches of accepts grew from ~13 to ~25 and of finishes
-from ~13 to ~30, and the process spent 0.60 against 0.65 ms of CPU per invocation (2, 3 and 4
-turns measured alike). Claims and event appends gained nothing: a claim's batch is the tokens
-and freed slots at hand, an append's the events an attempt has buffered."""
 
 
 class GroupCommit(Generic[Item, Result]):

@@ -17,7 +17,7 @@ from tether import loops
 from tether.app import AgentApp, Handler
 from tether.durable import Suspend
 from tether.errors import ErrorCode
-from tether.groupcommit import GATHER_TURNS, GroupCommit
+from tether.groupcommit import GroupCommit
 from tether.jsonvalue import InvalidJson, dumps
 from tether.outcomes import Outcome, cancelled, completed, failed
 from tether.pubsub import publish_events
@@ -101,7 +101,7 @@ class Runtime:
             self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
         )
         self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(
-            services.store.finish_many, gather_turns=GATHER_TURNS
+            services.store.finish_many, gather_turns=services.store.db.gather_turns
         )
         self._events = EventBatches(services.store, services.pubsub)
         self._contexts = AttemptContexts(

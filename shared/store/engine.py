@@ -18,7 +18,7 @@ from tether.store.connection import Connection
 from tether.store.dialect import Dialect, dialect_named
 from tether.store.errors import wrapped
 from tether.store.pg_direct import DirectConnection
-from tether.store.sqlite_sync import SyncPools
+from tether.store.sqlite_sync import GATHER_TURNS, SyncPools
 
 ENGINE_OPTIONS = {"json_serializer": dumps, "hide_parameters": True}
 """Every engine's: ``hide_parameters``, since on a database error SQLAlchemy would otherwise log
@@ -67,6 +67,13 @@ class Database:
     def of(cls, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
         dialect = dialect_named(engine.dialect.name)
         return cls(engine, dialect, reader, dialect.sync_pools(engine.url, **ENGINE_OPTIONS))
+
+    @property
+    def gather_turns(self) -> int:
+        """Loop turns a group commit of writes lets pass before it takes its batch: the embedded
+        store's transactions hold the loop's thread (:data:`.sqlite_sync.GATHER_TURNS`);
+        PostgreSQL's wait on the network, and what arrives meanwhile joins the next batch."""
+        return GATHER_TURNS if self.sync is not None else 0
 
     @property
     def statement_engines(self) -> list[sa.Engine]:

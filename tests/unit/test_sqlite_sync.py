@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether.store import sqlite_sync
+from tether.store.engine import Database, create_engine
 from tether.store.errors import StoreError, StoreUnavailable, ValueRefused, store_error
 from tether.store.schema import NewInvocation, invocations
 from tether.store.sqlite_sync import SyncConnection
@@ -240,3 +241,12 @@ async def test_a_new_file_gets_the_small_page_and_an_old_file_keeps_its_own(
     finally:
         await reopened.close()
     assert page_size(old) == 4096
+
+
+async def test_only_a_store_whose_transactions_hold_the_loop_gathers_turns(store: Store) -> None:
+    assert store.db.gather_turns == sqlite_sync.GATHER_TURNS > 0
+    postgres = Database.of(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none"))
+    try:
+        assert postgres.gather_turns == 0  # its transactions wait on the network, not the loop
+    finally:
+        await postgres.engine.dispose()
