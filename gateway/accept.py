@@ -73,7 +73,7 @@ class Acceptor:
         self._credentials = credentials
         self._carried: dict[str, UserCredential] = {}
         self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(
-            self._flush, in_flight=ACCEPTS_IN_FLIGHT, gather_turns=store.db.gather_turns
+            self._flush, in_flight=ACCEPTS_IN_FLIGHT, gather_turns=store.gather_turns
         )
 
     async def accept(

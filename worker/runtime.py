@@ -101,7 +101,7 @@ class Runtime:
             self._claim_batch, in_flight=CLAIMS_IN_FLIGHT
         )
         self._finishes: GroupCommit[FinishRequest, Finished] = GroupCommit(
-            services.store.finish_many, gather_turns=services.store.db.gather_turns
+            services.store.finish_many, gather_turns=services.store.gather_turns
         )
         self._events = EventBatches(services.store, services.pubsub)
         self._contexts = AttemptContexts(

@@ -257,7 +257,7 @@ for good. Every commit writes each page it changed to the WAL whole, and a no-op
 one small entry on many pages (the invocation's id and its events' keys are random, so each
 lands on a page of its own): at 4,096 bytes 33 KB of WAL per no-op, at 2,048 20 KB, and 10-14 %
 less CPU for its store calls; 1,024 writes less still but costs the same CPU, and pages this
-small leave larger rows on overflow pages (docs/performance.md, "The cost model")."""
+small leave larger rows on overflow pages (docs/architecture.md, the embedded store)."""
 WRITER_PRAGMAS = (NEW_FILE_PAGE_SIZE, "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
 WRITER_BEGIN = "BEGIN IMMEDIATE"  # the one writer
 # WAL as the writer left it (or set here: a reader may be first to open a new file); then

@@ -128,6 +128,12 @@ class Store:
         url = f"sqlite+aiosqlite:///{path}"
         return cls(create_engine(url), reader=create_reader(url), temporary_file=temporary)
 
+    @property
+    def gather_turns(self) -> int:
+        """Loop turns a group commit of writes to this store lets pass before it takes its batch
+        (:attr:`.engine.Database.gather_turns`)."""
+        return self.db.gather_turns
+
     def sibling(self) -> Store:
         """A second store on the same database with its own connections (for another thread):
         one pool, no reader, so the liveness fallback's pings keep open the very connection its

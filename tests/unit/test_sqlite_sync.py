@@ -244,7 +244,7 @@ async def test_a_new_file_gets_the_small_page_and_an_old_file_keeps_its_own(
 
 
 async def test_only_a_store_whose_transactions_hold_the_loop_gathers_turns(store: Store) -> None:
-    assert store.db.gather_turns == sqlite_sync.GATHER_TURNS > 0
+    assert store.gather_turns == sqlite_sync.GATHER_TURNS > 0
     postgres = Database.of(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none"))
     try:
         assert postgres.gather_turns == 0  # its transactions wait on the network, not the loop
