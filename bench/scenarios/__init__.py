@@ -13,6 +13,7 @@ from bench.scenarios import (
     cost,
     drain,
     durable,
+    embedded,
     end_to_end,
     eventlog,
     fanout,
@@ -49,4 +50,5 @@ SCENARIOS: dict[str, Scenario] = {
     "heartbeat": heartbeat.run,
     "retention": retention.run,
     "statements": statements.run,
+    "embedded": embedded.run,
 }

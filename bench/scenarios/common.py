@@ -92,6 +92,9 @@ class Sizes:
     chatty_tick: float = 0.01
     statements_batch: int = 16  # about what a burst's group commits batch
     statements_rounds: int = 200
+    embedded_batch: int = 30  # what tether dev's gathered accepts and finishes batch in a burst
+    embedded_small_batch: int = 13  # what they batched before the flushes gathered
+    embedded_rounds: int = 300
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -160,6 +163,7 @@ QUICK = Sizes(
     chatty_invocations=10,
     chatty_events=300,
     statements_rounds=10,
+    embedded_rounds=10,
     deadline=60.0,
 )
 
