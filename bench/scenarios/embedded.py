@@ -124,35 +124,30 @@ async def run(sizes: Sizes) -> list[Row]:
     store_side, default_side = pages
     large, small_side = batches
     default_label = f"{theirs_page:,}-byte pages, SQLite's default"
+
+    def lower(figure: str, unit: str, value: float, baseline: float, label: str) -> Row:
+        return Row("embedded", figure, value, unit, "lower", baseline, label, details=details)
+
     return [
-        Row(
-            scenario="embedded",
-            figure=f"CPU ms per invocation, {ours_page:,}-byte pages, rounds of {batch} (median)",
-            value=store_side.cpu_ms,
-            unit="ms",
-            better="lower",
-            baseline=default_side.cpu_ms,
-            baseline_label=default_label,
-            details=details,
+        lower(
+            f"CPU ms per invocation, {ours_page:,}-byte pages, rounds of {batch} (median)",
+            "ms",
+            store_side.cpu_ms,
+            default_side.cpu_ms,
+            default_label,
         ),
-        Row(
-            scenario="embedded",
-            figure=f"WAL KB per invocation, {ours_page:,}-byte pages",
-            value=store_side.wal_kb,
-            unit="KB",
-            better="lower",
-            baseline=default_side.wal_kb,
-            baseline_label=default_label,
-            details=details,
+        lower(
+            f"WAL KB per invocation, {ours_page:,}-byte pages",
+            "KB",
+            store_side.wal_kb,
+            default_side.wal_kb,
+            default_label,
         ),
-        Row(
-            scenario="embedded",
-            figure=f"CPU ms per invocation, rounds of {batch} (median)",
-            value=large.cpu_ms,
-            unit="ms",
-            better="lower",
-            baseline=small_side.cpu_ms,
-            baseline_label=f"rounds of {small}: batches before the flushes gathered",
-            details=details,
+        lower(
+            f"CPU ms per invocation, rounds of {batch} (median)",
+            "ms",
+            large.cpu_ms,
+            small_side.cpu_ms,
+            f"rounds of {small}: batches before the flushes gathered",
         ),
     ]
