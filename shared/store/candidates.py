@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -117,23 +118,13 @@ class Candidates:
     running: dict[str, int]
     vtime: float
     global_cap: int | None
-
-    @property
-    def capped(self) -> bool:
-        """Whether a cap applies to any of them: only then must claims take turns."""
-        return self.global_cap is not None or any(
-            self.limits[t].max_active is not None for t in self.names
-        )
+    capped: bool
+    """Whether a cap applies to any of them: only then must claims take turns."""
 
     def loads(self, running: dict[str, int]) -> list[TenantLoad]:
+        limits, passes = self.limits, self.passes
         return [
-            TenantLoad(
-                t,
-                running.get(t, 0),
-                self.limits[t].weight,
-                self.limits[t].max_active,
-                self.passes.get(t),
-            )
+            TenantLoad(t, running.get(t, 0), limits[t].weight, limits[t].max_active, passes.get(t))
             for t in self.names
         ]
 
@@ -213,7 +204,7 @@ class CandidateReads:
 
     async def scan(self, conn: Connection) -> Candidates | None:
         """None when nothing is queued."""
-        return _candidates((await conn.execute(self._scan)).mappings().all())
+        return _candidates((await conn.execute(self._scan)).all())
 
     async def known(
         self, conn: Connection, names: Sequence[str], hints: Sequence[str]
@@ -221,37 +212,37 @@ class CandidateReads:
         """The tenants in ``names`` (those that still have queued work, where probes are
         cheap) and those of the queued invocations in ``hints``; None when there are none."""
         params = {"names": json.dumps(list(names)), "hints": json.dumps(list(hints))}
-        return _candidates((await conn.execute(self._known, params)).mappings().all())
+        return _candidates((await conn.execute(self._known, params)).all())
 
 
-def _prefixed(row: sa.RowMapping, prefix: str) -> dict[str, Any]:
-    return {c: row[prefix + c] for c in ("tenant", *FIELDS)}
+def _prefixed(row: Any, prefix: str) -> dict[str, Any]:
+    return {c: getattr(row, prefix + c) for c in ("tenant", *FIELDS)}
 
 
-def _candidates(rows: Sequence[sa.RowMapping]) -> Candidates | None:
+def _candidates(rows: Sequence[Any]) -> Candidates | None:
+    """The read's rows (one per tenant, by attribute: a claim reads every tenant with queued
+    work, and a mapping a row cost more than the rest of this together)."""
     if not rows:
         return None
-    rows = sorted(rows, key=lambda r: str(r["queued_tenant"]))
-    names = [r["queued_tenant"] for r in rows]
-    passes = {
-        r["queued_tenant"]: float(r["stored_pass"]) for r in rows if r["stored_pass"] is not None
-    }
-    running = {r["queued_tenant"]: int(r["running"]) for r in rows if r["running"]}
+    rows = sorted(rows, key=attrgetter("queued_tenant"))
+    names = [r.queued_tenant for r in rows]
+    passes = {r.queued_tenant: float(r.stored_pass) for r in rows if r.stored_pass is not None}
+    running = {r.queued_tenant: int(r.running) for r in rows if r.running}
     own = {
-        r["own_tenant"]: limits_from(_prefixed(r, "own_"))
-        for r in rows
-        if r["own_tenant"] is not None
+        r.own_tenant: limits_from(_prefixed(r, "own_")) for r in rows if r.own_tenant is not None
     }
     first = rows[0]
     fallback = (
-        limits_from(_prefixed(first, "default_")) if first["default_tenant"] is not None else None
+        limits_from(_prefixed(first, "default_")) if first.default_tenant is not None else None
     )
-    vtime, global_cap = first["vtime"], first["global_cap"]
+    limits = effective_from(names, own, fallback)
+    global_cap = None if first.global_cap is None else int(first.global_cap)
     return Candidates(
         names,
-        effective_from(names, own, fallback),
+        limits,
         passes,
         running,
-        float(vtime or 0.0),
-        None if global_cap is None else int(global_cap),
+        float(first.vtime or 0.0),
+        global_cap,
+        capped=global_cap is not None or any(limits[t].max_active is not None for t in names),
     )

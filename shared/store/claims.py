@@ -21,7 +21,6 @@ that raced them under-admits for a moment, never over-admits.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -125,8 +124,8 @@ class Claims:
             loads = candidates.loads(running)
             if newcomers:  # one each: then it has something running
                 loads = [
-                    replace(
-                        load, max_active=1 if load.max_active is None else min(load.max_active, 1)
+                    load._replace(
+                        max_active=1 if load.max_active is None else min(load.max_active, 1)
                     )
                     for load in loads
                     if load.running == 0
@@ -219,11 +218,15 @@ class Claims:
             if not more:
                 break
             found = await self._heads.start(conn, more, worker)
+            short = False
             for tenant, n in more.items():
                 rows = started.setdefault(tenant, [])
                 rows += found.get(tenant, [])
                 if len(found.get(tenant, ())) < n:
                     known[tenant] = len(rows)
+                    short = True
+            if not short:  # every tenant gave what it was given: the allocation stands
+                break
             allocation = allocate(loads, budget, vtime, known)
         taken: dict[str, int] = {}
         ordered: list[Any] = []

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tether.store.fairness import TenantLoad, allocate
+import heapq
+import random
+
+from tether.store.fairness import Allocation, TenantLoad, allocate
 
 
 def load(
@@ -40,3 +43,58 @@ def test_an_idle_tenants_old_pass_counts_as_the_virtual_time() -> None:
 def test_the_budget_bounds_the_picks() -> None:
     assert allocate([load("a"), load("b")], 0, 0.0).picks == []
     assert len(allocate([load("a")], 5, 0.0).picks) == 5
+
+
+def reference_allocate(
+    loads: list[TenantLoad], budget: int, vtime: float, available: dict[str, int]
+) -> Allocation:
+    """The rule as first written: every tenant on one heap, one slot at a time."""
+    heap: list[tuple[float, float, str]] = []
+    state: dict[str, tuple[int, float, int | None]] = {}
+    for load in loads:
+        room, known = load.room(), available.get(load.tenant)
+        left = room if known is None else known if room is None else min(room, known)
+        if left is not None and left <= 0:
+            continue
+        own = max(load.stored_pass or 0.0, vtime)
+        state[load.tenant] = (load.running, own, left)
+        heapq.heappush(heap, (round(load.running / load.weight, 9), round(own, 6), load.tenant))
+    weights = {load.tenant: load.weight for load in loads}
+    next_vtime = max(vtime, min((s[1] for s in state.values()), default=vtime))
+    picks: list[str] = []
+    passes: dict[str, float] = {}
+    while heap and len(picks) < budget:
+        *_, tenant = heapq.heappop(heap)
+        running, own, left = state[tenant]
+        running, own = running + 1, own + 1.0 / weights[tenant]
+        left = None if left is None else left - 1
+        state[tenant] = (running, own, left)
+        picks.append(tenant)
+        passes[tenant] = own
+        if left is None or left > 0:
+            key = (round(running / weights[tenant], 9), round(own, 6), tenant)
+            heapq.heappush(heap, key)
+    return Allocation(picks, passes, next_vtime)
+
+
+def test_the_allocation_is_the_one_of_every_tenant_on_one_heap() -> None:
+    """Only the first ``budget`` tenants in the order of service enter the heap; the picks,
+    passes and virtual time are those of the rule over all of them, on random loads."""
+    rng = random.Random(7)
+    for _ in range(400):
+        vtime = rng.choice([0.0, rng.uniform(0, 20)])
+        loads = [
+            load(
+                f"t{k}",
+                running=rng.randint(0, 4),
+                weight=rng.choice([1.0, 1.0, 2.0, 0.5, 3.0]),
+                cap=rng.choice([None, None, 1, 3]),
+                stored=rng.choice([None, vtime, rng.uniform(0, 25), vtime + 1 / 3]),
+            )
+            for k in range(rng.randint(0, 40))
+        ]
+        available = {t.tenant: rng.randint(0, 3) for t in loads if rng.random() < 0.2}
+        budget = rng.randint(0, 30)
+        assert allocate(loads, budget, vtime, available) == reference_allocate(
+            loads, budget, vtime, available
+        )
