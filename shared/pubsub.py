@@ -224,6 +224,12 @@ class MemoryPubSub(_Fanout):
         self.subscribers.clear()
 
 
+PUBLISH_ALL = "for i = 1, #ARGV, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end"
+"""A batch's publishes, in order, as one command: ``channel, message, channel, message, ...``.
+A pipeline of as many ``PUBLISH`` commands cost redis-py 17-21 us of CPU a message to write and
+parse; the one script 5 us (32 a batch, on the reference machine)."""
+
+
 class RedisPubSub(MemoryPubSub):
     """One Redis connection per process carries every subscription of that process.
 
@@ -239,24 +245,26 @@ class RedisPubSub(MemoryPubSub):
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._publishes: GroupCommit[tuple[str, list[str]], None] = GroupCommit(self._publish_batch)
+        self._publish_all = self._redis.register_script(PUBLISH_ALL)
 
     async def publish(self, channel: str, messages: list[str]) -> None:
-        """Concurrent publishes go out together, in order, in one pipeline on one connection
-        (one at a time each would need a pooled connection apiece: the pool caps them at 100)."""
+        """Concurrent publishes go out together, in order, in one command on one connection
+        (:data:`PUBLISH_ALL`; one at a time each would need a pooled connection apiece: the pool
+        caps them at 100)."""
         await self._publishes.submit((channel, messages))
 
     def publish_soon(self, channel: str, messages: list[str]) -> None:
-        """Joins the next pipeline; a failure only delays the readers (they re-read the
+        """Joins the next batch; a failure only delays the readers (they re-read the
         store)."""
         sent = self._publishes.submit_nowait((channel, messages))
         sent.add_done_callback(lambda done: _log_failed_publish(channel, done))
 
     async def _publish_batch(self, batch: list[tuple[str, list[str]]]) -> list[None]:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for channel, messages in batch:
-                for message in messages:
-                    pipe.publish(channel, message)
-            await pipe.execute()
+        pairs = [(channel, message) for channel, messages in batch for message in messages]
+        if len(pairs) == 1:
+            await self._redis.publish(*pairs[0])
+        elif pairs:
+            await self._publish_all(args=[part for pair in pairs for part in pair])
         return [None] * len(batch)
 
     @contextlib.asynccontextmanager

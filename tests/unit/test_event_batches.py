@@ -215,3 +215,30 @@ async def test_a_park_that_fails_gives_the_handler_back_its_events(
     await writer.flush()
     start = claim.started_cursor
     assert await stored(store, claim) == [(start + n + 1, {"n": n}) for n in range(3)]
+
+
+async def test_a_batch_of_publishes_reaches_redis_as_one_command_in_order(redis_url: str) -> None:
+    """What is submitted while a batch is out goes out together (one script call), and each
+    channel's subscribers get its messages in the order they were published."""
+    pubsub = RedisPubSub(redis_url)
+    calls: list[int] = []
+    publish_all = pubsub._publish_all
+
+    async def counted(args: list[str]) -> Any:
+        calls.append(len(args) // 2)
+        return await publish_all(args=args)
+
+    pubsub._publish_all = counted  # type: ignore[assignment]
+    a, b = events_channel(str(uuid.uuid4())), events_channel(str(uuid.uuid4()))
+    try:
+        async with pubsub.subscribe(a) as sub_a, pubsub.subscribe(b) as sub_b:
+            for k in range(40):
+                pubsub.publish_soon(a if k % 2 == 0 else b, [str(k)])
+            await pubsub.publish(b, ["x", "y"])
+            got_a = [await sub_a.get(timeout=5) for _ in range(20)]
+            got_b = [await sub_b.get(timeout=5) for _ in range(22)]
+    finally:
+        await pubsub.close()
+    assert got_a == [str(k) for k in range(0, 40, 2)]
+    assert got_b == [*(str(k) for k in range(1, 40, 2)), "x", "y"]
+    assert sum(calls) >= 41 and len(calls) < 41  # batched: fewer calls than messages
