@@ -35,10 +35,11 @@ APP = "tests.faults.durable_app:app"
 CLAIM_BLOCKED = """
 SELECT pid FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'
-  AND query LIKE 'INSERT INTO tether_tenant_passes%%'
+  AND query LIKE '%%INSERT INTO tether_tenant_passes%%'
 """
 """The backend of a worker whose claim waits for a row lock on its tenant's pass: the claim's
-last write, after it flipped the invocation to ``active`` (uncommitted)."""
+last write (one statement, its rows a ``WITH`` ahead of the ``INSERT``), after it flipped the
+invocation to ``active`` (uncommitted)."""
 
 
 async def parked(api: Api, effects: Path, **spec: Any) -> str:
