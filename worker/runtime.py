@@ -49,13 +49,14 @@ from tether.worker.slots import Slots
 log = logging.getLogger(__name__)
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
-CLAIMS_IN_FLIGHT = 1
-"""Claim transactions a process runs at once. One: what arrives while it runs joins the next, so
-claims are larger and fewer, and no two of them race for the same heads (``SKIP LOCKED`` left
-the second short, and it probed round after round for what the first had taken). Under the
-peer's burst (1 gateway + 1 worker, eight bursts each way alternating between two running
-deployments) one in flight took 0.90x the worker's CPU per no-op of two and accepted 1.11x as
-many a second; sync at c=32 and ``bench drain`` were alike within noise."""
+CLAIMS_IN_FLIGHT = 2
+"""Claim transactions a process runs at once: a claim reads more than it writes, so a second one
+overlaps the first's round trips (with a cap they take turns on the claim lock anyway). One in
+flight took 0.90x the worker's CPU under the peer's burst (larger claims, no two racing for the
+same heads), but started runs in larger bunches: their parks, one transaction each, then
+contended for PostgreSQL's relation extension, which extends ahead, and a parked invocation took
+2,051-2,128 bytes as written against 1,769-1,805 (docs/performance-history.md). Worth taking
+once parks are batched like finishes."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
