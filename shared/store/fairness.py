@@ -30,10 +30,6 @@ class TenantLoad(NamedTuple):
     stored_pass: float | None
     """Its pass as of its last pick; None: never picked."""
 
-    def room(self) -> int | None:
-        """Attempts it may still start; None: no cap."""
-        return None if self.max_active is None else max(0, self.max_active - self.running)
-
 
 @dataclass(frozen=True, slots=True)
 class Allocation:

@@ -52,7 +52,8 @@ def reference_allocate(
     heap: list[tuple[float, float, str]] = []
     state: dict[str, tuple[int, float, int | None]] = {}
     for load in loads:
-        room, known = load.room(), available.get(load.tenant)
+        room = None if load.max_active is None else max(0, load.max_active - load.running)
+        known = available.get(load.tenant)
         left = room if known is None else known if room is None else min(room, known)
         if left is not None and left <= 0:
             continue
