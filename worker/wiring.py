@@ -15,7 +15,8 @@ from pathlib import Path
 
 from tether.app import AgentApp
 from tether.credentials import CredentialVault
-from tether.pubsub import MemoryPubSub, RedisPubSub
+from tether.pubsub import MemoryPubSub
+from tether.pubsub_redis import RedisPubSub
 from tether.queue import Queue
 from tether.services import Services, opened
 from tether.settings import Settings

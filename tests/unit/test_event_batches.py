@@ -16,7 +16,8 @@ import pytest
 from tests.fakes import embedded_store
 from tether.channels import events_channel
 from tether.events import decode_batch
-from tether.pubsub import MemoryPubSub, RedisPubSub, Subscription
+from tether.pubsub import MemoryPubSub, Subscription
+from tether.pubsub_redis import RedisPubSub
 from tether.store.journal import NewWait, WaitKind
 from tether.store.schema import Claim, NewInvocation
 from tether.store.store import AppendRequest, Store, StoreUnavailable, Superseded
