@@ -1,4 +1,5 @@
-"""Wake-ups between processes: in memory for the embedded mode, Redis pub/sub when distributed.
+"""Wake-ups between processes: in memory for the embedded mode (here), Redis pub/sub when
+distributed (:mod:`tether.pubsub_redis`).
 
 Pub/sub is never the truth. A subscriber that may have missed messages (the Redis connection
 dropped) receives :data:`RESYNC` and re-reads what it needs from the store.

@@ -258,8 +258,8 @@ one small entry on many pages (the invocation's id and its events' keys are rand
 lands on a page of its own): in batches of 13, at 4,096 bytes 33 KB of WAL per no-op, at 2,048
 20 KB, and 10-14 % less CPU for its store calls; in batches of 30 (what tether dev's gathered
 batches hold) 27 against 17 KB and 6 % less CPU (``bench embedded``). 1,024 writes less still but
-costs the same CPU, and pages this
-small leave larger rows on overflow pages (docs/architecture.md, the embedded store)."""
+costs the same CPU, and pages this small leave larger rows on overflow pages
+(docs/architecture.md, the embedded store)."""
 WRITER_PRAGMAS = (NEW_FILE_PAGE_SIZE, "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
 WRITER_BEGIN = "BEGIN IMMEDIATE"  # the one writer
 # WAL as the writer left it (or set here: a reader may be first to open a new file); then

@@ -72,11 +72,10 @@ def allocate(
         if left is not None and left <= 0:
             continue
         if stored is not None and stored > vtime:
-            entries.append(
-                (_share(running, weight), round(stored, 6), tenant, running, weight, stored, left)
-            )
+            own, own_key = stored, round(stored, 6)
         else:
-            entries.append((_share(running, weight), idle_key, tenant, running, weight, idle, left))
+            own, own_key = idle, idle_key
+        entries.append((_share(running, weight), own_key, tenant, running, weight, own, left))
     next_vtime = min((e[5] for e in entries), default=vtime)
     heap = heapq.nsmallest(budget, entries)  # sorted: a heap
     picks: list[str] = []
