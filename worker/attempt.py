@@ -20,6 +20,7 @@ from tether.groupcommit import GroupCommit
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
 from tether.store.journal import CancelPending, NewWait
+from tether.store.parks import ParkRequest, ParkResult
 from tether.store.schema import RESUME, Claim
 from tether.store.store import (
     AppendRequest,
@@ -53,14 +54,26 @@ class EventBatches:
         self._store = store
         self._pubsub = pubsub
         self._group: GroupCommit[EventWriter, list[Event]] = GroupCommit(self._write)
+        self._parks: GroupCommit[ParkRequest, list[Event]] = GroupCommit(
+            self._park_many, gather_turns=store.gather_turns
+        )
 
     def write_soon(self, writer: EventWriter) -> asyncio.Future[list[Event]]:
         """``writer``'s buffered events, in the next batch: its future has them stored."""
         return self._group.submit_nowait(writer)
 
+    async def park(self, request: ParkRequest) -> list[Event]:
+        """Park an attempt, in the next batch of parks: the events it stored. Raises
+        :class:`CancelPending` or :class:`Superseded` where it did not park."""
+        return await self._parks.submit(request)
+
+    async def _park_many(self, requests: list[ParkRequest]) -> list[ParkResult | StoreError]:
+        return await self._store.parks.park_many(requests)
+
     async def idle(self) -> None:
         """Wait until no batch is being written."""
         await self._group.idle()
+        await self._parks.idle()
 
     async def _write(
         self, writers: list[EventWriter]
@@ -245,22 +258,20 @@ class EventWriter:
         claim = self._claim
         await self._retrying("writing events", self.flush)
         pending = await self.take_pending()
-        journal = self._store.journal
+        request = ParkRequest(claim.invocation_id, claim.attempt, waits, pending)
         try:
-            stored = await self._retrying(
-                "parking",
-                lambda: journal.park(claim.invocation_id, claim.attempt, waits, pending),
-            )
+            stored = await self._retrying("parking", lambda: self._batches.park(request))
         except CancelPending:  # the handler gets the cancel; its finish writes these events
             self._take_back(pending)
             self.cancel_pending = True
             raise asyncio.CancelledError from None
+        except Superseded:
+            self.superseded = True
+            raise
         except Exception:  # not parked: the handler carries on, and these events are still its
             self._take_back(pending)
             raise
         self.superseded = True  # nothing more may be written by this attempt
-        if stored is None:
-            raise Superseded(claim.invocation_id)
         return stored
 
     def _take_back(self, pending: list[NewEvent]) -> None:

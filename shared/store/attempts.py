@@ -183,13 +183,13 @@ async def _advance_logs(
 ) -> dict[str, int]:
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
-    advance = _advance_statement(dialect.jsonb)
+    advance = advance_statement(dialect.jsonb)
     params = COUNTS.params(rows)
     return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
 
 
 @functools.cache
-def _advance_statement(jsonb: bool) -> sa.Update:
+def advance_statement(jsonb: bool) -> sa.Update:
     counts = COUNTS.cte(jsonb)
     return (
         sa.update(invocations)

@@ -1,11 +1,11 @@
-"""Durable execution's rows: recorded steps, waits, parking and waking.
+"""Durable execution's rows: recorded steps, waits, and waking.
 
 A handler's ``ctx.step`` results and ``ctx.sleep`` / ``ctx.wait_for_input`` waits are rows keyed
-by ``(invocation, name)``. Parking ends the attempt: in one fenced transaction the waits are
-written, the invocation goes ``active → waiting`` (holding no worker, no heartbeat) and
-``run.waiting`` is appended. Whoever resolves a wait (a client's input, or a due timer) flips the
-invocation ``waiting → queued`` in the same transaction, conditionally, so exactly one of them
-wins and exactly one resumed attempt is claimed. Times come from the database clock.
+by ``(invocation, name)``. Parking ends the attempt (:mod:`.parks`): in one fenced transaction
+the waits are written, the invocation goes ``active → waiting`` (holding no worker, no heartbeat)
+and ``run.waiting`` is appended. Whoever resolves a wait (a client's input, or a due timer)
+flips the invocation ``waiting → queued`` in the same transaction, conditionally, so exactly one
+of them wins and exactly one resumed attempt is claimed. Times come from the database clock.
 """
 
 from __future__ import annotations
@@ -17,15 +17,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tether.events import RUN_WAITING, Event
 from tether.jsonvalue import canonical
-from tether.outcomes import wait_entry, waiting_data
+from tether.outcomes import wait_entry
 from tether.store.attempts import fence
 from tether.store.connection import Connection
 from tether.store.engine import Database
-from tether.store.eventlog import advanced, insert_events, numbered
 from tether.store.schema import RESUME, Status, invocations, status_is, steps, waits
-from tether.store.writes import NewEvent
 
 inv = invocations.c
 
@@ -153,65 +150,6 @@ class Journal:
             )
         return True
 
-    async def park(self, *args: Any, **kwargs: Any) -> list[Event] | None:
-        """End the attempt as ``waiting`` (see :meth:`_park`); None: superseded."""
-        try:
-            return await self._park(*args, **kwargs)
-        except _Superseded:
-            return None
-
-    async def _park(
-        self,
-        invocation_id: str,
-        attempt: int,
-        new_waits: Sequence[NewWait],
-        pending: Sequence[NewEvent],
-    ) -> list[Event] | None:
-        """End the attempt as ``waiting`` on ``new_waits``, appending the attempt's ``pending``
-        events and then ``run.waiting``. None: the attempt no longer owns the invocation.
-        Raises :class:`CancelPending` (writing nothing) when a cancel was requested."""
-        async with self._db.transaction() as conn:
-            now = float(await conn.scalar(sa.select(self._now)) or 0.0)
-            records = [
-                WaitRecord(
-                    name=w.name,
-                    kind=w.kind,
-                    details=w.details,
-                    wake_at=None if w.wake_in is None else now + w.wake_in,
-                    value=None,
-                    resolution=None,
-                )
-                for w in new_waits
-            ]
-            for record in records:
-                await conn.execute(
-                    self._db.dialect.insert_new(waits, "invocation_id", "name").values(
-                        invocation_id=invocation_id,
-                        name=record.name,
-                        kind=record.kind.value,
-                        details=record.details,
-                        wake_at=record.wake_at,
-                        created_at=now,
-                    )
-                )
-            batch = [*pending, NewEvent(RUN_WAITING, waiting_data([r.entry() for r in records]))]
-            last = await conn.scalar(
-                sa.update(invocations)
-                .where(*fence(invocation_id, attempt), inv.cancel_requested.is_(False))
-                .values(
-                    status=Status.WAITING.value, worker=None, last_event_id=advanced(len(batch))
-                )
-                .returning(inv.last_event_id)
-            )
-            if last is None:
-                owned = sa.select(inv.cancel_requested).where(*fence(invocation_id, attempt))
-                if await conn.scalar(owned):
-                    raise CancelPending(invocation_id)
-                raise _Superseded
-            stored = numbered(int(last), batch)
-            await insert_events(conn, self._db.dialect, {invocation_id: stored})
-        return stored
-
     async def waiting_for(self, invocation_ids: Sequence[str]) -> dict[str, list[WaitRecord]]:
         """The unresolved waits of each invocation, oldest first."""
         if not invocation_ids:
@@ -303,10 +241,6 @@ class Journal:
             .returning(inv.id)
         )
         return [str(r.id) for r in rows]
-
-
-class _Superseded(Exception):
-    """Rolls a park back: the attempt no longer owns the invocation."""
 
 
 def _wait(row: Any) -> WaitRecord:

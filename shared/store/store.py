@@ -46,6 +46,7 @@ from tether.store.liveness import Registry
 from tether.store.maintenance import Expired, Maintenance, Queued
 from tether.store.migrate import migrate
 from tether.store.opencounts import recount_open
+from tether.store.parks import Parks
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
 from tether.store.tenants import Tenants
 from tether.store.threads import Threads
@@ -93,6 +94,8 @@ class Store:
         self._reads = EventReads(self.db)
         self.journal = Journal(self.db)
         """Durable execution's steps and waits (:mod:`tether.store.journal`)."""
+        self.parks = Parks(self.db)
+        """Attempts ending ``waiting`` on their waits (:mod:`tether.store.parks`)."""
         self.registry = Registry(self.db)
         """The worker registry behind crash detection (:mod:`tether.store.liveness`)."""
         self.threads = Threads(self.db)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests.store.executed import Executed, statements
 from tether.outcomes import completed
-from tether.store.attempts import COUNTS, HEARTBEAT_CHUNK, _advance_statement
+from tether.store.attempts import COUNTS, HEARTBEAT_CHUNK, advance_statement
 from tether.store.endings import Ending, write_endings
 from tether.store.schema import NewInvocation, Status, invocations
 from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
@@ -193,7 +193,7 @@ async def test_a_small_batch_probes_its_rows_by_key_among_many_active(migrated_p
         async with store.engine.connect() as conn:
             await conn.exec_driver_sql("ANALYZE tether_invocations")
             ids = [(await conn.scalar(sa.text(f"SELECT md5('{g}')"))) for g in range(5)]
-            text = _advance_statement(True).compile(dialect=conn.dialect)
+            text = advance_statement(True).compile(dialect=conn.dialect)
             params = COUNTS.params([(i, 1, 0) for i in ids])
             explained = await conn.exec_driver_sql(f"EXPLAIN {text}", params)
             plan = "\n".join(row[0] for row in explained)

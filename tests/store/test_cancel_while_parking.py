@@ -31,7 +31,7 @@ async def test_an_attempt_whose_cancel_was_requested_may_not_park(store: Store) 
     claim = await running(store)
     assert await store.request_cancel(claim.invocation_id) is None  # active: flagged
     with pytest.raises(CancelPending):
-        await store.journal.park(claim.invocation_id, claim.attempt, [WAIT], [NewEvent("tick", {})])
+        await store.parks.park(claim.invocation_id, claim.attempt, [WAIT], [NewEvent("tick", {})])
     still = await store.get(claim.invocation_id)
     assert still is not None and still.status is Status.ACTIVE  # its finish says cancelled
     assert [e.type for e in await store.events_after(claim.invocation_id, 0)] == ["run.started"]
@@ -42,7 +42,7 @@ async def test_an_attempt_whose_cancel_was_requested_may_not_park(store: Store) 
 
 async def test_a_superseded_attempt_still_cannot_park(store: Store) -> None:
     claim = await running(store)
-    assert await store.journal.park(claim.invocation_id, claim.attempt + 1, [WAIT], []) is None
+    assert await store.parks.park(claim.invocation_id, claim.attempt + 1, [WAIT], []) is None
 
 
 async def test_a_cancel_whose_flag_misses_a_park_committing_under_it_cancels_the_waiting_run(

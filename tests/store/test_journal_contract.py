@@ -30,7 +30,7 @@ def input_wait(name: str = "w", timeout: float | None = None) -> NewWait:
 async def parked(store: Store, wait: NewWait | None = None, session: str | None = None) -> Claim:
     claim = await running(store, session)
     tick = NewEvent("tick", {"type": "tick"})
-    stored = await store.journal.park(
+    stored = await store.parks.park(
         claim.invocation_id, claim.attempt, [wait or input_wait()], [tick]
     )
     assert stored is not None
@@ -65,9 +65,7 @@ async def test_parking_ends_the_attempt_as_waiting_with_its_events(store: Store)
     assert entry["wait"] == "w" and entry["prompt"] == "ok?" and entry["expires_at"]
     (wait,) = (await store.journal.waiting_for([claim.invocation_id]))[claim.invocation_id]
     assert wait.name == "w" and not wait.resolved
-    assert (
-        await store.journal.park(claim.invocation_id, claim.attempt, [input_wait("x")], []) is None
-    )
+    assert await store.parks.park(claim.invocation_id, claim.attempt, [input_wait("x")], []) is None
 
 
 async def test_input_resumes_once_is_idempotent_and_conflicts_on_another_value(
@@ -168,7 +166,7 @@ async def test_retention_deletes_steps_and_waits_with_their_invocation(store: St
 async def test_parks_are_not_crashes(store: Store, parks: int) -> None:
     claim = await running(store)
     for _ in range(parks):
-        await store.journal.park(claim.invocation_id, claim.attempt, [input_wait(f"w{_}")], [])
+        await store.parks.park(claim.invocation_id, claim.attempt, [input_wait(f"w{_}")], [])
         await store.journal.resolve_input(claim.invocation_id, f"w{_}", 1)
         resumed = await store.claim(claim.invocation_id, "host:1")
         assert resumed is not None

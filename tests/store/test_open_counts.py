@@ -80,7 +80,7 @@ async def test_every_transition_keeps_the_counts_equal_to_the_rows(store: Store)
     assert await store.claim(d.id, "w") is not None
     wait = NewWait("w", WaitKind.INPUT, {"prompt": "ok?"}, None)
     tick = NewEvent("tick", {"type": "tick"})
-    assert await store.journal.park(d.id, 1, [wait], [tick]) is not None  # waiting: open
+    assert await store.parks.park(d.id, 1, [wait], [tick]) is not None  # waiting: open
     await assert_exact(store)
     await store.request_cancel(d.id)  # a waiting one is cancelled
     assert await store.claim(e.id, "w") is not None

@@ -87,7 +87,7 @@ async def test_a_heartbeat_that_finds_the_row_parked_does_not_stop_the_attempt_h
     async def invoke(input: Any, ctx: InvocationContext) -> Any:
         return await ctx.wait_for_input("approve")
 
-    real_park = store.journal.park
+    real_park = store.parks.park_many
 
     async def park_then_pause(*args: Any, **kwargs: Any) -> Any:
         stored = await real_park(*args, **kwargs)
@@ -95,7 +95,7 @@ async def test_a_heartbeat_that_finds_the_row_parked_does_not_stop_the_attempt_h
         await release.wait()
         return stored
 
-    store.journal.park = park_then_pause  # type: ignore[method-assign]
+    store.parks.park_many = park_then_pause  # type: ignore[method-assign]
     pubsub = MemoryPubSub()
     runtime = runtime_for(store, app, pubsub)
     invocation_id = await accepted(store)
@@ -130,10 +130,11 @@ async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
         await ctx.step("charge", charge)
         return await ctx.wait_for_input("approve")
 
-    failures = {"record_step": 2, "park": 2}
+    failures = {"record_step": 2, "park_many": 2}
+    writes = {"record_step": store.journal, "park_many": store.parks}
 
     def blipping(name: str) -> Any:
-        real = getattr(store.journal, name)
+        real = getattr(writes[name], name)
 
         async def write(*args: Any, **kwargs: Any) -> Any:
             if failures[name]:
@@ -144,7 +145,7 @@ async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
         return write
 
     for name in failures:
-        setattr(store.journal, name, blipping(name))
+        setattr(writes[name], name, blipping(name))
     runtime = runtime_for(store, app, finish_retry=5.0)
     invocation_id = await accepted(store)
     assert await runtime.start(invocation_id)
@@ -152,5 +153,5 @@ async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
 
     parked = await store.get(invocation_id)
     assert parked is not None and parked.status is Status.WAITING  # not failed by the blips
-    assert failures == {"record_step": 0, "park": 0} and calls == [1]
+    assert failures == {"record_step": 0, "park_many": 0} and calls == [1]
     assert (await store.journal.load(invocation_id)).steps["charge"].result == "charged"

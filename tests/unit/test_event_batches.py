@@ -206,7 +206,7 @@ async def test_a_park_that_fails_gives_the_handler_back_its_events(
     await store.writing.wait()
     await writer.emit("tick", {"n": 1})  # buffered behind the write: the park takes it
     monkeypatch.setattr(writer, "flush", no_flush)
-    monkeypatch.setattr(store.journal, "park", unavailable)
+    monkeypatch.setattr(store.parks, "park_many", unavailable)
     store.gate.set()
     with pytest.raises(StoreUnavailable):
         await writer.park([NewWait("w", WaitKind.INPUT, {"prompt": "ok?"}, None)])
