@@ -49,14 +49,15 @@ from tether.worker.slots import Slots
 log = logging.getLogger(__name__)
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
-CLAIMS_IN_FLIGHT = 2
-"""Claim transactions a process runs at once: a claim reads more than it writes, so a second one
-overlaps the first's round trips (with a cap they take turns on the claim lock anyway). One in
-flight took 0.90x the worker's CPU under the peer's burst (larger claims, no two racing for the
-same heads), but started runs in larger bunches: their parks, one transaction each, then
-contended for PostgreSQL's relation extension, which extends ahead, and a parked invocation took
-2,051-2,128 bytes as written against 1,769-1,805 (docs/performance-history.md). Worth taking
-once parks are batched like finishes."""
+CLAIMS_IN_FLIGHT = 1
+"""Claim transactions a process runs at once. Two overlapped one claim's round trips with the
+next, but under a burst they were given the same tenants' heads, and the second found them locked
+(``SKIP LOCKED``) and probed again: about four heads statements a claim, against two with one in
+flight, which took 0.82-0.91x the worker's CPU per no-op and 1.06-1.11x the accepts (two
+deployments side by side, docs/performance-history.md). It starts runs in larger bunches; their
+parks go to the database in batches (:mod:`tether.store.parks`), so the bunches no longer
+contend for PostgreSQL's relation extension one transaction each, and a parked invocation stays
+under 2 KB as written (1,897-1,948 bytes against 2,051-2,128 with parks one at a time)."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
