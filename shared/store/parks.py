@@ -79,6 +79,8 @@ class Parks:
             ids = [r.invocation_id for r in requests]
             held = frozenset() if alone else await dialect.held_rows(conn, ids)
             free = [r for r in requests if r.invocation_id not in held]
+            if not free:  # every row is held elsewhere: each is written alone, next
+                return {}
             now = float(await conn.scalar(sa.select(self._db.now)) or 0.0)
             records = {r.invocation_id: _records(r.waits, now) for r in free}
             batches = {r.invocation_id: _events(r, records[r.invocation_id]) for r in free}
