@@ -168,6 +168,8 @@ class Launcher:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tether-bench-")))
     env_overrides: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
+    keep_logs: str = ""
+    """Why the logs are worth keeping after a clean run (a scenario saw something odd)."""
 
     def env(self, app: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
@@ -343,4 +345,7 @@ def launcher(db: Database, **kwargs: Any) -> Iterator[Launcher]:
         print(f"[bench] process logs kept in {launch.workdir}", file=sys.stderr)
         raise
     launch.stop_all()
-    shutil.rmtree(launch.workdir, ignore_errors=True)
+    if launch.keep_logs:
+        print(f"[bench] process logs kept in {launch.workdir}: {launch.keep_logs}", file=sys.stderr)
+    else:
+        shutil.rmtree(launch.workdir, ignore_errors=True)

@@ -43,6 +43,7 @@ OWNER_NAME = "bench-0"
 NO_RETENTION = {"TETHER_TIMERS__RETENTION": str(30 * 365 * 86400)}
 OLD = 8 * 86400  # the bulk-inserted invocations finished this many seconds ago
 CHUNK = 1000  # old invocations per INSERT statement
+STALL = 1.0  # a gap between ticks (s) past which the run keeps its process logs
 REPLAY_SQL = (
     "SELECT cursor, type, data FROM tether_events WHERE invocation_id = %s AND cursor > %s"
     " ORDER BY cursor LIMIT 1000"
@@ -256,6 +257,8 @@ async def retention(launch: Launcher, base: str, pg: Pg, sizes: Sizes) -> dict[s
         await asyncio.sleep(1.0)
     deleted_in = time.perf_counter() - started if not count() else float("nan")
     during = await ticks
+    if during.gaps and max(during.gaps) > STALL:
+        launch.keep_logs = f"a {max(during.gaps):.1f} s gap between ticks during retention"
     return {"before": before, "during": during, "deleted_s": deleted_in, "progress": progress}
 
 
