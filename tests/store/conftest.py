@@ -28,18 +28,32 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         s = Store.embedded(str(tmp_path / "store.db"))
         await s.migrate()
     else:
-        url = request.getfixturevalue("migrated_pg")
-        s = Store.postgres(url, pool_size=5)
-        async with s.engine.begin() as conn:
-            await conn.execute(
-                sa.text(
-                    "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
-                    "tether_tenants, tether_global_limits, tether_tenant_buckets, "
-                    "tether_tenant_usage, tether_tenant_passes, tether_claim_clock, "
-                    "tether_open_counts"
-                )
-            )
+        s = await emptied_postgres(request.getfixturevalue("migrated_pg"))
     try:
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+async def pg_store(migrated_pg: str) -> AsyncIterator[Store]:
+    """The PostgreSQL store alone, for what only PostgreSQL does (row locks held elsewhere)."""
+    s = await emptied_postgres(migrated_pg)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def emptied_postgres(url: str) -> Store:
+    s = Store.postgres(url, pool_size=5)
+    async with s.engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
+                "tether_tenants, tether_global_limits, tether_tenant_buckets, "
+                "tether_tenant_usage, tether_tenant_passes, tether_claim_clock, "
+                "tether_open_counts"
+            )
+        )
+    return s

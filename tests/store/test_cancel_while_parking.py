@@ -8,7 +8,6 @@ import uuid
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 
 from tether.outcomes import cancelled
 from tether.store.journal import CancelPending, NewWait, WaitKind
@@ -46,38 +45,33 @@ async def test_a_superseded_attempt_still_cannot_park(store: Store) -> None:
 
 
 async def test_a_cancel_whose_flag_misses_a_park_committing_under_it_cancels_the_waiting_run(
-    migrated_pg: str,
+    pg_store: Store, migrated_pg: str
 ) -> None:
     """PostgreSQL: the cancel's first statement sees the row ``active`` (no match for queued or
     waiting), its flag update waits behind the park's row lock and then finds it ``waiting``."""
-    store = Store.postgres(migrated_pg, pool_size=2)
-    try:
-        claim = await running(store)
-        dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
-        async with (
-            await psycopg.AsyncConnection.connect(dsn) as park,
-            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as probe,
-        ):
-            await park.execute(  # a park holding the row, not yet committed
-                "UPDATE tether_invocations SET status = 'waiting', worker = NULL WHERE id = %s",
-                [claim.invocation_id],
+    store = pg_store
+    claim = await running(store)
+    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
+    async with (
+        await psycopg.AsyncConnection.connect(dsn) as park,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as probe,
+    ):
+        await park.execute(  # a park holding the row, not yet committed
+            "UPDATE tether_invocations SET status = 'waiting', worker = NULL WHERE id = %s",
+            [claim.invocation_id],
+        )
+        cancel = asyncio.create_task(store.request_cancel(claim.invocation_id))
+        for _ in range(400):
+            blocked = await probe.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE 'UPDATE tether_invocations%%'"
             )
-            cancel = asyncio.create_task(store.request_cancel(claim.invocation_id))
-            for _ in range(400):
-                blocked = await probe.execute(
-                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND query LIKE 'UPDATE tether_invocations%%'"
-                )
-                if await blocked.fetchone() is not None:
-                    break
-                await asyncio.sleep(0.025)
-            else:
-                raise TimeoutError("the cancel never waited for the park's row lock")
-            await park.commit()
-            await asyncio.wait_for(cancel, 10)
-        done = await store.get(claim.invocation_id)
-        assert done is not None and done.status is Status.CANCELLED
-    finally:
-        async with store.engine.begin() as conn:
-            await conn.execute(sa.text("TRUNCATE tether_invocations, tether_events"))
-        await store.close()
+            if await blocked.fetchone() is not None:
+                break
+            await asyncio.sleep(0.025)
+        else:
+            raise TimeoutError("the cancel never waited for the park's row lock")
+        await park.commit()
+        await asyncio.wait_for(cancel, 10)
+    done = await store.get(claim.invocation_id)
+    assert done is not None and done.status is Status.CANCELLED

@@ -93,36 +93,33 @@ async def test_parks_of_any_batch_size_are_one_statement_text(store: Store) -> N
         assert row is not None and row.status is Status.WAITING
 
 
-async def test_a_park_whose_row_another_transaction_holds_waits_alone(migrated_pg: str) -> None:
+async def test_a_park_whose_row_another_transaction_holds_waits_alone(
+    pg_store: Store, migrated_pg: str
+) -> None:
     """PostgreSQL: the grouped park skips a row locked elsewhere (it never waits for a lock
     while holding others), parks the rest at once, then parks the held one alone."""
-    store = Store.postgres(migrated_pg, pool_size=2)
-    try:
-        free, held = await running(store, 2)
-        dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
-        async with await psycopg.AsyncConnection.connect(dsn) as other:
-            await other.execute(
-                "SELECT 1 FROM tether_invocations WHERE id = %s FOR UPDATE", [held.invocation_id]
+    store = pg_store
+    free, held = await running(store, 2)
+    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
+    async with await psycopg.AsyncConnection.connect(dsn) as other:
+        await other.execute(
+            "SELECT 1 FROM tether_invocations WHERE id = %s FOR UPDATE", [held.invocation_id]
+        )
+        parking = asyncio.create_task(
+            store.parks.park_many(
+                [ParkRequest(c.invocation_id, c.attempt, [sleep("s", 1)]) for c in (free, held)]
             )
-            parking = asyncio.create_task(
-                store.parks.park_many(
-                    [ParkRequest(c.invocation_id, c.attempt, [sleep("s", 1)]) for c in (free, held)]
-                )
-            )
-            for _ in range(400):
-                row = await store.get(free.invocation_id)
-                if row is not None and row.status is Status.WAITING:
-                    break
-                await asyncio.sleep(0.025)
-            else:
-                raise TimeoutError("the free row never parked")
-            assert not parking.done()  # the held one waits for its lock, alone
-            await other.commit()
-            results = await asyncio.wait_for(parking, 10)
-        assert all(isinstance(r, list) for r in results), results
-        row = await store.get(held.invocation_id)
-        assert row is not None and row.status is Status.WAITING
-    finally:
-        async with store.engine.begin() as conn:
-            await conn.execute(sa.text("TRUNCATE tether_invocations, tether_events, tether_waits"))
-        await store.close()
+        )
+        for _ in range(400):
+            row = await store.get(free.invocation_id)
+            if row is not None and row.status is Status.WAITING:
+                break
+            await asyncio.sleep(0.025)
+        else:
+            raise TimeoutError("the free row never parked")
+        assert not parking.done()  # the held one waits for its lock, alone
+        await other.commit()
+        results = await asyncio.wait_for(parking, 10)
+    assert all(isinstance(r, list) for r in results), results
+    row = await store.get(held.invocation_id)
+    assert row is not None and row.status is Status.WAITING
