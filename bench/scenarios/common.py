@@ -52,6 +52,7 @@ class Sizes:
     peer_stream_events: int = 20
     peer_stream_concurrency: int = 16
     peer_stream_interval: float = 0.05
+    sidebyside_rounds: int = 6
     fanout_connections: tuple[int, ...] = (1000, 2500, 5000, 10_000)
     fanout_ticks: int = 10
     fanout_subscribers: int = 1000
@@ -130,6 +131,7 @@ QUICK = Sizes(
     peer_streams=8,
     peer_stream_events=5,
     peer_stream_concurrency=4,
+    sidebyside_rounds=2,
     fanout_connections=(50,),
     fanout_ticks=3,
     fanout_subscribers=20,
