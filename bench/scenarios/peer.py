@@ -157,13 +157,20 @@ def rows_for(figures: dict[str, Figures], sizes: Sizes) -> list[Row]:
     return rows
 
 
+def agentkit_missing(scenario: str) -> bool:
+    """True (and says so) when AgentKit is not installed: ``scenario`` is skipped."""
+    if importlib.util.find_spec("databricks_agentkit") is not None:
+        return False
+    print(
+        f"[bench] {scenario}: skipped, AgentKit is not installed "
+        "(pip install -e '.[bench]' installs databricks-agentbricks)",
+        file=sys.stderr,
+    )
+    return True
+
+
 async def run(sizes: Sizes) -> list[Row]:
-    if importlib.util.find_spec("databricks_agentkit") is None:
-        print(
-            "[bench] peer: skipped, AgentKit is not installed "
-            "(pip install -e '.[bench]' installs databricks-agentbricks)",
-            file=sys.stderr,
-        )
+    if agentkit_missing("peer"):
         return []
     figures: dict[str, Figures] = {}
     with private_database() as db, launcher(db) as launch:

@@ -17,7 +17,6 @@ Skipped, with a message, when AgentKit is not installed (``pip install -e '.[ben
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import statistics
 import sys
 from contextlib import ExitStack
@@ -28,7 +27,7 @@ from bench.peer_load import burst
 from bench.procs import Proc, launcher, private_database
 from bench.report import Row
 from bench.scenarios.common import Sizes
-from bench.scenarios.peer import PAIRS, serving
+from bench.scenarios.peer import PAIRS, agentkit_missing, serving
 
 FIGURES = ("accepted_per_s", "terminal_s", "cpu_ms")
 
@@ -101,12 +100,7 @@ def rows_for(ours: str, theirs: str, rounds: dict[str, list[Round]], sizes: Size
 
 
 async def run(sizes: Sizes) -> list[Row]:
-    if importlib.util.find_spec("databricks_agentkit") is None:
-        print(
-            "[bench] sidebyside: skipped, AgentKit is not installed "
-            "(pip install -e '.[bench]' installs databricks-agentbricks)",
-            file=sys.stderr,
-        )
+    if agentkit_missing("sidebyside"):
         return []
     rows: list[Row] = []
     for ours, theirs in reversed(PAIRS):  # the embedded pair first: it takes a minute
