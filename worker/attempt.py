@@ -48,7 +48,9 @@ class EventBatches:
     A writer joins the next batch as soon as it has events (no task of its own first) and its
     events are taken when the batch is written, so whatever it emits until then goes along. A
     batch publishes each attempt's stored events before it wakes their writers: one loop step
-    from the write to the readers, where a writer publishing them itself took another."""
+    from the write to the readers, where a writer publishing them itself took another. Attempts
+    that park at once go together too (:meth:`park`: one transaction for their parks, their
+    last events with them)."""
 
     def __init__(self, store: Store, pubsub: PubSub) -> None:
         self._store = store
