@@ -170,6 +170,9 @@ class Launcher:
     procs: list[Proc] = field(default_factory=list)
     keep_logs: str = ""
     """Why the logs are worth keeping after a clean run (a scenario saw something odd)."""
+    python: str = sys.executable
+    """The interpreter of Tether's processes: another install's runs another version of the
+    code (``bench.versus``); the bench's own, the peer and the baselines always use this one's."""
 
     def env(self, app: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
@@ -233,7 +236,7 @@ class Launcher:
     ) -> tuple[Proc, str]:
         port = free_port()
         argv = [
-            sys.executable,
+            self.python,
             "-m",
             "tether.cli",
             "gateway",
@@ -249,7 +252,7 @@ class Launcher:
         self, app: str, processes: int = 1, threads: int = 4, extra: dict[str, str] | None = None
     ) -> Proc:
         argv = [
-            sys.executable,
+            self.python,
             "-m",
             "tether.cli",
             "worker",
@@ -268,7 +271,7 @@ class Launcher:
         this launcher's working directory (what ``tether dev`` uses by default)."""
         port = free_port()
         path = str(self.workdir / "tether.db") if db == "file" else db
-        argv = [sys.executable, "-m", "tether.cli", "dev", "--port", str(port), "--db", path]
+        argv = [self.python, "-m", "tether.cli", "dev", "--port", str(port), "--db", path]
         proc = self.spawn("dev", argv, self.env(app, extra))
         return proc, self._wait_http(proc, f"http://127.0.0.1:{port}")
 

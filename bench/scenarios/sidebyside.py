@@ -38,14 +38,25 @@ class Round:
     terminal_s: float
     cpu_ms: float
     """Server CPU per invocation over the burst, ms."""
+    cpu_ms_each: tuple[float, ...] = ()
+    """The same, per process, in the order the processes were given."""
+
+    def __str__(self) -> str:
+        return (
+            f"{self.accepted_per_s:,.0f} accepts/s, {self.terminal_s:.2f} s until terminal, "
+            f"{self.cpu_ms:.3f} ms CPU per invocation"
+        )
 
 
 async def one_burst(procs: list[Proc], base: str, sizes: Sizes) -> Round:
-    before = sum(p.cpu_seconds() for p in procs)
+    before = [p.cpu_seconds() for p in procs]
     b = await burst(base, sizes.peer_posts, sizes.concurrency, sizes.deadline)
     await asyncio.sleep(0.3)  # what the burst's last invocations still cost
-    cpu = sum(p.cpu_seconds() for p in procs) - before
-    return Round(b.accepted_per_s, b.terminal_s, cpu * 1000 / sizes.peer_posts)
+    each = tuple(
+        (p.cpu_seconds() - cpu) * 1000 / sizes.peer_posts
+        for p, cpu in zip(procs, before, strict=True)
+    )
+    return Round(b.accepted_per_s, b.terminal_s, sum(each), each)
 
 
 async def pair(ours: str, theirs: str, sizes: Sizes) -> dict[str, list[Round]]:
