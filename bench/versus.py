@@ -72,25 +72,28 @@ async def alternate(
     return results
 
 
+FIGURES = (
+    ("accepts/s", "accepted_per_s"),
+    ("s until terminal", "terminal_s"),
+    ("CPU ms per invocation", "cpu_ms"),
+)
+
+
 def report(results: dict[str, list[Round]], mode: str) -> str:
-    figures = [("accepts/s", "accepted_per_s"), ("s until terminal", "terminal_s")]
-    figures.append(("CPU ms per invocation", "cpu_ms"))
-    medians = {
-        name: {attr: statistics.median(getattr(r, attr) for r in rounds) for _, attr in figures}
-        for name, rounds in results.items()
-    }
-    this, other = (medians[name] for name in ("this", "other"))
-    lines = [f"{'median of ' + str(len(results['this'])) + ' rounds':<28}{'this':>10}{'other':>10}"]
-    lines[0] += f"{'this/other':>12}"
-    for label, attr in figures:
-        ratio = this[attr] / other[attr] if other[attr] else float("nan")
-        lines.append(f"{label:<28}{this[attr]:>10.3f}{other[attr]:>10.3f}{ratio:>12.3f}")
-    for n, process in enumerate(PROCESSES[mode]):
-        mine, theirs = (
-            statistics.median(r.cpu_ms_each[n] for r in results[name]) for name in ("this", "other")
-        )
+    """One line per figure (and per process's CPU): each side's median, this over the other."""
+
+    def line(label: str, mine: float, theirs: float) -> str:
         ratio = mine / theirs if theirs else float("nan")
-        lines.append(f"{'  of which ' + process:<28}{mine:>10.3f}{theirs:>10.3f}{ratio:>12.3f}")
+        return f"{label:<28}{mine:>10.3f}{theirs:>10.3f}{ratio:>12.3f}"
+
+    this, other = results["this"], results["other"]
+    lines = [f"{f'median of {len(this)} rounds':<28}{'this':>10}{'other':>10}{'this/other':>12}"]
+    for label, attr in FIGURES:
+        mine, theirs = (statistics.median(getattr(r, attr) for r in side) for side in (this, other))
+        lines.append(line(label, mine, theirs))
+    for n, process in enumerate(PROCESSES[mode]):
+        mine, theirs = (statistics.median(r.cpu_ms_each[n] for r in side) for side in (this, other))
+        lines.append(line(f"  of which {process}", mine, theirs))
     return "\n".join(lines)
 
 
