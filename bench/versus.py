@@ -37,7 +37,10 @@ WHERE = "import pathlib, tether; print(pathlib.Path(tether.__file__).resolve().p
 
 def checkout_of(python: str) -> Path:
     """The checkout ``python`` imports Tether from."""
-    found = subprocess.run([python, "-c", WHERE], capture_output=True, text=True, check=False)
+    try:
+        found = subprocess.run([python, "-c", WHERE], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise SystemExit(f"cannot run {python}: {exc.strerror}") from None
     if found.returncode != 0:
         raise SystemExit(f"{python} cannot import tether:\n{found.stderr.strip()}")
     return Path(found.stdout.strip())
