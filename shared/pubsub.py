@@ -159,6 +159,11 @@ class PubSub(Protocol):
 
     def subscribe(self, channel: str) -> contextlib.AbstractAsyncContextManager[Subscription]: ...
 
+    def listened(self, channel: str) -> bool:
+        """Whether a message published on ``channel`` now could reach anyone: where only this
+        process's subscriptions receive them, whether one is open (so a publisher can skip
+        encoding a message nobody would read); where other processes may subscribe, always."""
+
     async def ping(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -199,6 +204,9 @@ class MemoryPubSub(_Fanout):
         for message in messages:
             self.deliver(channel, message)
 
+    def listened(self, channel: str) -> bool:
+        return bool(self.subscribers.get(channel))
+
     @contextlib.asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[Subscription]:
         sub = Subscription(channel, self.max_pending_bytes)
@@ -235,9 +243,10 @@ async def announce_queued(pubsub: PubSub, tenants: list[str]) -> None:
 
 async def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:
     """Wake the invocation's readers; a failure only delays them (they re-read the store)."""
-    if not batch:
+    channel = events_channel(invocation_id)
+    if not batch or not pubsub.listened(channel):
         return
     try:
-        await pubsub.publish(events_channel(invocation_id), [encode_batch(batch)])
+        await pubsub.publish(channel, [encode_batch(batch)])
     except (RedisError, OSError) as exc:
         log.warning("invocation %s: publish failed (%s)", invocation_id, type(exc).__name__)

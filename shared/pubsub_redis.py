@@ -56,6 +56,9 @@ class RedisPubSub(MemoryPubSub):
         sent = self._publishes.submit_nowait((channel, messages))
         sent.add_done_callback(lambda done: _log_failed_publish(channel, done))
 
+    def listened(self, channel: str) -> bool:
+        return True  # other processes' subscriptions are not known here
+
     async def _publish_batch(self, batch: list[tuple[str, list[str]]]) -> list[None]:
         pairs = [(channel, message) for channel, messages in batch for message in messages]
         if len(pairs) == 1:

@@ -94,10 +94,8 @@ class EventBatches:
         for writer, events, result in zip(writers, taken, results, strict=True):
             if not isinstance(result, list):
                 writer.put_back(events)
-            elif result:
-                self._pubsub.publish_soon(
-                    events_channel(writer.invocation_id), [encode_batch(result)]
-                )
+            elif result and self._pubsub.listened(channel := events_channel(writer.invocation_id)):
+                self._pubsub.publish_soon(channel, [encode_batch(result)])
         return results
 
 

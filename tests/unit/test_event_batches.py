@@ -100,6 +100,50 @@ async def test_what_attempts_emit_meanwhile_is_one_write_published_once_stored(
     assert await stored(store, second) == [(second.started_cursor + 1, {"n": 9})]
 
 
+class CountedPubSub(MemoryPubSub):
+    """The in-process pub/sub, counting what is handed to it to publish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed: list[str] = []
+
+    def publish_soon(self, channel: str, messages: list[str]) -> None:
+        self.handed.append(channel)
+        super().publish_soon(channel, messages)
+
+
+async def test_events_nobody_in_the_process_listens_for_are_stored_and_not_encoded(
+    store: WatchedStore,
+) -> None:
+    """In-process, a batch publishes only on channels with a subscription open; the events of
+    the others are stored all the same (their readers, when they come, read the store)."""
+    pubsub = CountedPubSub()
+    batches = EventBatches(store, pubsub)
+    heard, unheard = await claimed(store), await claimed(store)
+    a = EventWriter(store, pubsub, heard, batches)
+    b = EventWriter(store, pubsub, unheard, batches)
+    async with pubsub.subscribe(events_channel(heard.invocation_id)) as sub:
+        assert pubsub.listened(events_channel(heard.invocation_id))
+        assert not pubsub.listened(events_channel(unheard.invocation_id))
+        cursor = await a.emit("tick", {"n": 1})
+        await b.emit("tick", {"n": 2})
+        await a.flush()
+        await b.flush()
+        assert published(sub) == [(cursor, {"n": 1})]
+    assert pubsub.handed == [events_channel(heard.invocation_id)]
+    assert not pubsub.listened(events_channel(heard.invocation_id))  # closed: nobody now
+    assert await stored(store, unheard) == [(unheard.started_cursor + 1, {"n": 2})]
+
+
+async def test_redis_pub_sub_counts_every_channel_as_listened() -> None:
+    """Other processes' subscriptions are not known to this one: it always publishes."""
+    pubsub = RedisPubSub("redis://127.0.0.1:1/0")  # never connected: nothing is sent here
+    try:
+        assert pubsub.listened(events_channel("i-1"))
+    finally:
+        await pubsub.close()
+
+
 async def test_a_failed_write_keeps_its_events_in_order_for_the_next(store: WatchedStore) -> None:
     pubsub = MemoryPubSub()
     claim = await claimed(store)
