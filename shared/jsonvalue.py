@@ -48,8 +48,21 @@ def loads(text: str | bytes) -> Any:
         raise InvalidJson("JSON is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidJson("body is not valid JSON") from exc
-    dumps(value)  # NUL and surrogate checks
+    if _may_spell_unstorable(text):
+        dumps(value)  # NUL and surrogate checks
     return value
+
+
+def _may_spell_unstorable(text: str | bytes) -> bool:
+    """Whether the value parsed from ``text`` could hold a NUL or a lone surrogate; if not,
+    :func:`loads` need not encode it again to look. JSON refuses a raw NUL (a control character)
+    anywhere, so either takes a ``\\u`` escape, or a surrogate written raw: in a ``str``, or in
+    bytes as UTF-8 spells one (``json`` decodes bytes with ``surrogatepass``; every such
+    sequence starts with byte 0xED). Bytes in UTF-16 or UTF-32, which ``json`` also reads, hold
+    NUL bytes: those are checked the long way."""
+    if isinstance(text, bytes):
+        return b"\\u" in text or b"\xed" in text or b"\x00" in text
+    return "\\u" in text or _SURROGATE.search(text) is not None
 
 
 def dumps(value: Any) -> str:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -52,6 +53,30 @@ def test_a_whole_emoji_is_fine_whichever_way_json_spells_it() -> None:
 def test_loads_refuses_a_lone_surrogate_spelled_in_json(text: str) -> None:
     with pytest.raises(InvalidJson, match="surrogate"):
         loads(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('"raw \ud800"', "surrogate"),  # a str holding a lone surrogate, not spelled as \u
+        (b'"a\\u0000b"', "NUL"),  # UTF-8 bytes with the escape
+        (b'"CESU \xed\xa0\x80"', "surrogate"),  # UTF-8 bytes of a lone surrogate
+        ('{"k": "a\\u0000"}'.encode("utf-16"), "NUL"),  # UTF-16: the escape's bytes hold NULs
+        ('["\\udfff"]'.encode("utf-32-le"), "surrogate"),
+    ],
+)
+def test_loads_refuses_nul_and_lone_surrogates_however_the_text_carries_them(
+    text: str | bytes, reason: str
+) -> None:
+    with pytest.raises(InvalidJson, match=reason):
+        loads(text)
+
+
+@pytest.mark.parametrize(
+    "text", [b'{"a": "plain", "b": [1, 2.5, null]}', '{"a": "\u00e9t\u00e9"}', '"\ud55c"'.encode()]
+)
+def test_loads_takes_text_that_holds_neither(text: str | bytes) -> None:
+    assert loads(text) == json.loads(text)
 
 
 def test_nesting_too_deep_to_encode_is_refused_not_crashed() -> None:
