@@ -68,6 +68,16 @@ async def claimed(store: Store) -> Claim:
     return claim
 
 
+async def two_writers(store: Store, pubsub: MemoryPubSub) -> list[tuple[Claim, EventWriter]]:
+    """Two attempts claimed on ``store``, each with its writer, the two sharing one batch."""
+    batches = EventBatches(store, pubsub)
+    pairs = []
+    for _ in range(2):
+        claim = await claimed(store)
+        pairs.append((claim, EventWriter(store, pubsub, claim, batches)))
+    return pairs
+
+
 def published(sub: Subscription) -> list[tuple[int, Any]]:
     out = []
     while sub._pending:
@@ -84,10 +94,7 @@ async def test_what_attempts_emit_meanwhile_is_one_write_published_once_stored(
     store: WatchedStore,
 ) -> None:
     pubsub = MemoryPubSub()
-    batches = EventBatches(store, pubsub)
-    first, second = await claimed(store), await claimed(store)
-    a = EventWriter(store, pubsub, first, batches)
-    b = EventWriter(store, pubsub, second, batches)
+    (first, a), (second, b) = await two_writers(store, pubsub)
     async with pubsub.subscribe(events_channel(first.invocation_id)) as sub:
         store.before_write = lambda: published(sub) == [] or pytest.fail("published unstored")
         cursors = [await a.emit("tick", {"n": n}) for n in range(3)]
@@ -118,10 +125,7 @@ async def test_events_nobody_in_the_process_listens_for_are_stored_and_not_encod
     """In-process, a batch publishes only on channels with a subscription open; the events of
     the others are stored all the same (their readers, when they come, read the store)."""
     pubsub = CountedPubSub()
-    batches = EventBatches(store, pubsub)
-    heard, unheard = await claimed(store), await claimed(store)
-    a = EventWriter(store, pubsub, heard, batches)
-    b = EventWriter(store, pubsub, unheard, batches)
+    (heard, a), (unheard, b) = await two_writers(store, pubsub)
     async with pubsub.subscribe(events_channel(heard.invocation_id)) as sub:
         assert pubsub.listened(events_channel(heard.invocation_id))
         assert not pubsub.listened(events_channel(unheard.invocation_id))
