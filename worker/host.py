@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from tether import loops
 from tether.app import load_app
+from tether.logs import flush_logs
 from tether.settings import Settings
 from tether.worker.broker_watch import watching_broker
 from tether.worker.node import run_node
@@ -139,6 +140,7 @@ class NodeHost(dramatiq.Middleware):
             self.loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(self.settings.timers.shutdown_grace + 15)
+        flush_logs()  # a Dramatiq worker process leaves through os._exit: no logging.shutdown
 
     def _serve(self) -> None:
         try:

@@ -25,6 +25,10 @@ import sys
 import threading
 from collections.abc import Callable
 
+from dramatiq.cli import LOGFORMAT as DRAMATIQ_LOG_FORMAT
+
+from tether.logs import TurnBufferedHandler, turn_buffered
+
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL = 0.5
@@ -105,8 +109,17 @@ def write_output_to_own_stderr() -> None:
     if own is None:
         return
     relayed = {id(sys.stdout), id(sys.stderr)}
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and id(handler.stream) in relayed:
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if not isinstance(handler, logging.StreamHandler) or id(handler.stream) not in relayed:
+            continue
+        if isinstance(handler, TurnBufferedHandler):
             handler.setStream(own)
+        else:  # Dramatiq's, in its format: written a loop turn's lines at a time from now on
+            root.removeHandler(handler)
+            handler.close()
+            replacement = turn_buffered(own, DRAMATIQ_LOG_FORMAT)
+            replacement.setLevel(handler.level)
+            root.addHandler(replacement)
     sys.stdout = own  # where the relay put it: stderr, a line at a time
     sys.stderr = own

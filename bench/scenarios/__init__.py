@@ -20,6 +20,7 @@ from bench.scenarios import (
     flood,
     heartbeat,
     io_bound,
+    log_lines,
     peer,
     retention,
     sidebyside,
@@ -53,4 +54,5 @@ SCENARIOS: dict[str, Scenario] = {
     "retention": retention.run,
     "statements": statements.run,
     "embedded": embedded.run,
+    "logging": log_lines.run,
 }

@@ -96,6 +96,8 @@ class Sizes:
     embedded_batch: int = 30  # what tether dev's gathered accepts and finishes batch in a burst
     embedded_small_batch: int = 13  # what they batched before the flushes gathered
     embedded_rounds: int = 300
+    log_rounds: int = 200
+    log_turns: int = 100  # loop turns a round
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -166,6 +168,8 @@ QUICK = Sizes(
     chatty_events=300,
     statements_rounds=10,
     embedded_rounds=10,
+    log_rounds=10,
+    log_turns=20,
     deadline=60.0,
 )
 

@@ -21,6 +21,7 @@ from tether.cli.listen import ListenRefused, check_listen
 from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.access_log import AccessLog
 from tether.gateway.auth import AuthConfigError, resolve_auth
+from tether.logs import flush_logs, setup_logging
 from tether.loops import UnknownLoop, loop_factory, new_loop
 from tether.settings import Settings, load_settings
 
@@ -34,13 +35,6 @@ INSECURE_HELP = (
     "listen on a non-loopback address even with no authentication (every caller is then the "
     "same user; see docs/security.md)"
 )
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
-    )
 
 
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -135,6 +129,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         pid = os.fork()
         if pid == 0:
             serve(gateway_app(settings, app), settings, sock=sock)
+            flush_logs()  # os._exit skips logging.shutdown
             os._exit(0)
         children.append(pid)
     log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)

@@ -12,7 +12,9 @@ import threading
 from typing import Any
 
 import pytest
+from dramatiq.cli import LOGFORMAT as DRAMATIQ_LOG_FORMAT
 
+from tether.logs import TurnBufferedHandler
 from tether.worker.parent_watch import ParentWatch, write_output_to_own_stderr
 
 DEADLINE = 10.0
@@ -51,15 +53,28 @@ def test_an_orphans_output_goes_to_its_own_stderr(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sys, "stdout", relay)
     monkeypatch.setattr(sys, "stderr", relay)
     relayed: logging.StreamHandler[Any] = logging.StreamHandler(relay)
+    relayed.setLevel(logging.WARNING)
     own_file: logging.StreamHandler[Any] = logging.StreamHandler(io.StringIO())
     root = logging.getLogger()
+    before = list(root.handlers)
     root.addHandler(relayed)
     root.addHandler(own_file)
     try:
         write_output_to_own_stderr()
-        assert relayed.stream is sys.__stderr__ and sys.stderr is sys.__stderr__
+        added = [h for h in root.handlers if h not in before and h is not own_file]
+        assert relayed not in root.handlers and len(added) == 1
+        replacement = added[0]
+        # Dramatiq's handler, replaced by one writing a loop turn's lines together, in the
+        # format and at the level Dramatiq's had
+        assert isinstance(replacement, TurnBufferedHandler)
+        assert replacement.stream is sys.__stderr__ and replacement.level == logging.WARNING
+        assert replacement.formatter is not None
+        assert replacement.formatter._fmt == DRAMATIQ_LOG_FORMAT
+        assert sys.stderr is sys.__stderr__
         assert sys.stdout is sys.__stderr__  # print() output too, as the relay did
         assert own_file.stream is not sys.__stderr__  # a handler of its own is left alone
+        write_output_to_own_stderr()  # again, as an orphan: the same handler stays
+        assert [h for h in root.handlers if h not in before and h is not own_file] == [replacement]
     finally:
-        root.removeHandler(relayed)
-        root.removeHandler(own_file)
+        for handler in [h for h in root.handlers if h not in before]:
+            root.removeHandler(handler)

@@ -1,0 +1,200 @@
+"""The commands' log handler writes a loop turn's lines together and loses none, in order; its
+formatter writes exactly what the standard one would."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from tether.logs import (
+    ATOMIC_WRITE,
+    FORMAT,
+    MAX_BUFFERED,
+    LineFormatter,
+    TurnBufferedHandler,
+    atomic_writes,
+)
+
+
+class CountingStream(io.StringIO):
+    """A stream that counts its writes (each a system call on a real stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+@pytest.fixture
+def logger() -> tuple[logging.Logger, TurnBufferedHandler, CountingStream]:
+    stream = CountingStream()
+    handler = TurnBufferedHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger(f"tether.test_logs.{id(stream)}")
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    return log, handler, stream
+
+
+def test_a_loop_turns_lines_are_written_together_at_the_next_turn(
+    logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
+) -> None:
+    log, _, stream = logger
+
+    async def main() -> tuple[str, str]:
+        for i in range(5):
+            log.info("line %d", i)
+        during = stream.getvalue()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return during, stream.getvalue()
+
+    during, after = asyncio.run(main())
+    assert during == ""  # nothing written within the turn that logged
+    assert after == "".join(f"line {i}\n" for i in range(5))
+    assert stream.writes == 1
+
+
+def test_a_line_from_a_thread_without_a_loop_goes_out_after_the_buffered_ones(
+    logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
+) -> None:
+    log, _, stream = logger
+
+    async def main() -> str:
+        log.info("first, on the loop")
+        thread = threading.Thread(target=log.info, args=("second, from a thread",))
+        thread.start()
+        thread.join()
+        return stream.getvalue()
+
+    assert asyncio.run(main()) == "first, on the loop\nsecond, from a thread\n"
+
+
+def test_lines_a_stopped_loop_left_go_out_with_the_next_loops(
+    logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
+) -> None:
+    log, _, stream = logger
+    first = asyncio.new_event_loop()
+
+    async def log_and_stop() -> None:
+        log.info("one, as the first loop stopped")
+        first.stop()
+
+    first.create_task(log_and_stop())
+    first.run_forever()
+    first.close()  # the write it scheduled never runs
+
+    async def second() -> None:
+        log.info("two, on a second loop")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(second())
+    assert stream.getvalue() == "one, as the first loop stopped\ntwo, on a second loop\n"
+
+
+def test_flush_writes_what_a_loop_buffered_even_if_the_loop_never_turns_again(
+    logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
+) -> None:
+    log, handler, stream = logger
+    loop = asyncio.new_event_loop()
+
+    async def log_and_stop() -> None:
+        log.info("the last line before the loop stopped")
+        loop.stop()
+
+    loop.create_task(log_and_stop())
+    loop.run_forever()
+    loop.close()  # its scheduled write never runs
+    assert stream.getvalue() == ""
+    handler.flush()  # what logging.shutdown and tether.logs.flush_logs do
+    assert stream.getvalue() == "the last line before the loop stopped\n"
+
+
+def test_a_full_buffer_is_written_within_the_turn(
+    logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
+) -> None:
+    log, _, stream = logger
+
+    async def main() -> str:
+        for i in range(MAX_BUFFERED):
+            log.info("%d", i)
+        return stream.getvalue()
+
+    assert asyncio.run(main()).count("\n") == MAX_BUFFERED
+
+
+def test_a_turns_lines_go_out_in_writes_a_pipe_takes_whole_none_split() -> None:
+    line = "x" * 1000 + "\n"
+    wide = "é" * 1500 + "\n"  # 3,001 bytes in UTF-8, 1,501 characters
+    long = "y" * (ATOMIC_WRITE + 10) + "\n"
+    lines = [line] * 9 + [wide, wide, long, line]
+    writes = atomic_writes(lines)
+    assert "".join(writes) == "".join(lines)
+    assert all(w.endswith("\n") for w in writes)  # no line split between two writes
+    assert all(len(w.encode()) <= ATOMIC_WRITE for w in writes if w != long)
+    assert [w.count("\n") for w in writes] == [4, 4, 2, 1, 1, 1]  # the wide lines by bytes
+
+
+def test_a_forked_child_does_not_write_its_parents_buffered_lines(tmp_path: Path) -> None:
+    out = tmp_path / "log.txt"
+    script = textwrap.dedent(
+        f"""
+        import asyncio, logging, os
+        from tether.logs import turn_buffered
+        stream = open({str(out)!r}, "w")
+        logging.basicConfig(level="INFO", handlers=[turn_buffered(stream, "%(message)s")])
+
+        async def main():
+            logging.getLogger("x").info("buffered in the parent")
+            pid = os.fork()
+            if pid == 0:
+                logging.getLogger("x").info("logged by the child")
+                logging.shutdown()
+                os._exit(0)
+            os.waitpid(pid, 0)
+            logging.getLogger("x").info("the parent again")
+
+        asyncio.run(main())
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    lines = out.read_text().splitlines()
+    assert sorted(lines) == ["buffered in the parent", "logged by the child", "the parent again"]
+    assert lines.index("buffered in the parent") < lines.index("the parent again")
+
+
+@pytest.mark.parametrize("created", [1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5])
+def test_line_formatter_writes_what_the_standard_formatter_writes(created: float) -> None:
+    standard, line = logging.Formatter(FORMAT), LineFormatter()
+    for at in (created, created + 0.001, created + 1.0, created):  # a cached second, a new one
+        record = logging.makeLogRecord(
+            {"name": "tether.x", "levelname": "INFO", "levelno": 20, "msg": "a %s", "args": ("b",)}
+        )
+        record.created, record.msecs = at, int((at - int(at)) * 1000) + 0.0
+        assert line.format(record) == standard.format(record)
+
+
+def test_setup_logging_writes_lines_in_the_format_on_stderr() -> None:
+    script = (
+        "import logging; from tether.logs import setup_logging; setup_logging('info'); "
+        "logging.getLogger('tether.x').info('hello %s', 'there')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    line = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO \d+ tether\.x: hello there"
+    assert re.fullmatch(line, done.stderr.rstrip("\n"))
