@@ -45,19 +45,28 @@ class NewcomerClaims:
         self._task: asyncio.Task[int] | None = None
         self._again = 0
         """Slots asked for while a claim was in flight."""
+        self._among: set[str] = set()
+        """The announced tenants the next claim is for, read alone (a claim's read and
+        allocation cost grows with the tenants it weighs)."""
+        self._whole_list = False
+        """Whether the next claim reads this process's whole tenant list (the periodic pass's,
+        or one asked for with no tenants named)."""
 
     def announced(self, tenants: list[str]) -> None:
         """A gateway announced new work of ``tenants``: with only reserved slots free, claim
         for those with nothing running here (with an unreserved slot free, the tokens' own
         claims take the work)."""
         if not self._slots.open_to_tokens:
-            self.want(len(set(tenants) - self._tenants_here()))
+            newcomers = set(tenants) - self._tenants_here()
+            self._among |= newcomers
+            self.want(len(newcomers))
 
     def after_pass(self) -> None:
         """The periodic pass claimed for the unreserved slots; with only reserved ones free, a
         tenant whose announcement was lost starts here, if this process's tenant list names one
         with nothing running here (else the claim would read nothing)."""
         if not self._slots.open_to_tokens and self._store.may_have_newcomers(self._tenants_here()):
+            self._whole_list = True
             self.want(self._slots.free)
 
     def want(self, wanted: int) -> None:
@@ -85,7 +94,9 @@ class NewcomerClaims:
                 break
             won: list[Claim] = []
             try:
-                won = await self._store.claim_next(taken, self._worker, newcomers=True)
+                among = None if self._whole_list or not self._among else sorted(self._among)
+                self._among, self._whole_list = set(), False
+                won = await self._store.claim_next(taken, self._worker, newcomers=True, among=among)
             except Exception as exc:  # the node's periodic pass asks again
                 log.warning(
                     "claiming for tenants with nothing running failed (%s)", type(exc).__name__

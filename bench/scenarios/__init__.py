@@ -21,6 +21,7 @@ from bench.scenarios import (
     heartbeat,
     io_bound,
     log_lines,
+    newcomers,
     peer,
     retention,
     sidebyside,
@@ -55,4 +56,5 @@ SCENARIOS: dict[str, Scenario] = {
     "statements": statements.run,
     "embedded": embedded.run,
     "logging": log_lines.run,
+    "newcomers": newcomers.run,
 }

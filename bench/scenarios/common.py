@@ -97,6 +97,9 @@ class Sizes:
     embedded_small_batch: int = 13  # what they batched before the flushes gathered
     embedded_rounds: int = 300
     log_rounds: int = 200
+    newcomers_listed: int = 256  # the tenants the peer's client cycles through
+    newcomers_batch: int = 8
+    newcomers_rounds: int = 100
     log_turns: int = 100  # loop turns a round
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
@@ -169,6 +172,8 @@ QUICK = Sizes(
     statements_rounds=10,
     embedded_rounds=10,
     log_rounds=10,
+    newcomers_listed=32,
+    newcomers_rounds=5,
     log_turns=20,
     deadline=60.0,
 )

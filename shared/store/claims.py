@@ -73,15 +73,26 @@ class Claims:
         self._heads = HeadStarts(db)
 
     async def claim_next(
-        self, count: int, worker: str, hints: Sequence[str] = (), *, newcomers: bool = False
+        self,
+        count: int,
+        worker: str,
+        hints: Sequence[str] = (),
+        *,
+        newcomers: bool = False,
+        among: Sequence[str] | None = None,
     ) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within caps.
         ``hints``: the invocation ids the tokens in hand carry (their tenants are read even
         when this process's tenant list lacks them, :mod:`tether.store.candidates`).
         ``newcomers``: only of tenants with nothing running anywhere (a reserved slot's claim:
-        it reads the list unless that is stale, and leaves the list's state as it was)."""
+        it reads the list unless that is stale, and leaves the list's state as it was).
+        ``among``: a newcomers' claim for these tenants alone (an announcement's), which reads
+        them instead of the list: under a burst from 256 owners the list named them all, and a
+        claim's read and allocation cost grows with the tenants it weighs."""
         if count <= 0:
             return []
+        if newcomers and among is not None:
+            return await self._claim(count, worker, (), scan=False, newcomers=True, among=among)
         if newcomers:
             stale = self._queued.stale()
             return await self._claim(count, worker, hints, scan=stale, newcomers=True)
@@ -100,6 +111,7 @@ class Claims:
         *,
         scan: bool,
         newcomers: bool = False,
+        among: Sequence[str] | None = None,
     ) -> list[Claim]:
         async with self._db.transaction() as conn:
             # Read before the lock (it serializes only what caps need), in the claim's own
@@ -111,7 +123,8 @@ class Claims:
                 candidates = await self._reads.scan(conn)
                 self._queued.scanned([] if candidates is None else candidates.names, began)
             else:
-                candidates = await self._reads.known(conn, self._queued.names, hints)
+                names = self._queued.names if among is None else among
+                candidates = await self._reads.known(conn, names, hints)
                 if candidates is not None:
                     self._queued.joined(candidates.names)
             if candidates is None:

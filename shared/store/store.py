@@ -237,13 +237,19 @@ class Store:
     # -- the worker's side: an attempt's writes ---------------------------------------------
 
     async def claim_next(
-        self, count: int, worker: str, hints: Sequence[str] = (), *, newcomers: bool = False
+        self,
+        count: int,
+        worker: str,
+        hints: Sequence[str] = (),
+        *,
+        newcomers: bool = False,
+        among: Sequence[str] | None = None,
     ) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within every cap
         (:mod:`tether.store.claims`); fewer, or none, when nothing more may run now. ``hints``:
         the invocation ids the tokens in hand carry. ``newcomers``: only of tenants with
-        nothing running (a reserved slot's claim)."""
-        return await self._claims.claim_next(count, worker, hints, newcomers=newcomers)
+        nothing running (a reserved slot's claim); ``among``: of these tenants alone."""
+        return await self._claims.claim_next(count, worker, hints, newcomers=newcomers, among=among)
 
     def announced(self, tenants: list[str] | None) -> None:
         """Tenants with new queued work, as a gateway announced them, for this process's next

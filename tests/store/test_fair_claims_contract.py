@@ -262,6 +262,17 @@ async def test_a_newcomers_claim_starts_only_tenants_with_nothing_running(store:
     assert sorted(tenants_of(again)) == ["a", "b"]  # both run nothing now: one each
 
 
+async def test_a_newcomers_claim_among_tenants_reads_and_starts_only_those(store: Store) -> None:
+    for tenant in ("a", "b", "c"):
+        await queued(store, tenant, 2)
+    store.announced(["a", "b", "c"])
+    claims = await store.claim_next(5, "w", newcomers=True, among=["b", "c"])
+    assert sorted(tenants_of(claims)) == ["b", "c"]  # a has nothing running, but was not named
+    assert await store.claim_next(5, "w", newcomers=True, among=["b"]) == []  # b runs one now
+    [claim] = await store.claim_next(5, "w", newcomers=True)  # the whole list: a
+    assert claim.tenant == "a"
+
+
 def test_a_newcomers_claim_is_worth_reading_only_for_a_tenant_not_running_here() -> None:
     """The periodic pass asks for a newcomers' claim only when this process's tenant list names
     a tenant with nothing running here, or the list is stale (it may lack one)."""

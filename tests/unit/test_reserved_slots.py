@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from tests.fakes import NoQueue
 from tether import AgentApp, InvocationContext
@@ -15,6 +15,8 @@ from tether.queue import Queue
 from tether.services import Services
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import Store
+from tether.worker.newcomers import NewcomerClaims
+from tether.worker.refills import FreedSlots
 from tether.worker.runtime import Runtime
 from tether.worker.slots import Slots
 
@@ -87,3 +89,40 @@ async def test_an_announced_tenant_with_nothing_running_starts_while_a_flood_hol
 
     release.set()
     await runtime.drain(5.0)
+
+
+class RecordingStore:
+    """Records what each newcomers' claim asked for; starts nothing."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, list[str] | None]] = []
+
+    async def claim_next(
+        self, count: int, worker: str, *, newcomers: bool, among: list[str] | None
+    ) -> list[Any]:
+        assert newcomers
+        self.asked.append((count, among))
+        return []
+
+    def may_have_newcomers(self, running_here: object) -> bool:
+        return True
+
+
+async def test_an_announcements_claim_reads_the_announced_tenants_alone_the_pass_the_list() -> None:
+    """Under a burst from many owners the process's list names hundreds of tenants, and a
+    claim's cost grows with the tenants it weighs: an announcement's claim names its own."""
+    store = RecordingStore()
+    slots = Slots(3, reserve=1)
+    assert slots.try_take() and slots.try_take()  # only the reserved slot is free
+    newcomers = NewcomerClaims(
+        slots, cast(Store, store), "w", lambda claim: None, lambda: (), FreedSlots(lambda: 2, noop)
+    )
+    newcomers.announced(["b", "a", "b"])
+    await newcomers.settled()
+    newcomers.after_pass()
+    await newcomers.settled()
+    assert store.asked == [(1, ["a", "b"]), (1, None)]
+
+
+async def noop() -> bool:
+    return False

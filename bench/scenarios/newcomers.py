@@ -1,0 +1,110 @@
+"""Newcomers: the claim a worker makes for the tenants a gateway announced, when only its
+reserved slots are free (``worker.reserve``), on PostgreSQL, in this process: reading the
+announced tenants alone (``among``, what it does) against reading this process's whole tenant
+list (what it did until 2026-12-06), in the same run.
+
+The list names ``newcomers_listed`` tenants, each with queued work and nothing running, as under
+a burst from many owners (the peer's client cycles through 256). A round accepts one invocation
+for each of ``newcomers_batch`` other tenants, announces them, claims ``newcomers_batch`` slots
+for tenants with nothing running and finishes what it started (so every tenant has nothing
+running again). Rounds alternate between the two ways on one private database and one store of
+one connection. Figures: this process's CPU per claim (the worker's side: the read, the
+allocation, the statements) and the wall time per claim (PostgreSQL's work included).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from bench.procs import private_database
+from bench.report import Row
+from bench.scenarios.common import Sizes
+from tether.outcomes import completed
+from tether.store.schema import NewInvocation
+from tether.store.store import FinishRequest, Store
+
+WORKER = "bench-newcomers"
+QUEUED_EACH = 64  # per listed tenant: more than the rounds take from any of them
+
+
+@dataclass
+class Way:
+    among: bool
+    cpu: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+
+
+async def one_round(store: Store, way: Way, batch: int, k: int) -> None:
+    tenants = [f"newcomer-{k}-{i}" for i in range(batch)]
+    await store.accept_many(
+        [NewInvocation(str(uuid.uuid4()), t, None, {}, "h", tenant=t) for t in tenants]
+    )
+    store.announced(tenants)
+    cpu, wall = time.process_time(), time.perf_counter()
+    claims = await store.claim_next(
+        batch, WORKER, newcomers=True, among=sorted(tenants) if way.among else None
+    )
+    way.cpu.append(time.process_time() - cpu)
+    way.wall.append(time.perf_counter() - wall)
+    if len(claims) != batch:
+        raise RuntimeError(f"a newcomers' claim started {len(claims)} of {batch}")
+    await store.finish_many(
+        [FinishRequest(c.invocation_id, c.attempt, completed(None)) for c in claims]
+    )
+
+
+async def run(sizes: Sizes) -> list[Row]:
+    listed, batch, rounds = sizes.newcomers_listed, sizes.newcomers_batch, sizes.newcomers_rounds
+    ways = [Way(among=True), Way(among=False)]
+    with private_database() as db:
+        store = Store.postgres(db.sqlalchemy_url, pool_size=1, separate_reads=False)
+        try:
+            background = [f"listed-{i}" for i in range(listed)]
+            await store.accept_many(
+                [
+                    NewInvocation(str(uuid.uuid4()), t, None, {}, "h", tenant=t)
+                    for t in background
+                    for _ in range(QUEUED_EACH)
+                ]
+            )
+            await store.claim_next(1, WORKER)  # a scan: the list names them all from now on
+            store.announced(background)
+            k = 0
+            for way in ways:  # warm: compiled, planned, prepared
+                for _ in range(8):
+                    await one_round(store, way, batch, k := k + 1)
+                way.cpu.clear()
+                way.wall.clear()
+            for _ in range(rounds):
+                for way in ways:
+                    await one_round(store, way, batch, k := k + 1)
+        finally:
+            await store.close()
+    among, whole = ways
+    details = {"listed": listed, "batch": batch, "rounds": rounds}
+    label = f"the whole list read ({listed} tenants listed)"
+    return [
+        Row(
+            "newcomers",
+            f"client CPU ms per newcomers' claim of {batch} (median)",
+            statistics.median(among.cpu) * 1000,
+            "ms",
+            "lower",
+            statistics.median(whole.cpu) * 1000,
+            label,
+            details=details,
+        ),
+        Row(
+            "newcomers",
+            f"ms per newcomers' claim of {batch} (median)",
+            statistics.median(among.wall) * 1000,
+            "ms",
+            "lower",
+            statistics.median(whole.wall) * 1000,
+            label,
+            details=details,
+        ),
+    ]
