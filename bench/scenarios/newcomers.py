@@ -85,26 +85,13 @@ async def run(sizes: Sizes) -> list[Row]:
             await store.close()
     among, whole = ways
     details = {"listed": listed, "batch": batch, "rounds": rounds}
-    label = f"the whole list read ({listed} tenants listed)"
+
+    def row(figure: str, ours: list[float], theirs: list[float]) -> Row:
+        value, baseline = statistics.median(ours) * 1000, statistics.median(theirs) * 1000
+        label = f"the whole list read ({listed} tenants listed)"
+        return Row("newcomers", figure, value, "ms", "lower", baseline, label, details=details)
+
     return [
-        Row(
-            "newcomers",
-            f"client CPU ms per newcomers' claim of {batch} (median)",
-            statistics.median(among.cpu) * 1000,
-            "ms",
-            "lower",
-            statistics.median(whole.cpu) * 1000,
-            label,
-            details=details,
-        ),
-        Row(
-            "newcomers",
-            f"ms per newcomers' claim of {batch} (median)",
-            statistics.median(among.wall) * 1000,
-            "ms",
-            "lower",
-            statistics.median(whole.wall) * 1000,
-            label,
-            details=details,
-        ),
+        row(f"client CPU ms per newcomers' claim of {batch} (median)", among.cpu, whole.cpu),
+        row(f"ms per newcomers' claim of {batch} (median)", among.wall, whole.wall),
     ]

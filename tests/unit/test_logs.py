@@ -83,19 +83,25 @@ def test_a_line_from_a_thread_without_a_loop_goes_out_after_the_buffered_ones(
     assert asyncio.run(main()) == "first, on the loop\nsecond, from a thread\n"
 
 
+def log_as_a_loop_stops(log: logging.Logger, message: str) -> None:
+    """Log ``message`` on a loop's thread in the turn that stops the loop, then close it: the
+    write the handler scheduled for its next turn never runs."""
+    loop = asyncio.new_event_loop()
+
+    async def log_and_stop() -> None:
+        log.info(message)
+        loop.stop()
+
+    loop.create_task(log_and_stop())
+    loop.run_forever()
+    loop.close()
+
+
 def test_lines_a_stopped_loop_left_go_out_with_the_next_loops(
     logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
 ) -> None:
     log, _, stream = logger
-    first = asyncio.new_event_loop()
-
-    async def log_and_stop() -> None:
-        log.info("one, as the first loop stopped")
-        first.stop()
-
-    first.create_task(log_and_stop())
-    first.run_forever()
-    first.close()  # the write it scheduled never runs
+    log_as_a_loop_stops(log, "one, as the first loop stopped")
 
     async def second() -> None:
         log.info("two, on a second loop")
@@ -110,15 +116,7 @@ def test_flush_writes_what_a_loop_buffered_even_if_the_loop_never_turns_again(
     logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
 ) -> None:
     log, handler, stream = logger
-    loop = asyncio.new_event_loop()
-
-    async def log_and_stop() -> None:
-        log.info("the last line before the loop stopped")
-        loop.stop()
-
-    loop.create_task(log_and_stop())
-    loop.run_forever()
-    loop.close()  # its scheduled write never runs
+    log_as_a_loop_stops(log, "the last line before the loop stopped")
     assert stream.getvalue() == ""
     handler.flush()  # what logging.shutdown and tether.logs.flush_logs do
     assert stream.getvalue() == "the last line before the loop stopped\n"
