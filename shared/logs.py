@@ -20,6 +20,7 @@ leaves through ``os._exit``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import select
@@ -178,4 +179,5 @@ def flush_logs() -> None:
     """Write every buffered line now: for a process about to leave through ``os._exit``, which
     skips ``logging.shutdown``."""
     for handler in logging.getLogger().handlers:
-        handler.flush()
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stderr, as
+            handler.flush()  # logging.shutdown allows

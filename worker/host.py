@@ -136,11 +136,13 @@ class NodeHost(dramatiq.Middleware):
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self._parent_watch is not None:
             self._parent_watch.stop()
-        if self.loop is not None and self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(self.settings.timers.shutdown_grace + 15)
-        flush_logs()  # a Dramatiq worker process leaves through os._exit: no logging.shutdown
+        try:
+            if self.loop is not None and self._stop is not None:
+                self.loop.call_soon_threadsafe(self._stop.set)
+            if self._thread is not None:
+                self._thread.join(self.settings.timers.shutdown_grace + 15)
+        finally:  # a worker process leaves through os._exit (no logging.shutdown), even when a
+            flush_logs()  # second signal's exit interrupts the join
 
     def _serve(self) -> None:
         try:

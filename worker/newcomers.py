@@ -57,9 +57,8 @@ class NewcomerClaims:
         for those with nothing running here (with an unreserved slot free, the tokens' own
         claims take the work)."""
         if not self._slots.open_to_tokens:
-            newcomers = set(tenants) - self._tenants_here()
-            self._among |= newcomers
-            self.want(len(newcomers))
+            self._among |= set(tenants) - self._tenants_here()
+            self.want(len(self._among))  # all named so far: those of a claim in flight's too
 
     def after_pass(self) -> None:
         """The periodic pass claimed for the unreserved slots; with only reserved ones free, a
@@ -104,6 +103,8 @@ class NewcomerClaims:
             for _ in range(taken - len(won)):
                 if self._slots.give():  # an unreserved slot: it may have kept a token out
                     self._freed.slot_given_back()
+            if among is not None and taken < len(among):  # short of slots: the rest stay named
+                self._among |= set(among) - {claim.tenant for claim in won}
             for claim in won:
                 self._freed.started(claim.invocation_id)
                 self._begin(claim)

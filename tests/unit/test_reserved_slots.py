@@ -92,16 +92,20 @@ async def test_an_announced_tenant_with_nothing_running_starts_while_a_flood_hol
 
 
 class RecordingStore:
-    """Records what each newcomers' claim asked for; starts nothing."""
+    """Records what each newcomers' claim asked for; starts nothing, each claim once ``gate``
+    is open."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[int, list[str] | None]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
 
     async def claim_next(
         self, count: int, worker: str, *, newcomers: bool, among: list[str] | None
     ) -> list[Any]:
         assert newcomers
         self.asked.append((count, among))
+        await self.gate.wait()
         return []
 
     def may_have_newcomers(self, running_here: object) -> bool:
@@ -126,3 +130,33 @@ async def test_an_announcements_claim_reads_the_announced_tenants_alone_the_pass
 
 async def noop() -> bool:
     return False
+
+
+def newcomers_beside(store: RecordingStore, slots: Slots) -> NewcomerClaims:
+    freed = FreedSlots(lambda: 2, noop)
+    return NewcomerClaims(slots, cast(Store, store), "w", lambda claim: None, lambda: (), freed)
+
+
+async def test_tenants_a_claim_had_no_slot_for_stay_named_for_the_next() -> None:
+    store, slots = RecordingStore(), Slots(3, reserve=1)
+    assert slots.try_take() and slots.try_take()
+    newcomers = newcomers_beside(store, slots)
+    newcomers.announced(["a", "c"])  # one reserved slot for two: neither started
+    await newcomers.settled()
+    newcomers.announced(["d"])
+    await newcomers.settled()
+    assert store.asked == [(1, ["a", "c"]), (1, ["a", "c", "d"])]
+
+
+async def test_tenants_announced_while_a_claim_runs_are_all_claimed_for_after_it() -> None:
+    store, slots = RecordingStore(), Slots(4, reserve=2)
+    assert slots.try_take() and slots.try_take()
+    newcomers = newcomers_beside(store, slots)
+    store.gate.clear()
+    newcomers.announced(["a"])
+    await asyncio.sleep(0)
+    newcomers.announced(["x"])  # two announcements while a's claim runs: a slot for each
+    newcomers.announced(["y"])
+    store.gate.set()
+    await newcomers.settled()
+    assert store.asked == [(1, ["a"]), (2, ["x", "y"])]
