@@ -66,6 +66,11 @@ class GroupCommit(Generic[Item, Result]):
             self._runners.add(asyncio.create_task(self._run(), name="group-commit"))
         return future
 
+    @property
+    def waiting(self) -> bool:
+        """Whether items wait for the next flush (one in flight ends, the next starts)."""
+        return bool(self._pending)
+
     async def idle(self) -> None:
         """Wait until no flush runs (one started meanwhile is waited for too)."""
         while runners := [runner for runner in self._runners if not runner.done()]:

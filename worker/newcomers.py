@@ -7,13 +7,20 @@ tenant with nothing running (the store's ``newcomers`` claim) and gives back wha
 An unreserved slot it held may have kept a token out (``tether dev``'s tokens do not wait for
 one): each unreserved slot it gives back claims again while such a token is counted
 (:meth:`FreedSlots.slot_given_back`); a reserved one cannot have kept a token out.
+
+Under a burst from many owners every tenant starts with nothing running, and such claims came
+between the tokens' claims, each starting a few invocations in a transaction of its own. So the
+tokens' claim about to run borrows the free reserved slots (:meth:`NewcomerClaims.lending`) and
+starts in them, in its own transaction, tenants with nothing running that its own slots left
+out; while it holds them, an announcement's claim waits for it to end, and runs then unless
+another tokens' claim is about to borrow them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from tether.store.schema import Claim
 from tether.store.store import Store
@@ -48,6 +55,8 @@ class NewcomerClaims:
         self._among: set[str] = set()
         """The announced tenants the next claim is for, read alone (a claim's read and
         allocation cost grows with the tenants it weighs)."""
+        self._tokens_claiming = 0
+        """Tokens' claims in flight: an announcement meanwhile is claimed for when one ends."""
         self._whole_list = False
         """Whether the next claim reads this process's whole tenant list (the periodic pass's,
         or one asked for with no tenants named)."""
@@ -57,8 +66,10 @@ class NewcomerClaims:
         for those with nothing running here (with an unreserved slot free, the tokens' own
         claims take the work)."""
         if not self._slots.open_to_tokens:
-            self._among |= set(tenants) - self._tenants_here()
-            self.want(len(self._among))  # all named so far: those of a claim in flight's too
+            here = self._tenants_here()
+            self._among |= set(tenants) - here
+            if not self._tokens_claiming or not self._many_waiting(here):
+                self.want(len(self._among))  # all named so far: a claim in flight's too
 
     def after_pass(self) -> None:
         """The periodic pass claimed for the unreserved slots; with only reserved ones free, a
@@ -67,6 +78,56 @@ class NewcomerClaims:
         if not self._slots.open_to_tokens and self._store.may_have_newcomers(self._tenants_here()):
             self._whole_list = True
             self.want(self._slots.free)
+
+    async def lending(
+        self,
+        claim: Callable[[int], Awaitable[list[Claim]]],
+        count: int,
+        hold: Callable[[], bool],
+    ) -> list[Claim]:
+        """Run the tokens' claim of ``count`` with the free reserved slots lent to it:
+        ``claim(lent)`` starts up to ``count`` invocations and then up to ``lent`` of tenants
+        with nothing running (:meth:`Store.claim_next`'s ``reserved``), begun here. Returns
+        those in its own slots. ``hold()``, once it ended: whether the tenants announced and
+        not started wait rather than be claimed for (another tokens' claim is about to run
+        and read them, or the process is closing)."""
+        lent = self._lend()
+        claimed: list[Claim] = []
+        self._tokens_claiming += 1
+        try:
+            claimed = await claim(lent)
+        finally:
+            self._tokens_claiming -= 1
+            self._repaid(lent, claimed[:count], claimed[count:], hold())
+        return claimed[:count]
+
+    def _lend(self) -> int:
+        """The free reserved slots, for a tokens' claim; none while this process's own
+        newcomers' claim is in flight, while a slot tokens may take is free, or when its tenant
+        list names no tenant but those running here."""
+        if self._task is not None and not self._task.done():
+            return 0
+        if self._slots.open_to_tokens or not self._slots.reserve:
+            return 0
+        if not self._store.may_have_newcomers(self._tenants_here()):
+            return 0
+        return self._slots.take_reserved(self._slots.reserve)
+
+    def _repaid(self, lent: int, won: list[Claim], extra: list[Claim], hold: bool) -> None:
+        """The tokens' claim that borrowed ``lent`` slots ended, having started ``won`` in its
+        own slots and ``extra`` in the borrowed ones (begun here); the rest are given back. The
+        tenants it started are served; the others announced are claimed for now, unless told
+        to ``hold``."""
+        for claim in extra:
+            self._freed.started(claim.invocation_id)
+            self._begin(claim)
+        for _ in range(lent - len(extra)):
+            if self._slots.give():  # an unreserved slot: it may have kept a token out
+                self._freed.slot_given_back()
+        if self._among:
+            self._among -= {claim.tenant for claim in won} | {claim.tenant for claim in extra}
+        if self._among and not hold and not self._slots.open_to_tokens:
+            self.want(len(self._among))
 
     def want(self, wanted: int) -> None:
         """Claim up to ``wanted`` slots for tenants with nothing running, now or right after
@@ -111,6 +172,14 @@ class NewcomerClaims:
             started += len(won)
             wanted, self._again = self._again, 0
         return started
+
+    def _many_waiting(self, here: set[str]) -> bool:
+        """Whether more tenants with nothing running here may wait than there are reserved
+        slots (a burst from many owners): the reserved slots cannot start them all at once, and
+        the tokens' claims start them first in the order of service. An announcement during a
+        tokens' claim then waits for it to end (:meth:`lending`) rather than claim beside it.
+        With few (one tenant's flood, another's first invocation), it claims at once."""
+        return self._store.may_have_newcomers(here, more_than=self._slots.reserve)
 
     def _tenants_here(self) -> set[str]:
         return {attempt.claim.tenant for attempt in self._running()}

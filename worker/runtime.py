@@ -50,14 +50,9 @@ log = logging.getLogger(__name__)
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
 CLAIMS_IN_FLIGHT = 1
-"""Claim transactions a process runs at once. Two overlapped one claim's round trips with the
-next, but under a burst they were given the same tenants' heads, and the second found them locked
-(``SKIP LOCKED``) and probed again: about four heads statements a claim, against two with one in
-flight, which took 0.82-0.91x the worker's CPU per no-op and 1.06-1.11x the accepts (two
-deployments side by side, docs/performance-history.md). It starts runs in larger bunches; their
-parks go to the database in batches (:mod:`tether.store.parks`), so the bunches no longer
-contend for PostgreSQL's relation extension one transaction each, and a parked invocation stays
-under 2 KB as written (1,897-1,948 bytes against 2,051-2,128 with parks one at a time)."""
+"""Claim transactions a process runs at once. With two, under a burst the second found the first's
+heads locked (``SKIP LOCKED``) and probed again: one took 0.82-0.91x the worker's CPU per no-op
+(docs/performance-history.md); its bigger bunches park in batches (:mod:`tether.store.parks`)."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
@@ -193,9 +188,15 @@ class Runtime:
         running.task = asyncio.create_task(self._run(running), name=f"invocation-{invocation_id}")
 
     async def _claim_batch(self, hints: list[str]) -> list[Claim | None]:
-        """N tokens, one claim transaction choosing up to N invocations."""
-        named = [h for h in hints if h]
-        won: list[Claim | None] = list(await self.store.claim_next(len(hints), self.name, named))
+        """N tokens (and the reserved slots lent them), one claim transaction."""
+        named, count = [h for h in hints if h], len(hints)
+        won: list[Claim | None] = list(
+            await self._newcomers.lending(
+                lambda lent: self.store.claim_next(count, self.name, named, reserved=lent),
+                count,
+                lambda: self._claims.waiting or self._closing,
+            )
+        )
         for hint, claim in zip(hints, won, strict=False):
             if hint and claim is not None and claim.invocation_id != hint:
                 log.debug("token for invocation %s claimed %s", hint, claim.invocation_id)
@@ -215,8 +216,7 @@ class Runtime:
             running.ctx = await self._contexts.build(running)
             if running.ctx is None:
                 log.warning(
-                    "invocation %s: attempt %d needs the caller's credentials, which this "
-                    "process does not hold; failing it",
+                    "invocation %s: attempt %d needs credentials this process lacks; failing it",
                     claim.invocation_id,
                     claim.attempt,
                 )

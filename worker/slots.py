@@ -41,6 +41,17 @@ class Slots:
             self._free -= 1
             return True
 
+    def take_reserved(self, limit: int) -> int:
+        """Take up to ``limit`` free slots, only while none is free that tokens may take (so
+        they lose nothing), without waiting: only for a claim that starts in them nothing but
+        the work of tenants with nothing running. The slots taken."""
+        with self._changed:
+            if self._free > self._reserve:
+                return 0
+            taken = min(limit, self._free)
+            self._free -= taken
+            return taken
+
     def take(self, timeout: float | None = None) -> bool:
         """Wait for a free slot that is not reserved (a Dramatiq thread, never the loop); False
         past ``timeout``."""
@@ -64,6 +75,10 @@ class Slots:
     @property
     def free(self) -> int:
         return self._free
+
+    @property
+    def reserve(self) -> int:
+        return self._reserve
 
     @property
     def open_to_tokens(self) -> bool:

@@ -189,10 +189,18 @@ class QueuedTenants:
         was announced or read through a hint since."""
         return not self._names
 
-    def may_list_newcomers(self, running_here: Collection[str]) -> bool:
-        """Whether a tenant with nothing running may have queued work, as far as this process
-        knows without a read: the list is stale, or names a tenant not running here."""
-        return self.stale() or any(name not in running_here for name in self._names)
+    def may_list_newcomers(self, running_here: Collection[str], more_than: int = 0) -> bool:
+        """Whether more than ``more_than`` tenants with nothing running may have queued work, as
+        far as this process knows without a read: the list is stale, or names that many tenants
+        not running here."""
+        if self.stale():
+            return True
+        for name in self._names:
+            if name not in running_here:
+                more_than -= 1
+                if more_than < 0:
+                    return True
+        return False
 
 
 class CandidateReads:

@@ -32,7 +32,13 @@ from tether.store.candidates import CandidateReads, QueuedTenants
 from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.eventlog import insert_events, numbered
-from tether.store.fairness import Allocation, TenantLoad, allocate, wanted
+from tether.store.fairness import (
+    Allocation,
+    TenantLoad,
+    allocate_reserving,
+    first_of_each,
+    wanted,
+)
 from tether.store.heads import HeadStarts, turn
 from tether.store.schema import (
     RESUME,
@@ -80,6 +86,7 @@ class Claims:
         *,
         newcomers: bool = False,
         among: Sequence[str] | None = None,
+        reserved: int = 0,
     ) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within caps.
         ``hints``: the invocation ids the tokens in hand carry (their tenants are read even
@@ -88,7 +95,10 @@ class Claims:
         it reads the list unless that is stale, and leaves the list's state as it was).
         ``among``: a newcomers' claim for these tenants alone (an announcement's), which reads
         them instead of the list: under a burst from 256 owners the list named them all, and a
-        claim's read and allocation cost grows with the tenants it weighs."""
+        claim's read and allocation cost grows with the tenants it weighs.
+        ``reserved``: up to this many more, each of a tenant with nothing running that the
+        ``count`` left out (:func:`tether.store.fairness.allocate_reserving`), after them in the
+        result."""
         if count <= 0:
             return []
         if newcomers and among is not None:
@@ -97,7 +107,7 @@ class Claims:
             stale = self._queued.stale()
             return await self._claim(count, worker, hints, scan=stale, newcomers=True)
         scan = not self._queued.fresh()
-        won = await self._claim(count, worker, hints, scan=scan)
+        won = await self._claim(count, worker, hints, scan=scan, reserved=reserved)
         if len(won) < count and not scan:  # the list may lack a tenant with work: scan now
             won += await self._claim(count - len(won), worker, (), scan=True)
         self._queued.claimed(count, len(won))
@@ -112,6 +122,7 @@ class Claims:
         scan: bool,
         newcomers: bool = False,
         among: Sequence[str] | None = None,
+        reserved: int = 0,
     ) -> list[Claim]:
         async with self._db.transaction() as conn:
             # Read before the lock (it serializes only what caps need), in the claim's own
@@ -133,21 +144,17 @@ class Claims:
             # Under the lock, counted again: what every earlier claim left. Without a cap the
             # counts read with the tenants only order them.
             running = await _running(conn) if candidates.capped else candidates.running
-            budget = count
+            budget = count + reserved
             if candidates.global_cap is not None:
                 budget = min(budget, candidates.global_cap - sum(running.values()))
             if budget <= 0:
                 return []
             loads = candidates.loads(running)
-            if newcomers:  # one each: then it has something running
-                loads = [
-                    load._replace(
-                        max_active=1 if load.max_active is None else min(load.max_active, 1)
-                    )
-                    for load in loads
-                    if load.running == 0
-                ]
-            allocation, rows = await self._choose(conn, loads, budget, candidates.vtime, worker)
+            if newcomers:
+                loads = first_of_each(loads)
+            allocation, rows = await self._choose(
+                conn, loads, min(budget, count), max(0, budget - count), candidates.vtime, worker
+            )
             won = await self._open(conn, rows)
             await self._advance(conn, allocation, candidates.vtime, [w.tenant for w in won])
         return won
@@ -167,10 +174,10 @@ class Claims:
         backoff)."""
         return self._queued.empty()
 
-    def may_have_newcomers(self, running_here: Collection[str]) -> bool:
-        """Whether a ``newcomers`` claim may find work, as far as this process knows without a
-        read (:meth:`QueuedTenants.may_list_newcomers`)."""
-        return self._queued.may_list_newcomers(running_here)
+    def may_have_newcomers(self, running_here: Collection[str], more_than: int = 0) -> bool:
+        """Whether a ``newcomers`` claim may find work (for more than ``more_than`` tenants), as
+        far as this process knows without a read (:meth:`QueuedTenants.may_list_newcomers`)."""
+        return self._queued.may_list_newcomers(running_here, more_than)
 
     async def claim_ids(self, invocation_ids: Sequence[str], worker: str) -> list[Claim | None]:
         """Start these invocations where each is queued, heads its session and its tenant and
@@ -216,16 +223,18 @@ class Claims:
         conn: Connection,
         loads: list[TenantLoad],
         budget: int,
+        reserved: int,
         vtime: float,
         worker: str,
     ) -> tuple[Allocation, list[Any]]:
-        """The fair allocation, and the rows it started (flipped to ``active``), in its order.
-        Each round flips the heads the allocation wants in one statement; a tenant that had
-        fewer than it was given (session-blocked, in backoff, drained) is known to have only
-        what it gave, and the allocation is made again for the slots left."""
+        """The fair allocation (``reserved``: :func:`allocate_reserving`'s), and the rows it
+        started (flipped to ``active``), in its order. Each round flips the heads the allocation
+        wants in one statement; a tenant that had fewer than it was given (session-blocked, in
+        backoff, drained) is known to have only what it gave, and the allocation is made again
+        for the slots left."""
         known: dict[str, int] = {}
         started: dict[str, list[Any]] = {}
-        allocation = allocate(loads, budget, vtime, known)
+        allocation = allocate_reserving(loads, budget, reserved, vtime, known)
         for _ in range(MAX_ROUNDS):
             more = {
                 t: n - len(started.get(t, ()))
@@ -244,7 +253,7 @@ class Claims:
                     short = True
             if not short:  # every tenant gave what it was given: the allocation stands
                 break
-            allocation = allocate(loads, budget, vtime, known)
+            allocation = allocate_reserving(loads, budget, reserved, vtime, known)
         taken: dict[str, int] = {}
         ordered: list[Any] = []
         for tenant in allocation.picks:

@@ -93,6 +93,41 @@ def allocate(
     return Allocation(picks, passes, max(vtime, next_vtime))
 
 
+def allocate_reserving(
+    loads: Sequence[TenantLoad],
+    budget: int,
+    reserved: int,
+    vtime: float,
+    available: Mapping[str, int] | None = None,
+) -> Allocation:
+    """:func:`allocate` of ``budget`` slots, then of up to ``reserved`` more, each to a tenant
+    with nothing running that the first left out, one each (a worker process's reserved slots,
+    lent to the claim of its unreserved ones: one claim where there were two).
+
+    In the order of service a tenant with nothing running comes before any with something, so
+    the first allocation serves them first, and the second takes the next of them; a later round
+    that knows a tenant has less (:func:`allocate`'s ``available``) so takes no slot from another
+    tenant."""
+    first = allocate(loads, budget, vtime, available)
+    if reserved <= 0:
+        return first
+    picked = set(first.picks)
+    rest = [load for load in first_of_each(loads) if load.tenant not in picked]
+    if not rest:
+        return first
+    more = allocate(rest, reserved, vtime, available)
+    return Allocation(first.picks + more.picks, first.passes | more.passes, first.vtime)
+
+
+def first_of_each(loads: Sequence[TenantLoad]) -> list[TenantLoad]:
+    """The tenants with nothing running, each allowed one more (then it has something)."""
+    return [
+        load._replace(max_active=1 if load.max_active is None else min(load.max_active, 1))
+        for load in loads
+        if load.running == 0
+    ]
+
+
 def wanted(allocation: Allocation) -> dict[str, int]:
     """How many invocations each tenant's queue must yield for ``allocation``."""
     counts: dict[str, int] = {}

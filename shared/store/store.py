@@ -244,12 +244,16 @@ class Store:
         *,
         newcomers: bool = False,
         among: Sequence[str] | None = None,
+        reserved: int = 0,
     ) -> list[Claim]:
         """Start up to ``count`` attempts: the next invocations in fair order, within every cap
         (:mod:`tether.store.claims`); fewer, or none, when nothing more may run now. ``hints``:
         the invocation ids the tokens in hand carry. ``newcomers``: only of tenants with
-        nothing running (a reserved slot's claim); ``among``: of these tenants alone."""
-        return await self._claims.claim_next(count, worker, hints, newcomers=newcomers, among=among)
+        nothing running (a reserved slot's claim); ``among``: of these tenants alone.
+        ``reserved``: up to this many more, each of a tenant with nothing running."""
+        return await self._claims.claim_next(
+            count, worker, hints, newcomers=newcomers, among=among, reserved=reserved
+        )
 
     def announced(self, tenants: list[str] | None) -> None:
         """Tenants with new queued work, as a gateway announced them, for this process's next
@@ -261,10 +265,11 @@ class Store:
         (:meth:`Claims.none_seen_queued`)."""
         return self._claims.none_seen_queued()
 
-    def may_have_newcomers(self, running_here: Collection[str]) -> bool:
-        """Whether a ``newcomers`` claim may find work, as far as this process knows without a
-        read: its tenant list is stale or names a tenant not in ``running_here``."""
-        return self._claims.may_have_newcomers(running_here)
+    def may_have_newcomers(self, running_here: Collection[str], more_than: int = 0) -> bool:
+        """Whether a ``newcomers`` claim may find work (for more than ``more_than`` tenants), as
+        far as this process knows without a read: its tenant list is stale or names a tenant
+        (that many tenants) not in ``running_here``."""
+        return self._claims.may_have_newcomers(running_here, more_than)
 
     async def claim(self, invocation_id: str, worker: str) -> Claim | None:
         """Start this invocation's next attempt if it is queued, heads its session and its

@@ -286,3 +286,32 @@ def test_a_newcomers_claim_is_worth_reading_only_for_a_tenant_not_running_here()
     assert not tenants.may_list_newcomers({"a", "b"})
     now[0] += RESCAN
     assert tenants.may_list_newcomers({"a", "b"})  # stale: a scan may find another
+
+
+async def test_reserved_slots_lent_to_a_claim_start_only_tenants_with_nothing_running(
+    store: Store,
+) -> None:
+    """A tokens' claim borrowing the reserved slots: its own slots go in fair order, then the
+    borrowed ones each to a tenant with nothing running that those left out, one each."""
+    await queued(store, "a", 4)
+    [running] = await store.claim_next(1, "w")
+    for tenant in ("b", "c", "d"):
+        await queued(store, tenant, 3)
+    store.announced(["b", "c", "d"])
+    claims = await store.claim_next(1, "w", reserved=5)
+    assert tenants_of(claims) == ["b", "c", "d"]  # b in its own slot; c and d one each, not a
+    more = await store.claim_next(1, "w", reserved=5)  # all run something: the one slot alone
+    assert len(more) == 1
+    await finish(store, running)
+    for claim in claims + more:
+        await finish(store, claim)
+    again = tenants_of(await store.claim_next(1, "w", reserved=1))
+    assert len(again) == len(set(again)) == 2  # nothing runs: a second tenant in the lent slot
+
+
+async def test_a_capped_deployment_lends_no_slot_past_its_cap(store: Store) -> None:
+    await store.tenants.set_global_max_active(2)
+    for tenant in ("a", "b", "c"):
+        await queued(store, tenant, 1)
+    store.announced(["a", "b", "c"])
+    assert len(await store.claim_next(1, "w", reserved=5)) == 2

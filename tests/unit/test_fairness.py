@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import random
 
-from tether.store.fairness import Allocation, TenantLoad, allocate
+from tether.store.fairness import Allocation, TenantLoad, allocate, allocate_reserving
 
 
 def load(
@@ -99,3 +99,31 @@ def test_the_allocation_is_the_one_of_every_tenant_on_one_heap() -> None:
         assert allocate(loads, budget, vtime, available) == reference_allocate(
             loads, budget, vtime, available
         )
+
+
+def test_lent_slots_go_one_each_to_tenants_with_nothing_running_the_budget_left_out() -> None:
+    loads = [load("busy", running=2), load("a"), load("b", cap=3), load("c"), load("d")]
+    allocation = allocate_reserving(loads, 2, 5, 0.0)
+    assert allocation.picks == ["a", "b", "c", "d"]  # busy runs something: no lent slot
+    assert allocation.passes == {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}
+    assert allocate_reserving(loads, 2, 0, 0.0) == allocate(loads, 2, 0.0)
+
+
+def test_a_round_that_knows_a_tenant_has_less_takes_no_slot_from_another() -> None:
+    """The claim repeats the allocation when a tenant yields fewer than it was given; the
+    invocations already started stay, so no tenant may be given fewer than before."""
+    loads = [load(t) for t in "abcdefgh"] + [load("busy", running=1)]
+    rng = random.Random(7)
+    for _ in range(200):
+        budget, reserved = rng.randint(1, 6), rng.randint(0, 4)
+        known: dict[str, int] = {}
+        before = allocate_reserving(loads, budget, reserved, 0.0, known)
+        for _round in range(3):
+            if not before.picks:
+                break
+            short = rng.choice(before.picks)
+            known[short] = 0
+            after = allocate_reserving(loads, budget, reserved, 0.0, known)
+            for tenant in set(before.picks) - set(known):
+                assert after.picks.count(tenant) >= before.picks.count(tenant)
+            before = after
