@@ -20,6 +20,7 @@ from bench.scenarios import (
     flood,
     heartbeat,
     io_bound,
+    lending,
     log_lines,
     newcomers,
     peer,
@@ -57,4 +58,5 @@ SCENARIOS: dict[str, Scenario] = {
     "embedded": embedded.run,
     "logging": log_lines.run,
     "newcomers": newcomers.run,
+    "lending": lending.run,
 }

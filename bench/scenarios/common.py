@@ -100,6 +100,10 @@ class Sizes:
     newcomers_listed: int = 256  # the tenants the peer's client cycles through
     newcomers_batch: int = 8
     newcomers_rounds: int = 100
+    lending_listed: int = 256
+    lending_count: int = 32  # a tokens' claim under that burst started ~32
+    lending_reserved: int = 10  # a worker's reserved slots by default (200 // 20)
+    lending_rounds: int = 100
     log_turns: int = 100  # loop turns a round
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
@@ -174,6 +178,8 @@ QUICK = Sizes(
     log_rounds=10,
     newcomers_listed=32,
     newcomers_rounds=5,
+    lending_listed=64,
+    lending_rounds=5,
     log_turns=20,
     deadline=60.0,
 )
