@@ -40,6 +40,9 @@ class NewcomerClaims:
         begin: Callable[[Claim], None],
         running: Callable[[], Iterable[RunningAttempt]],
         freed: FreedSlots,
+        *,
+        another: Callable[[], bool] = lambda: False,
+        closing: Callable[[], bool] = lambda: False,
     ) -> None:
         self._slots = slots
         self._store = store
@@ -49,6 +52,9 @@ class NewcomerClaims:
         self._freed = freed
         """Told of each attempt started, and of each unreserved slot given back: a token it
         kept out is claimed for."""
+        self._another = another
+        """Whether another tokens' claim is about to run (it reads the tenants announced)."""
+        self._closing = closing
         self._task: asyncio.Task[int] | None = None
         self._again = 0
         """Slots asked for while a claim was in flight."""
@@ -80,17 +86,12 @@ class NewcomerClaims:
             self.want(self._slots.free)
 
     async def lending(
-        self,
-        claim: Callable[[int], Awaitable[list[Claim]]],
-        count: int,
-        hold: Callable[[], bool],
+        self, claim: Callable[[int], Awaitable[list[Claim]]], count: int
     ) -> list[Claim]:
         """Run the tokens' claim of ``count`` with the free reserved slots lent to it:
         ``claim(lent)`` starts up to ``count`` invocations and then up to ``lent`` of tenants
         with nothing running (:meth:`Store.claim_next`'s ``reserved``), begun here. Returns
-        those in its own slots. ``hold()``, once it ended: whether the tenants announced and
-        not started wait rather than be claimed for (another tokens' claim is about to run
-        and read them, or the process is closing)."""
+        those in its own slots."""
         lent = self._lend()
         claimed: list[Claim] = []
         self._tokens_claiming += 1
@@ -98,14 +99,14 @@ class NewcomerClaims:
             claimed = await claim(lent)
         finally:
             self._tokens_claiming -= 1
-            self._repaid(lent, claimed[:count], claimed[count:], hold())
+            self._repaid(lent, claimed[:count], claimed[count:])
         return claimed[:count]
 
     def _lend(self) -> int:
-        """The free reserved slots, for a tokens' claim; none while this process's own
-        newcomers' claim is in flight, while a slot tokens may take is free, or when its tenant
-        list names no tenant but those running here."""
-        if self._task is not None and not self._task.done():
+        """The free reserved slots, for a tokens' claim; none while closing or this process's
+        own newcomers' claim is in flight, while a slot tokens may take is free, or when its
+        tenant list names no tenant but those running here."""
+        if self._closing() or (self._task is not None and not self._task.done()):
             return 0
         if self._slots.open_to_tokens or not self._slots.reserve:
             return 0
@@ -113,26 +114,27 @@ class NewcomerClaims:
             return 0
         return self._slots.take_reserved(self._slots.reserve)
 
-    def _repaid(self, lent: int, won: list[Claim], extra: list[Claim], hold: bool) -> None:
+    def _repaid(self, lent: int, won: list[Claim], extra: list[Claim]) -> None:
         """The tokens' claim that borrowed ``lent`` slots ended, having started ``won`` in its
-        own slots and ``extra`` in the borrowed ones (begun here); the rest are given back. The
-        tenants it started are served; the others announced are claimed for now, unless told
-        to ``hold``."""
+        own slots and ``extra`` in the borrowed ones (begun here); the rest are given back (one
+        that is unreserved claims: a slot freed meanwhile found none free). The tenants it
+        started are served; for the others announced, with only reserved slots free, a claim
+        starts now, unless another tokens' claim is about to run and read them."""
         for claim in extra:
             self._freed.started(claim.invocation_id)
             self._begin(claim)
         for _ in range(lent - len(extra)):
-            if self._slots.give():  # an unreserved slot: it may have kept a token out
+            if self._slots.give():
                 self._freed.slot_given_back()
         if self._among:
             self._among -= {claim.tenant for claim in won} | {claim.tenant for claim in extra}
-        if self._among and not hold and not self._slots.open_to_tokens:
+        if self._among and not self._slots.open_to_tokens and not self._another():
             self.want(len(self._among))
 
     def want(self, wanted: int) -> None:
         """Claim up to ``wanted`` slots for tenants with nothing running, now or right after
         the claim in flight."""
-        if wanted <= 0:
+        if wanted <= 0 or self._closing():
             return
         if self._task is not None and not self._task.done():
             self._again = max(self._again, wanted)
@@ -178,7 +180,8 @@ class NewcomerClaims:
         slots (a burst from many owners): the reserved slots cannot start them all at once, and
         the tokens' claims start them first in the order of service. An announcement during a
         tokens' claim then waits for it to end (:meth:`lending`) rather than claim beside it.
-        With few (one tenant's flood, another's first invocation), it claims at once."""
+        With few (one tenant's flood, another's first invocation), it claims at once, in the
+        reserved slots the claim in flight did not borrow (else when that claim ends)."""
         return self._store.may_have_newcomers(here, more_than=self._slots.reserve)
 
     def _tenants_here(self) -> set[str]:

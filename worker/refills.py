@@ -166,10 +166,15 @@ class FreedSlots:
             self._claim_soon()
 
     def slot_given_back(self) -> None:
-        """A reserved slots' claim gave an unreserved slot back (it took more than it used):
-        the slot claims again for a token it kept out, or for a freed slot that held back
-        (whose claim, let go since, may have found no slot: this one held it)."""
-        self._claim_again(held_back_too=True)
+        """A reserved slots' claim, or a tokens' claim that borrowed them, gave an unreserved
+        slot back (it took more than it used, or a slot freed while it held the rest): where
+        tokens go elsewhere too, it claims, as a freed slot does (one freed meanwhile may have
+        found no slot free: this one was held); alone, for a token it kept out, or for a freed
+        slot that held back or found no slot."""
+        if self._owed is None:
+            self._claim_soon()
+        else:
+            self._claim_again(held_back_too=True)
 
     def _claim_again(self, *, held_back_too: bool) -> None:
         """A claim gave its slot back: it claims again, while work is owed, for a token it

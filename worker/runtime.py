@@ -94,6 +94,8 @@ class Runtime:
             self._begin,
             lambda: self.attempts.values(),
             self.freed,
+            another=lambda: self._claims.waiting,
+            closing=lambda: self._closing,
         )
         self._abandoned: set[tuple[str, int]] = set()
         """Attempts left ``active`` for recovery (handed back, or their finish failed): never
@@ -192,9 +194,7 @@ class Runtime:
         named, count = [h for h in hints if h], len(hints)
         won: list[Claim | None] = list(
             await self._newcomers.lending(
-                lambda lent: self.store.claim_next(count, self.name, named, reserved=lent),
-                count,
-                lambda: self._claims.waiting or self._closing,
+                lambda lent: self.store.claim_next(count, self.name, named, reserved=lent), count
             )
         )
         for hint, claim in zip(hints, won, strict=False):

@@ -7,9 +7,10 @@ slot is dropped: the work it stood for stays queued and is claimed when a slot f
 
 ``reserve`` of the slots (``worker.reserve``, at most all but one) are kept for tenants with
 nothing running: tokens and refills take only the others, and :meth:`try_take_reserved` any, for
-a claim that may start only such a tenant's work (:class:`tether.worker.newcomers.NewcomerClaims`).
-Under another tenant's flood, a tenant's first invocation so starts at once instead of waiting
-for a slot.
+a claim that may start only such a tenant's work (:class:`tether.worker.newcomers.NewcomerClaims`),
+and :meth:`take_reserved` the reserved ones alone, lent to a tokens' claim that starts only such
+work in them. Under another tenant's flood, a tenant's first invocation so starts at once
+instead of waiting for a slot.
 """
 
 from __future__ import annotations

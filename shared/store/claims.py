@@ -98,7 +98,7 @@ class Claims:
         claim's read and allocation cost grows with the tenants it weighs.
         ``reserved``: up to this many more, each of a tenant with nothing running that the
         ``count`` left out (:func:`tether.store.fairness.allocate_reserving`), after them in the
-        result."""
+        result (a caller may take the first ``count`` for its own slots, the rest for those)."""
         if count <= 0:
             return []
         if newcomers and among is not None:
@@ -110,7 +110,7 @@ class Claims:
         won = await self._claim(count, worker, hints, scan=scan, reserved=reserved)
         if len(won) < count and not scan:  # the list may lack a tenant with work: scan now
             won += await self._claim(count - len(won), worker, (), scan=True)
-        self._queued.claimed(count, len(won))
+        self._queued.claimed(count, min(len(won), count))
         return won
 
     async def _claim(

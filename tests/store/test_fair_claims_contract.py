@@ -288,6 +288,19 @@ def test_a_newcomers_claim_is_worth_reading_only_for_a_tenant_not_running_here()
     assert tenants.may_list_newcomers({"a", "b"})  # stale: a scan may find another
 
 
+def test_more_newcomers_listed_than_a_count_is_told_from_that_many() -> None:
+    """Whether more tenants with nothing running may wait than a process's reserved slots."""
+    now = [10.0]
+    tenants = QueuedTenants(clock=lambda: now[0])
+    tenants.scanned(["a", "b", "c", "d"], tenants.scanning())
+    assert tenants.may_list_newcomers({"a"}, more_than=2)  # b, c, d
+    assert not tenants.may_list_newcomers({"a"}, more_than=3)
+    assert not tenants.may_list_newcomers({"a", "b"}, more_than=2)
+    assert not tenants.may_list_newcomers({"a", "b", "c", "d"}, more_than=0)
+    now[0] += RESCAN
+    assert tenants.may_list_newcomers({"a", "b", "c", "d"}, more_than=5)  # stale
+
+
 async def test_reserved_slots_lent_to_a_claim_start_only_tenants_with_nothing_running(
     store: Store,
 ) -> None:

@@ -6,7 +6,10 @@ nothing running wait than there are reserved slots."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
+
+import pytest
 
 from tether.store.schema import Claim
 from tether.store.store import Store
@@ -31,14 +34,16 @@ def claim(invocation_id: str, tenant: str) -> Claim:
 
 class LendingStore:
     """Records every claim; a tokens' claim returns ``won`` (up to what it may start) once
-    ``tokens_gate`` is open. ``listed``: the tenants with nothing running its list names."""
+    ``tokens_gate`` is open, a newcomers' claim nothing once ``newcomers_gate`` is.
+    ``listed``: the tenants with nothing running its list names."""
 
     def __init__(self, listed: int, won: list[Claim] | None = None) -> None:
         self.listed = listed
         self.won = won or []
         self.asked: list[tuple[str, int, int, list[str] | None]] = []
-        self.tokens_gate = asyncio.Event()
+        self.tokens_gate, self.newcomers_gate = asyncio.Event(), asyncio.Event()
         self.tokens_gate.set()
+        self.newcomers_gate.set()
 
     async def claim_next(
         self,
@@ -52,6 +57,7 @@ class LendingStore:
     ) -> list[Claim]:
         self.asked.append(("newcomers" if newcomers else "tokens", count, reserved, among))
         if newcomers:
+            await self.newcomers_gate.wait()
             return []
         await self.tokens_gate.wait()
         return self.won[: count + reserved]
@@ -65,27 +71,33 @@ async def nothing() -> bool:
 
 
 class Process:
-    """A process with 4 slots, 2 of them reserved, and both unreserved ones busy."""
+    """A process with 4 slots, 2 of them reserved, and both unreserved ones busy. ``refill``:
+    its freed slots' claim (:meth:`Runtime.claim_freed_slot`)."""
 
-    def __init__(self, store: LendingStore) -> None:
+    def __init__(
+        self, store: LendingStore, refill: Callable[[], Awaitable[bool | None]] = nothing
+    ) -> None:
         self.store = store
         self.slots = Slots(4, reserve=2)
         assert self.slots.try_take() and self.slots.try_take()
         self.begun: list[Claim] = []
+        self.another = False
+        self.freed = FreedSlots(lambda: 2, refill)
         self.newcomers = NewcomerClaims(
             self.slots,
             cast(Store, store),
             "w",
             self.begun.append,
             lambda: (),
-            FreedSlots(lambda: 2, nothing),
+            self.freed,
+            another=lambda: self.another,
         )
 
-    def tokens_claim(self, count: int, *, hold: bool = False) -> asyncio.Task[list[Claim]]:
+    def tokens_claim(self, count: int) -> asyncio.Task[list[Claim]]:
         async def claim_with(lent: int) -> list[Claim]:
             return await self.store.claim_next(count, "w", reserved=lent)
 
-        return asyncio.create_task(self.newcomers.lending(claim_with, count, lambda: hold))
+        return asyncio.create_task(self.newcomers.lending(claim_with, count))
 
 
 async def test_a_tokens_claim_borrows_the_reserved_slots_and_begins_what_it_started_in_them() -> (
@@ -129,7 +141,8 @@ async def test_tenants_announced_during_a_claim_wait_for_the_next_one_about_to_r
     store = LendingStore(listed=3)
     process = Process(store)
     store.tokens_gate.clear()
-    in_flight = process.tokens_claim(1, hold=True)  # another tokens' claim is waiting
+    process.another = True  # another tokens' claim is waiting
+    in_flight = process.tokens_claim(1)
     await asyncio.sleep(0)
     process.newcomers.announced(["x"])
     store.tokens_gate.set()
@@ -165,3 +178,61 @@ async def test_with_few_waiting_an_announcement_claims_at_once_beside_the_tokens
     assert store.asked == [("tokens", 1, 0, None), ("newcomers", 1, 0, ["b"])]
     store.tokens_gate.set()
     await in_flight
+
+
+async def test_a_claim_that_fails_gives_the_lent_slots_back_and_announcements_claim_again() -> None:
+    store = LendingStore(listed=3)
+    process = Process(store)
+
+    async def failing(lent: int) -> list[Claim]:
+        assert lent == 2
+        raise ConnectionError("the database went away")
+
+    with pytest.raises(ConnectionError):
+        await process.newcomers.lending(failing, 1)
+    assert process.slots.free == 2
+    process.newcomers.announced(["x"])  # no tokens' claim in flight now: at once
+    await process.newcomers.settled()
+    assert store.asked == [("newcomers", 1, 0, ["x"])]
+
+
+async def test_nothing_is_lent_while_a_reserved_slots_claim_of_its_own_runs() -> None:
+    store = LendingStore(listed=3)
+    process = Process(store)
+    store.newcomers_gate.clear()
+    process.newcomers.want(1)
+    await asyncio.sleep(0)  # its claim holds a reserved slot
+    await process.tokens_claim(1)
+    assert store.asked == [("newcomers", 1, 0, None), ("tokens", 1, 0, None)]
+    store.newcomers_gate.set()
+    await process.newcomers.settled()
+    assert process.slots.free == 2
+
+
+async def test_a_slot_freed_while_the_reserved_ones_were_lent_claims_when_they_come_back() -> None:
+    """An attempt ended during a claim that borrowed the reserved slots: its slot is reserved
+    again, so its refill found none free; the slot given back in its place claims (a deployment
+    whose tokens go to other processes too)."""
+    refills: list[bool | None] = []
+
+    async def refill() -> bool | None:
+        if not process.slots.try_take():
+            refills.append(None)
+            return None
+        process.slots.give()
+        refills.append(False)
+        return False
+
+    store = LendingStore(listed=3)
+    process = Process(store, refill)
+    store.tokens_gate.clear()
+    in_flight = process.tokens_claim(1)
+    await asyncio.sleep(0)
+    assert not process.slots.give()  # an attempt ends: a reserved slot again
+    process.freed.slot_freed()
+    await process.freed.settled()
+    assert refills == [None]
+    store.tokens_gate.set()
+    await in_flight
+    await process.freed.settled()
+    assert refills == [None, False]  # the unreserved slot given back claimed
