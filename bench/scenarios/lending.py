@@ -22,31 +22,20 @@ from __future__ import annotations
 
 import statistics
 import time
-import uuid
-from dataclasses import dataclass, field
 
-from bench.procs import private_database
 from bench.report import Row
+from bench.scenarios.alternating import Way, alternate, finish, queued_store
 from bench.scenarios.common import Sizes
-from tether.outcomes import completed
-from tether.store.schema import Claim, NewInvocation
-from tether.store.store import FinishRequest, Store
+from tether.store.schema import Claim
+from tether.store.store import Store
 
 WORKER = "bench-lending"
-QUEUED_EACH = 64  # per listed tenant: more than the rounds take from any of them
-
-
-@dataclass
-class Way:
-    lent: bool
-    cpu: list[float] = field(default_factory=list)
-    wall: list[float] = field(default_factory=list)
 
 
 async def claim(
     store: Store, way: Way, count: int, reserved: int, listed: list[str]
 ) -> list[Claim]:
-    if way.lent:
+    if way.ours:
         return await store.claim_next(count, WORKER, reserved=reserved)
     claims = await store.claim_next(count, WORKER)
     started = {c.tenant for c in claims}
@@ -63,38 +52,18 @@ async def one_round(store: Store, way: Way, count: int, reserved: int, listed: l
         raise RuntimeError(f"a round started {len(claims)} of {count + reserved}")
     way.cpu.append(spent_cpu / len(claims))
     way.wall.append(spent_wall / len(claims))
-    await store.finish_many(
-        [FinishRequest(c.invocation_id, c.attempt, completed(None)) for c in claims]
-    )
+    await finish(store, claims)
 
 
 async def run(sizes: Sizes) -> list[Row]:
     count, reserved = sizes.lending_count, sizes.lending_reserved
     listed, rounds = sizes.lending_listed, sizes.lending_rounds
-    ways = [Way(lent=True), Way(lent=False)]
-    with private_database() as db:
-        store = Store.postgres(db.sqlalchemy_url, pool_size=1, separate_reads=False)
-        try:
-            tenants = [f"listed-{i:03d}" for i in range(listed)]
-            await store.accept_many(
-                [
-                    NewInvocation(str(uuid.uuid4()), t, None, {}, "h", tenant=t)
-                    for t in tenants
-                    for _ in range(QUEUED_EACH)
-                ]
-            )
-            store.announced(tenants)
-            for way in ways:  # warm: compiled, planned, prepared
-                for _ in range(8):
-                    await one_round(store, way, count, reserved, tenants)
-                way.cpu.clear()
-                way.wall.clear()
-            for _ in range(rounds):
-                for way in ways:
-                    await one_round(store, way, count, reserved, tenants)
-        finally:
-            await store.close()
-    lent, beside = ways
+    tenants = [f"listed-{i:03d}" for i in range(listed)]
+    async with queued_store(tenants) as store:
+        store.announced(tenants)
+        lent, beside = await alternate(
+            lambda way: one_round(store, way, count, reserved, tenants), rounds
+        )
     details = {"listed": listed, "count": count, "reserved": reserved, "rounds": rounds}
     started = f"{count} + {reserved}"
 

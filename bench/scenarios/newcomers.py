@@ -14,27 +14,18 @@ allocation, the statements) and the wall time per claim (PostgreSQL's work inclu
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 import uuid
-from dataclasses import dataclass, field
 
-from bench.procs import private_database
 from bench.report import Row
+from bench.scenarios.alternating import Way, alternate, finish, queued_store
 from bench.scenarios.common import Sizes
-from tether.outcomes import completed
 from tether.store.schema import NewInvocation
-from tether.store.store import FinishRequest, Store
+from tether.store.store import Store
 
 WORKER = "bench-newcomers"
-QUEUED_EACH = 64  # per listed tenant: more than the rounds take from any of them
-
-
-@dataclass
-class Way:
-    among: bool
-    cpu: list[float] = field(default_factory=list)
-    wall: list[float] = field(default_factory=list)
 
 
 async def one_round(store: Store, way: Way, batch: int, k: int) -> None:
@@ -45,45 +36,23 @@ async def one_round(store: Store, way: Way, batch: int, k: int) -> None:
     store.announced(tenants)
     cpu, wall = time.process_time(), time.perf_counter()
     claims = await store.claim_next(
-        batch, WORKER, newcomers=True, among=sorted(tenants) if way.among else None
+        batch, WORKER, newcomers=True, among=sorted(tenants) if way.ours else None
     )
     way.cpu.append(time.process_time() - cpu)
     way.wall.append(time.perf_counter() - wall)
     if len(claims) != batch:
         raise RuntimeError(f"a newcomers' claim started {len(claims)} of {batch}")
-    await store.finish_many(
-        [FinishRequest(c.invocation_id, c.attempt, completed(None)) for c in claims]
-    )
+    await finish(store, claims)
 
 
 async def run(sizes: Sizes) -> list[Row]:
     listed, batch, rounds = sizes.newcomers_listed, sizes.newcomers_batch, sizes.newcomers_rounds
-    ways = [Way(among=True), Way(among=False)]
-    with private_database() as db:
-        store = Store.postgres(db.sqlalchemy_url, pool_size=1, separate_reads=False)
-        try:
-            background = [f"listed-{i}" for i in range(listed)]
-            await store.accept_many(
-                [
-                    NewInvocation(str(uuid.uuid4()), t, None, {}, "h", tenant=t)
-                    for t in background
-                    for _ in range(QUEUED_EACH)
-                ]
-            )
-            await store.claim_next(1, WORKER)  # a scan: the list names them all from now on
-            store.announced(background)
-            k = 0
-            for way in ways:  # warm: compiled, planned, prepared
-                for _ in range(8):
-                    await one_round(store, way, batch, k := k + 1)
-                way.cpu.clear()
-                way.wall.clear()
-            for _ in range(rounds):
-                for way in ways:
-                    await one_round(store, way, batch, k := k + 1)
-        finally:
-            await store.close()
-    among, whole = ways
+    background = [f"listed-{i}" for i in range(listed)]
+    async with queued_store(background) as store:
+        await store.claim_next(1, WORKER)  # a scan: the list names them all from now on
+        store.announced(background)
+        k = itertools.count()
+        among, whole = await alternate(lambda way: one_round(store, way, batch, next(k)), rounds)
     details = {"listed": listed, "batch": batch, "rounds": rounds}
 
     def row(figure: str, ours: list[float], theirs: list[float]) -> Row:

@@ -137,30 +137,29 @@ async def test_under_a_burst_from_many_owners_an_announcement_waits_for_the_toke
     assert store.asked == [("tokens", 1, 0, None), ("newcomers", 1, 0, ["x"])]  # then at once
 
 
+async def announced_during_a_tokens_claim(process: Process, tenant: str) -> None:
+    """A tokens' claim of one runs, ``tenant`` is announced meanwhile, then the claim ends."""
+    process.store.tokens_gate.clear()
+    in_flight = process.tokens_claim(1)
+    await asyncio.sleep(0)
+    process.newcomers.announced([tenant])
+    process.store.tokens_gate.set()
+    await in_flight
+    await process.newcomers.settled()
+
+
 async def test_tenants_announced_during_a_claim_wait_for_the_next_one_about_to_run() -> None:
     store = LendingStore(listed=3)
     process = Process(store)
-    store.tokens_gate.clear()
     process.another = True  # another tokens' claim is waiting
-    in_flight = process.tokens_claim(1)
-    await asyncio.sleep(0)
-    process.newcomers.announced(["x"])
-    store.tokens_gate.set()
-    await in_flight
-    await process.newcomers.settled()
+    await announced_during_a_tokens_claim(process, "x")
     assert store.asked == [("tokens", 1, 2, None)]  # the next claim reads x
 
 
 async def test_a_tenant_a_claim_started_is_not_claimed_for_again() -> None:
     store = LendingStore(listed=3, won=[claim("1", "x")])
     process = Process(store)
-    store.tokens_gate.clear()
-    in_flight = process.tokens_claim(1)
-    await asyncio.sleep(0)
-    process.newcomers.announced(["x"])
-    store.tokens_gate.set()
-    await in_flight
-    await process.newcomers.settled()
+    await announced_during_a_tokens_claim(process, "x")
     assert store.asked == [("tokens", 1, 2, None)]
 
 
