@@ -120,12 +120,8 @@ class NewcomerClaims:
         that is unreserved claims: a slot freed meanwhile found none free). The tenants it
         started are served; for the others announced, with only reserved slots free, a claim
         starts now, unless another tokens' claim is about to run and read them."""
-        for claim in extra:
-            self._freed.started(claim.invocation_id)
-            self._begin(claim)
-        for _ in range(lent - len(extra)):
-            if self._slots.give():
-                self._freed.slot_given_back()
+        self._begin_all(extra)
+        self._give_back(lent - len(extra))
         if self._among:
             self._among -= {claim.tenant for claim in won} | {claim.tenant for claim in extra}
         if self._among and not self._slots.open_to_tokens and not self._another():
@@ -163,17 +159,26 @@ class NewcomerClaims:
                 log.warning(
                     "claiming for tenants with nothing running failed (%s)", type(exc).__name__
                 )
-            for _ in range(taken - len(won)):
-                if self._slots.give():  # an unreserved slot: it may have kept a token out
-                    self._freed.slot_given_back()
+            self._give_back(taken - len(won))
             if among is not None and taken < len(among):  # short of slots: the rest stay named
                 self._among |= set(among) - {claim.tenant for claim in won}
-            for claim in won:
-                self._freed.started(claim.invocation_id)
-                self._begin(claim)
+            self._begin_all(won)
             started += len(won)
             wanted, self._again = self._again, 0
         return started
+
+    def _give_back(self, slots: int) -> None:
+        """Give back slots a claim took and did not use; an unreserved one claims (it may have
+        kept a token out, or a slot freed meanwhile found none free)."""
+        for _ in range(slots):
+            if self._slots.give():
+                self._freed.slot_given_back()
+
+    def _begin_all(self, claims: list[Claim]) -> None:
+        """Run what a claim started in the slots it took (its tokens owe nothing more)."""
+        for claim in claims:
+            self._freed.started(claim.invocation_id)
+            self._begin(claim)
 
     def _many_waiting(self, here: set[str]) -> bool:
         """Whether more tenants with nothing running here may wait than there are reserved
