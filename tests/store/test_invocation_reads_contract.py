@@ -63,3 +63,34 @@ async def test_reads_that_arrive_together_share_a_statement_and_see_what_was_com
     now = await reads.get(ids[5])  # asked after the claim committed: sees it
     assert now is not None and now.status is Status.ACTIVE
     assert await reads.get(str(uuid.uuid4())) is None
+
+
+async def test_reads_that_arrive_during_a_statement_wait_for_it_and_go_together(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One statement at a time per process: every read that arrives while one is in flight
+    joins the next, whatever their number."""
+    ids = [await accepted(store) for _ in range(20)]
+    statements: list[int] = []
+    began, release = asyncio.Event(), asyncio.Event()
+    get_many = store.get_many
+
+    async def held(invocation_ids: Sequence[str]) -> Any:
+        statements.append(len(invocation_ids))
+        if len(statements) == 1:
+            began.set()
+            await release.wait()
+        return await get_many(invocation_ids)
+
+    monkeypatch.setattr(store, "get_many", held)
+    reads = InvocationReads(store)
+    first = asyncio.ensure_future(reads.get(ids[0]))
+    await began.wait()
+    later = [asyncio.ensure_future(reads.get(i)) for i in ids[1:]]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert statements == [1]  # the others wait for the statement in flight
+    release.set()
+    got = await asyncio.gather(first, *later)
+    assert [g.id if g else None for g in got] == ids
+    assert statements == [1, 19]
