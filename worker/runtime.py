@@ -19,6 +19,7 @@ from tether.durable import Suspend
 from tether.errors import ErrorCode
 from tether.groupcommit import GroupCommit
 from tether.jsonvalue import InvalidJson, dumps
+from tether.logs import DirectInfo
 from tether.outcomes import Outcome, cancelled, completed, failed
 from tether.pubsub import publish_events
 from tether.services import Services
@@ -46,13 +47,12 @@ from tether.worker.running import (
 )
 from tether.worker.slots import Slots
 
-log = logging.getLogger(__name__)
+log = DirectInfo(logging.getLogger(__name__))  # a line as each attempt starts and ends
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
 CLAIMS_IN_FLIGHT = 1
-"""Claim transactions a process runs at once. With two, under a burst the second found the first's
-heads locked (``SKIP LOCKED``) and probed again: one took 0.82-0.91x the worker's CPU per no-op
-(docs/performance-history.md); its bigger bunches park in batches (:mod:`tether.store.parks`)."""
+"""Claim transactions at once: with two, a burst's second found the first's heads locked and probed
+again; one took 0.82-0.91x the CPU per no-op, its bunches parked in batches (perf. history)."""
 FINISH_RETRY_FIRST = 0.1
 FINISH_RETRY_MAX = 1.0
 
