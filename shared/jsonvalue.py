@@ -38,10 +38,27 @@ def _reject_constant(name: str) -> Any:
     raise InvalidJson(f"{name} is not valid JSON")
 
 
+# Built once: ``json.dumps`` and ``json.loads`` build an encoder or a decoder on every call that
+# passes an option (~1.5 us of a 3 us encoding, ~4 us of a 6 us request body's parse).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decoded(text: str | bytes) -> str:
+    """The text ``json.loads`` would parse: bytes decoded as it decodes them (UTF-8, -16 or
+    -32, lone surrogates kept), a UTF-8 byte order mark refused as it refuses one."""
+    if isinstance(text, str):
+        if text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return text
+    return text.decode(json.detect_encoding(text), "surrogatepass")
+
+
 def loads(text: str | bytes) -> Any:
     """Parse JSON text, refusing what :func:`dumps` refuses."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _DECODER.decode(_decoded(text))
     except InvalidJson:
         raise
     except RecursionError:
@@ -68,7 +85,7 @@ def _may_spell_unstorable(text: str | bytes) -> bool:
 def dumps(value: Any) -> str:
     """Encode a value as compact JSON, refusing what PostgreSQL, UTF-8 or JSON cannot hold."""
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _ENCODER.encode(value)
     except RecursionError:
         raise InvalidJson("value is nested too deeply") from None
     except ValueError as exc:
@@ -112,7 +129,7 @@ def _value_error_message(exc: ValueError) -> str:
 
 def canonical(value: Any) -> str:
     """Canonical JSON: sorted keys, no insignificant whitespace."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def request_hash(input_value: Any, session_id: str | None, priority: int = 0) -> str:
