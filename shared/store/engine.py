@@ -99,8 +99,14 @@ class Database:
                 async with self.sync.writer.transaction() as sync_conn:
                     yield sync_conn
                 return
-            async with self.engine.begin() as conn:
-                yield DirectConnection(conn)
+            async with self.engine.connect() as conn:
+                direct = DirectConnection(conn)
+                try:
+                    yield direct
+                except BaseException:
+                    await direct.end(commit=False)
+                    raise
+                await direct.end(commit=True)
 
     @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[Connection]:

@@ -1,0 +1,124 @@
+"""A PostgreSQL transaction whose statements all ran on psycopg directly ends there too
+(``DirectConnection.end``): committed or rolled back as SQLAlchemy's transaction would, a failed
+commit raised as the same store error, a connection lost at the commit replaced; a statement
+that took SQLAlchemy's path has its transaction end there."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.store.test_direct_statements import BACKEND, known, pg_admin
+from tether.store.errors import StoreError, StoreUnavailable
+from tether.store.schema import threads
+from tether.store.store import Store
+
+
+@pytest.fixture
+async def pg(migrated_pg: str) -> AsyncIterator[Store]:
+    store = Store.postgres(migrated_pg, pool_size=2)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+class Ends:
+    """SQLAlchemy's own commits and rollbacks on the engine (none on the direct path)."""
+
+    def __init__(self, store: Store) -> None:
+        self.engine = store.db.engine.sync_engine
+        self.seen: list[str] = []
+
+    def __enter__(self) -> Ends:
+        sa.event.listen(self.engine, "commit", self._commit)
+        sa.event.listen(self.engine, "rollback", self._rollback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sa.event.remove(self.engine, "commit", self._commit)
+        sa.event.remove(self.engine, "rollback", self._rollback)
+
+    def _commit(self, _conn: Any) -> None:
+        self.seen.append("commit")
+
+    def _rollback(self, _conn: Any) -> None:
+        self.seen.append("rollback")
+
+
+def thread_row(owner: str) -> dict[str, Any]:
+    return {"owner": owner, "id": str(uuid.uuid4()), "created_at": 1.0, "updated_at": 1.0}
+
+
+async def owned(store: Store, owner: str) -> int:
+    async with store.db.connection() as conn:
+        count = await conn.scalar(sa.select(sa.func.count()).where(threads.c.owner == owner))
+    return int(count or 0)
+
+
+async def test_direct_statements_commit_and_roll_back_on_psycopg(pg: Store) -> None:
+    insert, owner = sa.insert(threads), f"direct-{uuid.uuid4()}"
+    known(pg, insert, thread_row(owner))
+    with Ends(pg) as ends:
+        async with pg.db.transaction() as conn:
+            await conn.execute(insert, thread_row(owner))
+        with pytest.raises(RuntimeError):
+            async with pg.db.transaction() as conn:
+                await conn.execute(insert, thread_row(owner))
+                raise RuntimeError("the block failed")
+        async with pg.db.transaction():
+            pass  # no statement: nothing to end
+    assert ends.seen == []
+    assert await owned(pg, owner) == 1
+
+
+async def test_a_statement_on_sqlalchemys_path_ends_its_transaction_there(pg: Store) -> None:
+    owner = f"direct-{uuid.uuid4()}"
+    first_run = sa.insert(threads).values(owner=sa.bindparam("who"))  # no plan yet: SQLAlchemy's
+    with Ends(pg) as ends:
+        async with pg.db.transaction() as conn:
+            await conn.execute(first_run, {**thread_row(owner), "who": owner})
+    assert ends.seen == ["commit"]
+    assert await owned(pg, owner) == 1
+
+
+async def test_a_commit_the_database_refuses_is_a_store_error(pg: Store, migrated_pg: str) -> None:
+    table = f"deferred_{uuid.uuid4().hex[:8]}"
+    async with pg_admin(migrated_pg) as admin:
+        await admin.execute(
+            sa.text(
+                f"CREATE TABLE {table} (id int PRIMARY KEY, "
+                f"ref int REFERENCES {table} (id) DEFERRABLE INITIALLY DEFERRED)"
+            )
+        )
+    dangling = sa.text(f"INSERT INTO {table} (id, ref) VALUES (:id, 999)")
+    known(pg, dangling, {"id": 1})
+    try:
+        with pytest.raises(StoreError):
+            async with pg.db.transaction() as conn:
+                await conn.execute(dangling, {"id": 1})  # checked at the commit
+        async with pg.db.transaction() as conn:  # the connection works on
+            assert await conn.scalar(sa.select(sa.literal(1))) == 1
+    finally:
+        async with pg_admin(migrated_pg) as admin:
+            await admin.execute(sa.text(f"DROP TABLE {table}"))
+
+
+async def test_a_connection_lost_before_the_commit_is_replaced(pg: Store, migrated_pg: str) -> None:
+    insert, owner = sa.insert(threads), f"direct-{uuid.uuid4()}"
+    known(pg, insert, thread_row(owner))
+    known(pg, BACKEND)
+    with pytest.raises(StoreUnavailable):
+        async with pg.db.transaction() as conn:
+            await conn.execute(insert, thread_row(owner))
+            pid = await conn.scalar(BACKEND)
+            async with pg_admin(migrated_pg) as admin:
+                await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    assert await owned(pg, owner) == 0
+    for _ in range(3):  # every connection of the pool works again
+        async with pg.db.transaction() as conn:
+            assert await conn.scalar(sa.select(sa.literal(1))) == 1
