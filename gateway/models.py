@@ -35,8 +35,13 @@ MIN_PRIORITY, MAX_PRIORITY = -10, 10
 _ASCII_INTEGER = re.compile(r"[0-9]{1,20}")
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def canonical_uuid(value: str) -> str:
     """Any UUID spelling → lower-case hyphenated; ValueError otherwise."""
+    if _CANONICAL_UUID.fullmatch(value):  # already so, as clients send them: 0.3 us, not 2.3
+        return value
     try:
         return str(uuid.UUID(value))
     except ValueError as exc:
