@@ -52,6 +52,10 @@ def _decoded(text: str | bytes) -> str:
         if text.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         return text
+    if not isinstance(text, bytes | bytearray):
+        raise TypeError(
+            f"the JSON object must be str, bytes or bytearray, not {type(text).__name__}"
+        )
     return text.decode(json.detect_encoding(text), "surrogatepass")
 
 
@@ -77,7 +81,7 @@ def _may_spell_unstorable(text: str | bytes) -> bool:
     bytes as UTF-8 spells one (``json`` decodes bytes with ``surrogatepass``; every such
     sequence starts with byte 0xED). Bytes in UTF-16 or UTF-32, which ``json`` also reads, hold
     NUL bytes: those are checked the long way."""
-    if isinstance(text, bytes):
+    if isinstance(text, bytes | bytearray):
         return b"\\u" in text or b"\xed" in text or b"\x00" in text
     return "\\u" in text or _SURROGATE.search(text) is not None
 

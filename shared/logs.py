@@ -87,9 +87,9 @@ class LineFormatter(logging.Formatter):
         """What :meth:`format` gives for a record of ``name``'s logged now on this thread at
         ``level`` with ``message`` (no exception, no stack), when :attr:`direct` and no
         ``datefmt``."""
-        now = time.time_ns()
+        now = time.time()  # and its milliseconds, as Python 3.11's LogRecord takes them
         values: dict[str, object] = {
-            "asctime": self._time_text(now / 1e9, (now % 1_000_000_000) // 1_000_000),
+            "asctime": self._time_text(now, int((now - int(now)) * 1000)),
             "levelname": logging.getLevelName(level),
             "process": os.getpid(),
             "name": name,
@@ -134,10 +134,15 @@ class TurnBufferedHandler(logging.StreamHandler[TextIO]):
         return formatter
 
     def add_line(self, line: str) -> None:
-        """Buffer a formatted line (:func:`log_line`), as :meth:`emit` does a record's."""
+        """Buffer a formatted line (:func:`log_line`), as :meth:`emit` does a record's: a
+        write that fails (a closed or broken stream) is reported, never raised."""
         self.acquire()
         try:
             self._add(line + self.terminator)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(logging.makeLogRecord({"msg": line}))
         finally:
             self.release()
 
@@ -237,16 +242,18 @@ def log_line(
         return
     handler = _sole_handler(logger)
     formatter = handler.direct_formatter(level) if handler is not None else None
-    message = None
+    line = None
     if handler is not None and formatter is not None:
         try:
-            message = msg % args if args else msg
-        except (TypeError, ValueError):  # the standard call reports it (handleError)
-            message = None
-    if handler is None or formatter is None or message is None:
+            line = formatter.line(logger.name, level, msg % args if args else msg)
+        except RecursionError:
+            raise
+        except Exception:  # an argument that does not format: the standard call reports it
+            line = None
+    if handler is None or line is None:
         logger.log(level, msg, *args, stacklevel=stacklevel + 1)  # the record names our caller
         return
-    handler.add_line(formatter.line(logger.name, level, message))
+    handler.add_line(line)
 
 
 class DirectInfo(logging.LoggerAdapter[logging.Logger]):
@@ -264,20 +271,28 @@ class DirectInfo(logging.LoggerAdapter[logging.Logger]):
             log_line(self.logger, logging.INFO, msg, *args, stacklevel=2)
 
 
+_LOGGER_METHODS = tuple(
+    (name, getattr(logging.Logger, name)) for name in ("makeRecord", "handle", "callHandlers")
+)
+_PLAIN_LOGGERS = (logging.Logger, logging.RootLogger)
+
+
 def _sole_handler(logger: logging.Logger) -> TurnBufferedHandler | None:
     """The one handler a record of ``logger``'s would reach, if it is a
     :class:`TurnBufferedHandler` and nothing on the way could change or drop the record (a
-    filter, a disabled logger, a record factory, records without process or thread)."""
+    filter, a disabled logger, a logger class or method of someone else's, a record factory,
+    records without process or thread)."""
     if (
         logging.getLogRecordFactory() is not logging.LogRecord
         or not logging.logProcesses
         or not logging.logThreads
-    ):
+        or any(getattr(logging.Logger, name) is not kept for name, kept in _LOGGER_METHODS)
+    ):  # a record factory, or logging's own methods patched (as error trackers hook in)
         return None
     found: TurnBufferedHandler | None = None
     current: logging.Logger | None = logger
     while current is not None:
-        if current.filters or current.disabled:
+        if current.filters or current.disabled or type(current) not in _PLAIN_LOGGERS:
             return None
         for handler in current.handlers:
             if found is not None or type(handler) is not TurnBufferedHandler:

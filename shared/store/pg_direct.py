@@ -95,7 +95,11 @@ class DirectConnection(ScalarOfExecute):
         two greenlet switches and its events). A rollback that fails (the connection is gone)
         is not raised: the error that caused it is."""
         conn = self._conn
-        if conn.invalidated:
+        if conn.invalidated:  # a statement lost the connection: nothing of it was committed
+            if commit:
+                raise sa.exc.PendingRollbackError(
+                    "the connection was lost in this transaction; nothing was committed"
+                )
             return
         if conn.in_transaction():
             await (conn.commit() if commit else conn.rollback())

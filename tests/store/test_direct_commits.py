@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from psycopg import pq
 
 from tests.store.test_direct_statements import BACKEND, known, pg_admin
 from tether.store.errors import StoreError, StoreUnavailable
@@ -28,26 +29,34 @@ async def pg(migrated_pg: str) -> AsyncIterator[Store]:
 
 
 class Ends:
-    """SQLAlchemy's own commits and rollbacks on the engine (none on the direct path)."""
+    """SQLAlchemy's own commits and rollbacks on the engine (none on the direct path), and the
+    driver's transaction state as each connection goes back to the pool (before the pool's own
+    rollback): a transaction ended by the store leaves it idle."""
 
     def __init__(self, store: Store) -> None:
         self.engine = store.db.engine.sync_engine
         self.seen: list[str] = []
+        self.returned: list[pq.TransactionStatus] = []
 
     def __enter__(self) -> Ends:
         sa.event.listen(self.engine, "commit", self._commit)
         sa.event.listen(self.engine, "rollback", self._rollback)
+        sa.event.listen(self.engine.pool, "reset", self._reset)
         return self
 
     def __exit__(self, *exc: object) -> None:
         sa.event.remove(self.engine, "commit", self._commit)
         sa.event.remove(self.engine, "rollback", self._rollback)
+        sa.event.remove(self.engine.pool, "reset", self._reset)
 
     def _commit(self, _conn: Any) -> None:
         self.seen.append("commit")
 
     def _rollback(self, _conn: Any) -> None:
         self.seen.append("rollback")
+
+    def _reset(self, dbapi_connection: Any, _record: Any, _state: Any) -> None:
+        self.returned.append(dbapi_connection.driver_connection.info.transaction_status)
 
 
 def thread_row(owner: str) -> dict[str, Any]:
@@ -73,7 +82,25 @@ async def test_direct_statements_commit_and_roll_back_on_psycopg(pg: Store) -> N
         async with pg.db.transaction():
             pass  # no statement: nothing to end
     assert ends.seen == []
+    assert ends.returned == [pq.TransactionStatus.IDLE] * 3
     assert await owned(pg, owner) == 1
+
+
+async def test_direct_and_sqlalchemy_statements_share_one_transaction(pg: Store) -> None:
+    insert, owner = sa.insert(threads), f"direct-{uuid.uuid4()}"
+    known(pg, insert, thread_row(owner))
+    sqlalchemys = {"logging_token": "its path"}  # an option on the call: SQLAlchemy's path
+    with Ends(pg) as ends:
+        async with pg.db.transaction() as conn:
+            await conn.execute(insert, thread_row(owner))
+            await conn.execute(insert, thread_row(owner), execution_options=sqlalchemys)
+        with pytest.raises(RuntimeError):
+            async with pg.db.transaction() as conn:
+                await conn.execute(insert, thread_row(owner), execution_options=sqlalchemys)
+                await conn.execute(insert, thread_row(owner))
+                raise RuntimeError("the block failed")
+    assert ends.seen == ["commit", "rollback"]
+    assert await owned(pg, owner) == 2
 
 
 async def test_a_statement_on_sqlalchemys_path_ends_its_transaction_there(pg: Store) -> None:
@@ -118,6 +145,24 @@ async def test_a_connection_lost_before_the_commit_is_replaced(pg: Store, migrat
             pid = await conn.scalar(BACKEND)
             async with pg_admin(migrated_pg) as admin:
                 await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    assert await owned(pg, owner) == 0
+
+
+async def test_a_connection_a_statement_lost_commits_nothing_and_says_so(
+    pg: Store, migrated_pg: str
+) -> None:
+    """A block that caught its statement's error still may not commit: the store raises."""
+    insert, owner = sa.insert(threads), f"direct-{uuid.uuid4()}"
+    known(pg, insert, thread_row(owner))
+    known(pg, BACKEND)
+    with pytest.raises(StoreError):
+        async with pg.db.transaction() as conn:
+            await conn.execute(insert, thread_row(owner))
+            pid = await conn.scalar(BACKEND)
+            async with pg_admin(migrated_pg) as admin:
+                await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            with pytest.raises(sa.exc.DBAPIError):
+                await conn.execute(BACKEND)
     assert await owned(pg, owner) == 0
     for _ in range(3):  # every connection of the pool works again
         async with pg.db.transaction() as conn:

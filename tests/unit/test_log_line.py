@@ -6,6 +6,7 @@ the standard call."""
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import threading
 import time
@@ -18,14 +19,16 @@ from dramatiq.cli import LOGFORMAT as DRAMATIQ_LOG_FORMAT
 from tether.logs import FORMAT, DirectInfo, LineFormatter, TurnBufferedHandler, log_line
 
 NOW_NS = 1_764_999_999_123_456_789
+CHAINS = itertools.count()
 
 
-@pytest.fixture
-def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=[NOW_NS, 1_764_999_999_999_999_900], ids=["now", "a second's end"])
+def frozen(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> float:
     """One moment for both paths: a record's (``time.time`` or ``time.time_ns``, by version)
-    and the direct line's."""
-    monkeypatch.setattr(time, "time_ns", lambda: NOW_NS)
-    monkeypatch.setattr(time, "time", lambda: NOW_NS / 1e9)
+    and the direct line's; the second has its last millisecond."""
+    monkeypatch.setattr(time, "time_ns", lambda: request.param)
+    monkeypatch.setattr(time, "time", lambda: request.param / 1e9)
+    return float(request.param / 1e9)
 
 
 class Chain:
@@ -36,11 +39,18 @@ class Chain:
         self.stream = io.StringIO()
         self.handler = TurnBufferedHandler(self.stream)
         self.handler.setFormatter(LineFormatter(fmt))
-        self.parent = logging.getLogger(f"tether.test_log_line.{id(self)}")
+        self.parent = logging.getLogger(f"tether.test_log_line.{next(CHAINS)}")
         self.parent.propagate = False
         self.parent.setLevel(logging.INFO)
         self.parent.addHandler(self.handler)
         self.logger = logging.getLogger(f"{self.parent.name}.child")
+
+    def remove(self) -> None:
+        """Forget both loggers (pytest adds its handler to every logger that does not
+        propagate, and a name used again would bring it back)."""
+        self.parent.removeHandler(self.handler)
+        for logger in (self.logger, self.parent):
+            logging.Logger.manager.loggerDict.pop(logger.name, None)
 
     def lines(self) -> list[str]:
         self.handler.flush()
@@ -63,26 +73,27 @@ def chain() -> Iterator[Chain]:
 
     yield Late()  # type: ignore[misc]
     for one in made:
-        one.parent.removeHandler(one.handler)
+        one.remove()
 
 
 @pytest.fixture
 def records(monkeypatch: pytest.MonkeyPatch) -> list[logging.LogRecord]:
-    """Every record a logger makes from now on (none is made on the direct path)."""
+    """Every record made from now on (none is on the direct path). Counted in the record's own
+    constructor: a patched ``Logger.makeRecord`` would itself turn the direct path off."""
     made: list[logging.LogRecord] = []
-    original = logging.Logger.makeRecord
+    original = logging.LogRecord.__init__
 
-    def counting(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.LogRecord:
-        made.append(original(self, *args, **kwargs))
-        return made[-1]
+    def counting(self: logging.LogRecord, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
 
-    monkeypatch.setattr(logging.Logger, "makeRecord", counting)
+    monkeypatch.setattr(logging.LogRecord, "__init__", counting)
     return made
 
 
 @pytest.mark.parametrize("fmt", [FORMAT, DRAMATIQ_LOG_FORMAT], ids=["tether", "dramatiq"])
 def test_the_direct_line_is_the_line_the_standard_call_writes(
-    frozen: None, records: list[logging.LogRecord], fmt: str
+    frozen: float, records: list[logging.LogRecord], fmt: str
 ) -> None:
     chain = Chain(fmt)
 
@@ -104,7 +115,7 @@ def test_the_direct_line_is_the_line_the_standard_call_writes(
 
     standard, direct, plain, plain_direct = both()
     assert direct == standard and plain_direct == plain
-    assert ",123 " in standard or ",123]" in standard
+    assert f",{int((frozen - int(frozen)) * 1000):03d}" in standard
     named: dict[str, list[str]] = {}  # another thread's name, where the format has one
     worker = threading.Thread(target=lambda: named.setdefault("lines", both()), name="worker-7")
     worker.start()
@@ -112,6 +123,7 @@ def test_the_direct_line_is_the_line_the_standard_call_writes(
     assert named["lines"][0] == named["lines"][1]
     assert ("worker-7" in named["lines"][0]) == ("threadName" in fmt)
     assert len(records) == 4  # the standard calls' alone
+    chain.remove()
 
 
 def test_the_direct_line_makes_no_record(chain: Chain, records: list[logging.LogRecord]) -> None:
@@ -155,7 +167,9 @@ def test_anything_that_could_see_or_change_the_record_gets_the_standard_call(
     elif change == "a format with other fields":
         chain.handler.setFormatter(LineFormatter("%(funcName)s:%(lineno)d %(message)s"))
     else:
-        chain.handler.setFormatter(logging.Formatter(FORMAT, datefmt="%H:%M"))
+        dated = LineFormatter()
+        dated.datefmt = "%H:%M"
+        chain.handler.setFormatter(dated)
     try:
         log_line(chain.logger, logging.INFO, "hello %s", "there")
         lines = chain.lines()
@@ -207,3 +221,23 @@ def test_direct_info_takes_the_direct_path_for_info_alone(
         "careful y",
         "with kwargs z",
     ]
+
+
+class Broken:
+    """A stream whose every write fails, as a closed pipe's does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_write_that_fails_is_reported_not_raised(
+    chain: Chain, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported: list[logging.LogRecord] = []
+    monkeypatch.setattr(chain.handler, "handleError", reported.append)
+    chain.handler.setStream(Broken())  # type: ignore[arg-type]
+    log_line(chain.logger, logging.INFO, "lost %s", "line")  # no loop here: written at once
+    assert [r.getMessage() for r in reported] and reported[0].getMessage().endswith("lost line")
