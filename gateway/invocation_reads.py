@@ -23,13 +23,22 @@ while one is in flight wait for it and go together in the next. With four in fli
 2,000 status reads at concurrency 32 cost 315 us of gateway CPU per read against 285 with one,
 and went at 0.83x the rate (``docs/performance-history.md``); a read that arrives during a
 statement waits for it (about a round trip)."""
+STALLED_AFTER = 0.5
+"""Seconds after which a statement in flight no longer holds back the reads that arrive: one
+that hangs (a connection half-open after a failover, a slow checkout) lets others start beside
+it, up to :data:`MOST_IN_FLIGHT`."""
+MOST_IN_FLIGHT = 4
 
 
 class InvocationReads:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._batch: GroupCommit[str, Invocation | None] = GroupCommit(
-            self._get_many, max_batch=BATCH, in_flight=IN_FLIGHT
+            self._get_many,
+            max_batch=BATCH,
+            in_flight=IN_FLIGHT,
+            stalled_after=STALLED_AFTER,
+            most_in_flight=MOST_IN_FLIGHT,
         )
 
     async def _get_many(self, invocation_ids: list[str]) -> list[Invocation | None]:

@@ -33,7 +33,9 @@ class GroupCommit(Generic[Item, Result]):
     of the batch gets that exception. At most ``max_batch`` items go in one flush, and at most
     ``in_flight`` flushes run at once (1 keeps batches in submission order). A submit that
     starts a flush (rather than waiting for the one in flight) has it let the loop take
-    ``gather_turns`` turns first.
+    ``gather_turns`` turns first. With ``stalled_after``, a flush that has run that many seconds
+    no longer holds its place: when every flush in flight has, a submit starts another, up to
+    ``most_in_flight`` (one stuck statement does not hold back every later item).
     """
 
     def __init__(
@@ -43,13 +45,19 @@ class GroupCommit(Generic[Item, Result]):
         max_batch: int = 256,
         in_flight: int = 1,
         gather_turns: int = 0,
+        stalled_after: float | None = None,
+        most_in_flight: int | None = None,
     ) -> None:
         self._flush = flush
         self._max_batch = max_batch
         self._in_flight = in_flight
         self._gather_turns = gather_turns
+        self._stalled_after = stalled_after
+        self._most_in_flight = max(in_flight, most_in_flight or in_flight)
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
         self._runners: set[asyncio.Task[None]] = set()
+        self._flushing: dict[asyncio.Task[None], float] = {}
+        """Each runner's flush in progress: when it began (loop time)."""
 
     async def submit(self, item: Item) -> Result:
         return await self.submit_nowait(item)
@@ -59,12 +67,21 @@ class GroupCommit(Generic[Item, Result]):
         caller that must not wait (or start a task of its own to wait) gets its item into the
         very next batch, one loop step sooner. Cancelling the future skips the result, not the
         write."""
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
         self._pending.append((item, future))
         self._runners = {runner for runner in self._runners if not runner.done()}
-        if len(self._runners) < self._in_flight:
+        if len(self._runners) < self._in_flight or self._all_stalled(loop):
             self._runners.add(asyncio.create_task(self._run(), name="group-commit"))
         return future
+
+    def _all_stalled(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether another flush may start beside the ones in flight: each has run over
+        ``stalled_after`` s, and there is room under ``most_in_flight``."""
+        if self._stalled_after is None or len(self._runners) >= self._most_in_flight:
+            return False
+        now, began = loop.time(), [self._flushing.get(runner) for runner in self._runners]
+        return all(at is not None and now - at >= self._stalled_after for at in began)
 
     @property
     def waiting(self) -> bool:
@@ -83,9 +100,12 @@ class GroupCommit(Generic[Item, Result]):
         except BaseException as exc:  # cancelled while gathering: nothing was flushed
             self._fail_waiting([], exc)
             raise
+        me = asyncio.current_task()
+        assert me is not None
         while self._pending:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
+            self._flushing[me] = asyncio.get_running_loop().time()
             try:
                 results: Sequence[Result | BaseException] = await self._flush([i for i, _ in batch])
                 if len(results) != len(batch):
@@ -97,6 +117,8 @@ class GroupCommit(Generic[Item, Result]):
             except BaseException as exc:  # cancelled: fail this batch and everything waiting
                 self._fail_waiting(batch, exc)
                 raise
+            finally:
+                del self._flushing[me]
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():  # the caller gave up (its request was cancelled)
                     continue

@@ -119,3 +119,33 @@ async def test_at_most_max_batch_items_go_in_one_flush() -> None:
     group = GroupCommit(flush, max_batch=2)
     assert await asyncio.gather(*(group.submit(i) for i in range(5))) == [0, 2, 4, 6, 8]
     assert flush.batches == [[0, 1], [2, 3], [4]]
+
+
+async def test_a_flush_stalled_past_its_time_lets_another_start_up_to_the_most() -> None:
+    """One stuck flush holds back the items after it only ``stalled_after`` seconds."""
+    stuck = asyncio.Event()
+    batches: list[list[int]] = []
+
+    async def flush(items: list[int]) -> list[int]:
+        batches.append(items)
+        if items[0] < 10:  # the first two batches hang until released
+            await stuck.wait()
+        return [2 * i for i in items]
+
+    group = GroupCommit(flush, stalled_after=0.05, most_in_flight=2)
+    first = group.submit_nowait(1)
+    await asyncio.sleep(0.01)
+    early = group.submit_nowait(2)
+    await asyncio.sleep(0.01)
+    assert batches == [[1]]  # not stalled yet: the item waits
+    await asyncio.sleep(0.05)
+    late = group.submit_nowait(3)  # the one in flight has stalled: another flush starts
+    await asyncio.sleep(0.01)
+    assert batches == [[1], [2, 3]]
+    await asyncio.sleep(0.06)
+    last = group.submit_nowait(10)  # both stalled, but two is the most
+    await asyncio.sleep(0.01)
+    assert batches == [[1], [2, 3]] and not last.done()
+    stuck.set()
+    assert list(await asyncio.gather(first, early, late, last)) == [2, 4, 6, 20]
+    assert batches == [[1], [2, 3], [10]]
