@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether.gateway.invocation_reads import InvocationReads
+from tether.gateway.invocation_reads import IN_FLIGHT, InvocationReads
 from tether.outcomes import completed
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import FinishRequest, Store
@@ -65,11 +65,11 @@ async def test_reads_that_arrive_together_share_a_statement_and_see_what_was_com
     assert await reads.get(str(uuid.uuid4())) is None
 
 
-async def test_reads_that_arrive_during_a_statement_wait_for_it_and_go_together(
+async def test_reads_that_arrive_while_statements_run_wait_and_go_together(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One statement at a time per process: every read that arrives while one is in flight
-    joins the next, whatever their number."""
+    """At most ``IN_FLIGHT`` statements at a time per process: every read that arrives while
+    they run joins the next one, whatever their number."""
     ids = [await accepted(store) for _ in range(20)]
     statements: list[int] = []
     began, release = asyncio.Event(), asyncio.Event()
@@ -77,20 +77,23 @@ async def test_reads_that_arrive_during_a_statement_wait_for_it_and_go_together(
 
     async def held(invocation_ids: Sequence[str]) -> Any:
         statements.append(len(invocation_ids))
-        if len(statements) == 1:
+        if len(statements) <= IN_FLIGHT:
             began.set()
             await release.wait()
         return await get_many(invocation_ids)
 
     monkeypatch.setattr(store, "get_many", held)
     reads = InvocationReads(store)
-    first = asyncio.ensure_future(reads.get(ids[0]))
-    await began.wait()
-    later = [asyncio.ensure_future(reads.get(i)) for i in ids[1:]]
+    first = []
+    for invocation_id in ids[:IN_FLIGHT]:  # each its own statement, held until released
+        began.clear()
+        first.append(asyncio.ensure_future(reads.get(invocation_id)))
+        await asyncio.wait_for(began.wait(), 10)
+    later = [asyncio.ensure_future(reads.get(i)) for i in ids[IN_FLIGHT:]]
     for _ in range(5):
         await asyncio.sleep(0)
-    assert statements == [1]  # the others wait for the statement in flight
+    assert statements == [1] * IN_FLIGHT  # the others wait for the statements in flight
     release.set()
-    got = await asyncio.gather(first, *later)
+    got = await asyncio.gather(*first, *later)
     assert [g.id if g else None for g in got] == ids
-    assert statements == [1, 19]
+    assert statements == [1] * IN_FLIGHT + [20 - IN_FLIGHT]
