@@ -45,6 +45,16 @@ async def pg_store(migrated_pg: str) -> AsyncIterator[Store]:
         await s.close()
 
 
+@pytest.fixture
+async def pg(migrated_pg: str) -> AsyncIterator[Store]:
+    """A PostgreSQL store of two pooled connections, its tables as other tests left them."""
+    store = Store.postgres(migrated_pg, pool_size=2)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 async def emptied_postgres(url: str) -> Store:
     s = Store.postgres(url, pool_size=5)
     async with s.engine.begin() as conn:

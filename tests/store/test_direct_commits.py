@@ -6,7 +6,6 @@ that took SQLAlchemy's path has its transaction end there."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,15 +16,6 @@ from tests.store.test_direct_statements import BACKEND, known, pg_admin
 from tether.store.errors import StoreError, StoreUnavailable
 from tether.store.schema import threads
 from tether.store.store import Store
-
-
-@pytest.fixture
-async def pg(migrated_pg: str) -> AsyncIterator[Store]:
-    store = Store.postgres(migrated_pg, pool_size=2)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 class Ends:
@@ -142,10 +132,9 @@ async def test_a_connection_lost_before_the_commit_is_replaced(pg: Store, migrat
     with pytest.raises(StoreUnavailable):
         async with pg.db.transaction() as conn:
             await conn.execute(insert, thread_row(owner))
-            pid = await conn.scalar(BACKEND)
-            async with pg_admin(migrated_pg) as admin:
-                await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            await lose(conn, migrated_pg)
     assert await owned(pg, owner) == 0
+    await every_connection_works(pg)
 
 
 async def test_a_connection_a_statement_lost_commits_nothing_and_says_so(
@@ -158,12 +147,21 @@ async def test_a_connection_a_statement_lost_commits_nothing_and_says_so(
     with pytest.raises(StoreError):
         async with pg.db.transaction() as conn:
             await conn.execute(insert, thread_row(owner))
-            pid = await conn.scalar(BACKEND)
-            async with pg_admin(migrated_pg) as admin:
-                await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            await lose(conn, migrated_pg)
             with pytest.raises(sa.exc.DBAPIError):
                 await conn.execute(BACKEND)
     assert await owned(pg, owner) == 0
-    for _ in range(3):  # every connection of the pool works again
-        async with pg.db.transaction() as conn:
+    await every_connection_works(pg)
+
+
+async def lose(conn: Any, url: str) -> None:
+    """End the server's side of ``conn`` from another connection."""
+    pid = await conn.scalar(BACKEND)
+    async with pg_admin(url) as admin:
+        await admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+
+async def every_connection_works(store: Store) -> None:
+    for _ in range(3):
+        async with store.db.transaction() as conn:
             assert await conn.scalar(sa.select(sa.literal(1))) == 1

@@ -49,15 +49,6 @@ EXPANDING = sa.select(invocations.c.id).where(
 )
 
 
-@pytest.fixture
-async def pg(migrated_pg: str) -> AsyncIterator[Store]:
-    store = Store.postgres(migrated_pg, pool_size=2)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 async def made(store: Store, count: int) -> tuple[str, list[str]]:
     owner = f"direct-{uuid.uuid4()}"
     news = [NewInvocation(str(uuid.uuid4()), owner, None, {"n": i}, "h") for i in range(count)]
