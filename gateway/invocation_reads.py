@@ -23,7 +23,7 @@ while the statements in flight run wait for one to end and go together in the ne
 in flight a sweep of 2,000 status reads at concurrency 32 cost 315 us of gateway CPU per read
 against 285 with one; but with one, right after a burst (PostgreSQL still busy with the
 worker's writes, each statement slower), a read waited for the one in flight and then its own,
-and the sweep took 1.2x as long. Two keep most of the CPU and none of that wait: in the peer's
+and the sweep took 1.2x as long. Two keep most of the saving and none of that wait: in the peer's
 burst, side by side with the four of before, 0.843x the gateway's CPU per invocation and 0.911x
 the time until terminal (``docs/performance-history.md``)."""
 STALLED_AFTER = 0.5
