@@ -100,12 +100,12 @@ class GroupCommit(Generic[Item, Result]):
         except BaseException as exc:  # cancelled while gathering: nothing was flushed
             self._fail_waiting([], exc)
             raise
-        me = asyncio.current_task()
-        assert me is not None
+        me = asyncio.current_task() if self._stalled_after is not None else None
         while self._pending:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
-            self._flushing[me] = asyncio.get_running_loop().time()
+            if me is not None:  # only a group that lets stalled flushes be overtaken times them
+                self._flushing[me] = asyncio.get_running_loop().time()
             try:
                 results: Sequence[Result | BaseException] = await self._flush([i for i, _ in batch])
                 if len(results) != len(batch):
@@ -118,7 +118,8 @@ class GroupCommit(Generic[Item, Result]):
                 self._fail_waiting(batch, exc)
                 raise
             finally:
-                del self._flushing[me]
+                if me is not None:
+                    del self._flushing[me]
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():  # the caller gave up (its request was cancelled)
                     continue

@@ -17,8 +17,9 @@ handler alone, it formats and buffers the line itself, without a :class:`logging
 (the caller's frame looked up, the record built, the filters and handlers called in turn),
 exactly as the handler would have written it. That was ~30 us of a gateway's CPU per request
 (``TETHER_ACCESS_LOG=false`` beside the default, a status read costing 1.12x with the line);
-anywhere else (another handler, a filter, a record factory, a format with other fields) the
-call is the standard one.
+anywhere else (another handler, a filter, a record factory, a logger class or a ``Logger``
+method of someone else's, a format with other fields) the call is the standard one, and so is
+a line whose arguments do not format; a write that fails is reported as a record's is.
 
 What a crash can lose: a process killed outright (SIGKILL, the OOM killer) loses the lines of
 the loop turn it was in, which it had not written yet; an orderly exit writes them
