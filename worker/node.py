@@ -21,7 +21,8 @@ from tether.channels import CANCEL_CHANNEL, QUEUED_CHANNEL, queued_tenants
 from tether.pubsub import CLOSING, PubSub
 from tether.services import Services
 from tether.settings import Settings
-from tether.store.store import StoreError
+from tether.store import autovacuum
+from tether.store.store import Store, StoreError
 from tether.worker.heartbeat import Heartbeat
 from tether.worker.liveness import Liveness
 from tether.worker.reaper import Reaper
@@ -74,6 +75,7 @@ async def run_node(
         asyncio.create_task(_listen_for_queued(pubsub, runtime), name="queued-listener"),
         asyncio.create_task(_fire_timers(services, settings.timers.timer_poll), name="timers"),
         asyncio.create_task(_claim_forever(runtime, settings.timers.claim_poll), name="claims"),
+        asyncio.create_task(_check_autovacuum(store), name="autovacuum-check"),
     ]
     try:
         yield runtime
@@ -125,6 +127,18 @@ def reaper_for(settings: Settings, runtime: Runtime) -> Reaper:
         settings=settings,
         has_recover=runtime.app.recover_handler is not None,
     )
+
+
+async def _check_autovacuum(store: Store) -> None:
+    """Once, at start: warn when PostgreSQL's autovacuum leaves Tether's tables alone
+    (:mod:`tether.store.autovacuum`)."""
+    try:
+        found = await store.autovacuum_coverage()
+    except StoreError as exc:
+        log.info("could not read PostgreSQL's autovacuum settings (%s)", type(exc).__name__)
+        return
+    if found is not None and (text := autovacuum.warning(found)):
+        log.warning("%s", text)
 
 
 async def _reap_forever(reaper: Reaper, interval: float, now: asyncio.Event) -> None:

@@ -178,24 +178,27 @@ RECOUNT_HELP = (
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply pending migrations to PostgreSQL."""
+    from tether.store.autovacuum import Coverage, warning
     from tether.store.store import Store
 
     settings = settings_from(args)
 
-    async def run() -> list[str]:
+    async def run() -> tuple[list[str], Coverage | None]:
         store = Store.postgres(settings.database_url, pool_size=1)
         try:
             applied = await store.migrate()
             if args.recount:
                 await store.recount_open()
-            return applied
+            return applied, await store.autovacuum_coverage()
         finally:
             await store.close()
 
-    applied = asyncio.run(run())
+    applied, vacuumed = asyncio.run(run())
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
     if args.recount:
         print("counted every owner's and tenant's open invocations again")
+    if vacuumed is not None and (text := warning(vacuumed)):
+        print(f"warning: {text}", file=sys.stderr)
     return 0
 
 

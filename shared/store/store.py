@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tether.events import Event
 from tether.store.attempts import Attempts
+from tether.store.autovacuum import Coverage, coverage
 from tether.store.batching import one
 from tether.store.buckets import Buckets
 from tether.store.claims import Claims
@@ -146,6 +147,13 @@ class Store:
     async def migrate(self) -> list[str]:
         with wrapped():
             return await migrate(self.engine)
+
+    async def autovacuum_coverage(self) -> Coverage | None:
+        """What PostgreSQL's autovacuum leaves alone of Tether's tables; None on SQLite."""
+        if self.dialect != "postgresql":
+            return None
+        async with self.db.transaction() as conn:
+            return await coverage(conn)
 
     async def recount_open(self) -> None:
         """Count every owner's and tenant's open invocations again (``tether migrate

@@ -1,0 +1,144 @@
+"""The autovacuum check: what PostgreSQL's autovacuum leaves alone of Tether's tables, read from
+a real server, and the warning a worker node logs and ``tether migrate`` prints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tether.store.autovacuum import CHURNING, Coverage, _opted_out, warning
+from tether.store.store import Store
+from tether.worker.node import _check_autovacuum
+
+
+@pytest.mark.parametrize(
+    ("options", "off"),
+    [
+        ([], False),
+        (["fillfactor=90"], False),
+        (["autovacuum_enabled=off"], True),
+        (["autovacuum_enabled=false"], True),
+        (["autovacuum_enabled=fals"], True),
+        (["autovacuum_enabled=f"], True),
+        (["autovacuum_enabled=no"], True),
+        (["autovacuum_enabled=0"], True),
+        (["AUTOVACUUM_ENABLED=OFF"], True),
+        (["autovacuum_enabled=on"], False),
+        (["autovacuum_enabled=true"], False),
+        (["autovacuum_enabled=1"], False),
+        (["autovacuum_enabled=o"], False),  # not a boolean PostgreSQL would take
+        (["toast.autovacuum_enabled=off"], False),  # the TOAST table's, not the table's
+        (["fillfactor=90", "autovacuum_enabled=off"], True),
+    ],
+)
+def test_a_table_opts_out_only_with_a_false_autovacuum_enabled(
+    options: list[str], off: bool
+) -> None:
+    assert _opted_out(options) is off
+
+
+def test_the_warning_names_what_is_off() -> None:
+    assert warning(Coverage()) is None
+    server = warning(Coverage(settings_off=("autovacuum",)))
+    assert server is not None and "PostgreSQL runs with autovacuum = off" in server
+    both = warning(Coverage(settings_off=("autovacuum", "track_counts")))
+    assert both is not None and "autovacuum = off and track_counts = off" in both
+    tables = warning(Coverage(tables_off=("tether_events", "tether_invocations")))
+    assert tables is not None
+    assert "autovacuum_enabled is off for tether_events, tether_invocations" in tables
+    everything = warning(Coverage(settings_off=("autovacuum",), tables_off=("tether_events",)))
+    assert everything is not None
+    assert everything.startswith(
+        "PostgreSQL runs with autovacuum = off, so autovacuum never runs; "
+        "autovacuum_enabled is off for tether_events: "
+    )
+    for text in (server, both, tables, everything):
+        assert "VACUUM ANALYZE" in text and "docs/operations.md" in text
+
+
+@pytest.fixture
+async def opted_out(pg: Store) -> AsyncIterator[Store]:
+    """``tether_events`` opted out of autovacuum for the test, as it was after."""
+    async with pg.engine.begin() as conn:
+        await conn.execute(sa.text("ALTER TABLE tether_events SET (autovacuum_enabled = off)"))
+    try:
+        yield pg
+    finally:
+        async with pg.engine.begin() as conn:
+            await conn.execute(sa.text("ALTER TABLE tether_events RESET (autovacuum_enabled)"))
+
+
+async def server_settings_off(store: Store) -> tuple[str, ...]:
+    async with store.engine.connect() as conn:
+        values = {
+            name: await conn.scalar(sa.text(f"SELECT current_setting('{name}')"))
+            for name in ("autovacuum", "track_counts")
+        }
+    return tuple(name for name, value in values.items() if value != "on")
+
+
+async def test_postgres_coverage_reads_the_server_and_each_table(pg: Store) -> None:
+    found = await pg.autovacuum_coverage()
+    assert found == Coverage(settings_off=await server_settings_off(pg), tables_off=())
+
+
+async def test_a_table_set_to_skip_autovacuum_is_named(opted_out: Store) -> None:
+    found = await opted_out.autovacuum_coverage()
+    assert found is not None
+    assert found.tables_off == ("tether_events",)
+    assert set(found.tables_off) <= set(CHURNING)
+
+
+async def test_sqlite_has_nothing_to_check(tmp_path: Path) -> None:
+    store = Store.embedded(str(tmp_path / "t.db"))
+    await store.migrate()
+    try:
+        assert await store.autovacuum_coverage() is None
+    finally:
+        await store.close()
+
+
+async def test_a_node_warns_once_at_start_when_a_table_is_left_alone(
+    opted_out: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tether.worker.node"):
+        await _check_autovacuum(opted_out)
+    warned = [r.getMessage() for r in caplog.records if r.name == "tether.worker.node"]
+    assert len(warned) == 1
+    assert "tether_events" in warned[0] and "VACUUM ANALYZE" in warned[0]
+
+
+async def test_a_node_on_sqlite_says_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store.embedded(str(tmp_path / "t.db"))
+    await store.migrate()
+    try:
+        with caplog.at_level(logging.INFO, logger="tether.worker.node"):
+            await _check_autovacuum(store)
+    finally:
+        await store.close()
+    assert not [r for r in caplog.records if r.name == "tether.worker.node"]
+
+
+async def test_tether_migrate_prints_the_warning(opted_out: Store, migrated_pg: str) -> None:
+    from tests.harness import Launch
+
+    launch = Launch()
+    command = await asyncio.create_subprocess_exec(
+        *launch.command,
+        "migrate",
+        cwd=launch.cwd,
+        env=launch.env({"TETHER_DATABASE_URL": migrated_pg}),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(command.communicate(), 60)
+    assert command.returncode == 0, err.decode()
+    assert "none pending" in out.decode()
+    assert "warning: " in err.decode() and "tether_events" in err.decode()
