@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     path = write(rows, quick=args.quick, scenarios=names, info=info)
     print(
         f"\nnproc={info['nproc']} memory={info['memory_gb']} GB python={info['python']} "
-        f"postgresql={info['postgresql']} redis={info['redis']} loadavg={info['loadavg']}"
+        f"postgresql={info['postgresql']} (autovacuum {info['autovacuum']}) redis={info['redis']} "
+        f"loadavg={info['loadavg']}"
     )
     print(f"results: {path}")
     if failures:

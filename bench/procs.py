@@ -87,6 +87,23 @@ class Database:
             ).fetchall()
         return {int(r[0]) for r in rows}
 
+    def vacuum_if_no_autovacuum(self) -> bool:
+        """``VACUUM ANALYZE`` this database when the server runs without autovacuum; whether it
+        did. Scenarios that send burst after burst to one database call it between rounds, as
+        autovacuum would have run by then on a server with it on (PostgreSQL's default): without
+        it, statements planned while the tables were small keep their plans as they grow and
+        dead rows pile up, so each round runs slower than the one before (docs/operations.md,
+        "Vacuum")."""
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            row = conn.execute("SHOW autovacuum").fetchone()
+        if row is not None and row[0] == "on":
+            return False
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        return True
+
     def stats(self) -> tuple[int, int]:
         """(xact_commit, xact_rollback) of this database, as pg_stat_database reports them."""
         import psycopg

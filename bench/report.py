@@ -112,6 +112,9 @@ def machine() -> dict[str, Any]:
         "postgresql": _run(
             ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW server_version"]
         ),
+        "autovacuum": _run(
+            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW autovacuum"]
+        ),
         "redis": (
             _run(["redis-cli", "INFO", "server"]).partition("redis_version:")[2].split() or [""]
         )[0],

@@ -7,6 +7,8 @@ environment with another checkout installed, e.g. a ``git worktree`` of the comm
 against). The same burst (``peer_posts`` background no-ops at ``concurrency``, then every status
 read until terminal, ``bench.peer_load.burst``) goes to each in turn, the order alternating, so a
 slow minute of the shared machine slows both sides of a round rather than one side's run.
+Before each burst, where the server runs without autovacuum, its side's database gets the
+``VACUUM ANALYZE`` autovacuum would have run by then.
 
 Per side it prints the medians of accepts/s, seconds until terminal and server CPU per invocation
 (each process's too), and this side's median over the other's. ``--same`` runs this checkout on
@@ -25,7 +27,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.procs import Launcher, Proc, launcher, private_database
+from bench.procs import Database, Launcher, Proc, launcher, private_database
 from bench.scenarios.common import FULL, QUICK, Sizes
 from bench.scenarios.peer import serving
 from bench.scenarios.sidebyside import Round, one_burst
@@ -56,7 +58,11 @@ def describe(checkout: Path) -> str:
 
 
 async def alternate(
-    launchers: dict[str, Launcher], mode: str, sizes: Sizes, rounds: int
+    launchers: dict[str, Launcher],
+    mode: str,
+    sizes: Sizes,
+    rounds: int,
+    databases: dict[str, Database] | None = None,
 ) -> dict[str, list[Round]]:
     results: dict[str, list[Round]] = {name: [] for name in launchers}
     with ExitStack() as up:
@@ -69,6 +75,8 @@ async def alternate(
         names = list(servers)
         for n in range(rounds):
             for name in names if n % 2 == 0 else names[::-1]:
+                if databases:  # as autovacuum would have by now, where it is off
+                    await asyncio.to_thread(databases[name].vacuum_if_no_autovacuum)
                 await asyncio.sleep(1.0)  # the other side's burst has settled
                 results[name].append(await one_burst(*servers[name], sizes))
                 print(f"[versus] round {n + 1}: {name} {results[name][-1]}", flush=True)
@@ -119,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[versus] this:  {describe(here)}\n[versus] other: {describe(there)}", flush=True)
     sizes = QUICK if args.quick else FULL
     with ExitStack() as stack:
-        launchers = {}
+        launchers, databases = {}, {}
         for name, python in (("this", sys.executable), ("other", other)):
-            db = stack.enter_context(private_database())
+            db = databases[name] = stack.enter_context(private_database())
             launchers[name] = stack.enter_context(launcher(db, python=python))
-        results = asyncio.run(alternate(launchers, args.mode, sizes, args.rounds))
+        results = asyncio.run(alternate(launchers, args.mode, sizes, args.rounds, databases))
     print(report(results, args.mode))
     return 0
 

@@ -11,6 +11,10 @@ Figures, per pair (``tether-dev`` against ``agentkit-memory``, ``tether-distribu
 until the client has read every one terminal, and the server's CPU per invocation over the burst
 (its processes; PostgreSQL's backends not counted, on either side).
 
+Both servers of a pair keep their tables in one database. Before each burst, when the machine's
+PostgreSQL runs without autovacuum, the scenario runs ``VACUUM ANALYZE`` on it, as autovacuum
+would have by then (``Database.vacuum_if_no_autovacuum``).
+
 Skipped, with a message, when AgentKit is not installed (``pip install -e '.[bench]'``).
 """
 
@@ -68,6 +72,7 @@ async def pair(ours: str, theirs: str, sizes: Sizes) -> dict[str, list[Round]]:
         for n in range(sizes.sidebyside_rounds):
             order = (ours, theirs) if n % 2 == 0 else (theirs, ours)
             for name in order:
+                await asyncio.to_thread(db.vacuum_if_no_autovacuum)  # both servers' tables
                 await asyncio.sleep(1.0)  # the other server's burst has settled
                 rounds[name].append(await one_burst(*servers[name], sizes))
             print(
