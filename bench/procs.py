@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -96,9 +97,7 @@ class Database:
         "Vacuum")."""
         import psycopg
 
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            row = conn.execute("SHOW autovacuum").fetchone()
-        if row is not None and row[0] == "on":
+        if server_settings()["autovacuum"] == "on":
             return False
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
@@ -115,6 +114,21 @@ class Database:
             ).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
+
+
+@functools.cache
+def server_settings() -> dict[str, str]:
+    """The bench's PostgreSQL server: its version, and whether autovacuum runs (asked once);
+    empty strings when it cannot be reached."""
+    import psycopg
+
+    names = ("server_version", "autovacuum")
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            rows = {name: conn.execute(f"SHOW {name}").fetchone() for name in names}
+    except psycopg.Error:
+        return dict.fromkeys(names, "")
+    return {name: str(row[0]) if row else "" for name, row in rows.items()}
 
 
 @contextlib.contextmanager

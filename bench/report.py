@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from bench.procs import server_settings
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -97,6 +99,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    postgres = server_settings()
     packages: dict[str, str | None] = {}
     for name in ("aiohttp", "dramatiq", "SQLAlchemy", "psycopg", "redis", "pydantic"):
         try:
@@ -109,12 +112,8 @@ def machine() -> dict[str, Any]:
         "memory_gb": round(mem_kb / 1024 / 1024, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "postgresql": _run(
-            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW server_version"]
-        ),
-        "autovacuum": _run(
-            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW autovacuum"]
-        ),
+        "postgresql": postgres["server_version"],
+        "autovacuum": postgres["autovacuum"],
         "redis": (
             _run(["redis-cli", "INFO", "server"]).partition("redis_version:")[2].split() or [""]
         )[0],

@@ -59,10 +59,10 @@ def describe(checkout: Path) -> str:
 
 async def alternate(
     launchers: dict[str, Launcher],
+    databases: dict[str, Database],
     mode: str,
     sizes: Sizes,
     rounds: int,
-    databases: dict[str, Database] | None = None,
 ) -> dict[str, list[Round]]:
     results: dict[str, list[Round]] = {name: [] for name in launchers}
     with ExitStack() as up:
@@ -75,8 +75,8 @@ async def alternate(
         names = list(servers)
         for n in range(rounds):
             for name in names if n % 2 == 0 else names[::-1]:
-                if databases:  # as autovacuum would have by now, where it is off
-                    await asyncio.to_thread(databases[name].vacuum_if_no_autovacuum)
+                # as autovacuum would have by now, where it is off
+                await asyncio.to_thread(databases[name].vacuum_if_no_autovacuum)
                 await asyncio.sleep(1.0)  # the other side's burst has settled
                 results[name].append(await one_burst(*servers[name], sizes))
                 print(f"[versus] round {n + 1}: {name} {results[name][-1]}", flush=True)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, python in (("this", sys.executable), ("other", other)):
             db = databases[name] = stack.enter_context(private_database())
             launchers[name] = stack.enter_context(launcher(db, python=python))
-        results = asyncio.run(alternate(launchers, args.mode, sizes, args.rounds, databases))
+        results = asyncio.run(alternate(launchers, databases, args.mode, sizes, args.rounds))
     print(report(results, args.mode))
     return 0
 

@@ -135,9 +135,12 @@ async def _check_autovacuum(store: Store) -> None:
     try:
         found = await store.autovacuum_coverage()
     except StoreError as exc:
-        log.info("could not read PostgreSQL's autovacuum settings (%s)", type(exc).__name__)
+        log.info("could not read PostgreSQL's autovacuum settings (%s)", exc)
         return
-    if found is not None and (text := autovacuum.warning(found)):
+    except Exception:
+        log.warning("checking PostgreSQL's autovacuum settings failed", exc_info=True)
+        return
+    if found is not None and (text := autovacuum.warning_text(found)):
         log.warning("%s", text)
 
 

@@ -1,17 +1,14 @@
 """Whether PostgreSQL's autovacuum looks after Tether's tables.
 
 Tether's tables churn. Each invocation's row is rewritten as it is claimed and as it ends (a
-dead row version each time, and dead entries in the partial indexes that count queued and
-running work); open counts, tenants' passes and workers' heartbeats are updated in place; the
-event log is appended to and, at retention, deleted from. Autovacuum reclaims the dead versions
-and keeps the planner's statistics current. Without it the dead versions pile up, and a
-statement planned while a table was small keeps that plan as the table grows: on this project's
-benchmark machine (autovacuum off), a worker's batched finishes went on scanning the whole
-invocations table, and PostgreSQL's CPU per invocation rose from 0.43 to 1.07 ms over six bursts
-of 2,000 on one database (0.35-0.51 ms with ``VACUUM ANALYZE`` before each; docs/operations.md,
-"Vacuum").
+dead row version each time, and dead entries in the partial indexes that find queued and
+running work); open counts, tenants' passes and usage, workers' heartbeats and threads are
+updated in place; the event log is appended to and, at retention, deleted from. Autovacuum
+reclaims the dead versions and keeps the planner's statistics current. Without it the dead
+versions pile up, and a statement planned while a table was small keeps that plan as the table
+grows (what that cost in a benchmark: docs/operations.md, "Vacuum").
 
-A worker node checks once at start and logs a warning naming what is off (:func:`warning`);
+A worker node checks once at start and logs a warning naming what is off (:func:`warning_text`);
 ``tether migrate`` prints it. The embedded SQLite store has nothing to check.
 """
 
@@ -23,35 +20,23 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from tether.store.connection import Connection
-
-CHURNING = (
-    "tether_invocations",
-    "tether_events",
-    "tether_open_counts",
-    "tether_tenant_passes",
-    "tether_claim_clock",
-    "tether_tenant_buckets",
-    "tether_workers",
-    "tether_steps",
-    "tether_waits",
-)
-"""The tables whose rows are updated or deleted as work runs (the rest change when an operator
-changes a limit, or only grow)."""
+from tether.store.schema import metadata
 
 _SERVER = sa.text(
     "SELECT current_setting('autovacuum') AS autovacuum, "
     "current_setting('track_counts') AS track_counts"
 )
 _TABLES = sa.text(
-    "SELECT name, c.reloptions FROM unnest(CAST(:names AS text[])) AS name "
-    "JOIN pg_class AS c ON c.oid = to_regclass(name)"
+    "SELECT t.relname, c.reloptions FROM unnest(CAST(:names AS text[])) AS t(relname) "
+    "JOIN pg_class AS c ON c.oid = to_regclass(t.relname)"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
     """What autovacuum leaves alone: the server-wide settings that stop it (``autovacuum``, or
-    ``track_counts``, which it needs), and the tables that opt out (``autovacuum_enabled``)."""
+    ``track_counts``, which it needs), and Tether's tables that opt out
+    (``autovacuum_enabled``; a table's TOAST options are not read)."""
 
     settings_off: tuple[str, ...] = ()
     tables_off: tuple[str, ...] = ()
@@ -62,13 +47,15 @@ class Coverage:
 
 
 async def coverage(conn: Connection) -> Coverage:
-    """Read the server's settings and the churning tables' storage options (PostgreSQL)."""
+    """Read the server's settings and the storage options of every table of Tether's schema
+    (PostgreSQL; tables are found on the connection's ``search_path``, as every statement finds
+    them)."""
     server = (await conn.execute(_SERVER)).one()
     settings_off = tuple(
         name for name in ("autovacuum", "track_counts") if str(getattr(server, name)) != "on"
     )
-    rows = await conn.execute(_TABLES, {"names": list(CHURNING)})
-    tables_off = tuple(sorted(row.name for row in rows if _opted_out(row.reloptions or ())))
+    rows = await conn.execute(_TABLES, {"names": sorted(metadata.tables)})
+    tables_off = tuple(sorted(row.relname for row in rows if _opted_out(row.reloptions or ())))
     return Coverage(settings_off, tables_off)
 
 
@@ -92,14 +79,14 @@ def _false(value: str) -> bool:
     )
 
 
-def warning(found: Coverage) -> str | None:
-    """The operator's warning, or None when autovacuum covers every churning table."""
+def warning_text(found: Coverage) -> str | None:
+    """The operator's warning, or None when autovacuum covers every table of Tether's."""
     if found.complete:
         return None
     off = []
     if found.settings_off:
         what = " and ".join(f"{name} = off" for name in found.settings_off)
-        off.append(f"PostgreSQL runs with {what}, so autovacuum never runs")
+        off.append(f"PostgreSQL runs with {what}, so autovacuum runs only to prevent wraparound")
     if found.tables_off:
         off.append(f"autovacuum_enabled is off for {', '.join(found.tables_off)}")
     return (

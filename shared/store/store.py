@@ -152,7 +152,7 @@ class Store:
         """What PostgreSQL's autovacuum leaves alone of Tether's tables; None on SQLite."""
         if self.dialect != "postgresql":
             return None
-        async with self.db.transaction() as conn:
+        async with self.db.connection() as conn:
             return await coverage(conn)
 
     async def recount_open(self) -> None:
