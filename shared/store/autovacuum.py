@@ -27,8 +27,10 @@ _SERVER = sa.text(
     "current_setting('track_counts') AS track_counts"
 )
 _TABLES = sa.text(
-    "SELECT t.relname, c.reloptions FROM unnest(CAST(:names AS text[])) AS t(relname) "
-    "JOIN pg_class AS c ON c.oid = to_regclass(t.relname)"
+    "SELECT t.relname, c.reloptions, toast.reloptions AS toast_options "
+    "FROM unnest(CAST(:names AS text[])) AS t(relname) "
+    "JOIN pg_class AS c ON c.oid = to_regclass(t.relname) "
+    "LEFT JOIN pg_class AS toast ON toast.oid = c.reltoastrelid"
 )
 
 
@@ -36,7 +38,8 @@ _TABLES = sa.text(
 class Coverage:
     """What autovacuum leaves alone: the server-wide settings that stop it (``autovacuum``, or
     ``track_counts``, which it needs), and Tether's tables that opt out
-    (``autovacuum_enabled``; a table's TOAST options are not read)."""
+    (``autovacuum_enabled``, or ``toast.autovacuum_enabled`` for the table's out-of-line
+    values: a large input, output or event lives there)."""
 
     settings_off: tuple[str, ...] = ()
     tables_off: tuple[str, ...] = ()
@@ -55,7 +58,13 @@ async def coverage(conn: Connection) -> Coverage:
         name for name in ("autovacuum", "track_counts") if str(getattr(server, name)) != "on"
     )
     rows = await conn.execute(_TABLES, {"names": sorted(metadata.tables)})
-    tables_off = tuple(sorted(row.relname for row in rows if _opted_out(row.reloptions or ())))
+    tables_off = tuple(
+        sorted(
+            row.relname
+            for row in rows
+            if _opted_out(row.reloptions or ()) or _opted_out(row.toast_options or ())
+        )
+    )
     return Coverage(settings_off, tables_off)
 
 

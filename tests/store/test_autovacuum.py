@@ -106,6 +106,22 @@ async def test_a_table_set_to_skip_autovacuum_is_named(opted_out: Store) -> None
     assert found.tables_off == ("tether_events",)
 
 
+async def test_a_table_whose_toast_skips_autovacuum_is_named(pg: Store) -> None:
+    """A table's large values live in its TOAST table, whose options are its own."""
+    async with pg.engine.begin() as conn:
+        await conn.execute(
+            sa.text("ALTER TABLE tether_invocations SET (toast.autovacuum_enabled = false)")
+        )
+    try:
+        found = await pg.autovacuum_coverage()
+    finally:
+        async with pg.engine.begin() as conn:
+            await conn.execute(
+                sa.text("ALTER TABLE tether_invocations RESET (toast.autovacuum_enabled)")
+            )
+    assert found is not None and found.tables_off == ("tether_invocations",)
+
+
 async def test_sqlite_has_nothing_to_check(tmp_path: Path) -> None:
     store = Store.embedded(str(tmp_path / "t.db"))
     await store.migrate()
