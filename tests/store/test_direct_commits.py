@@ -125,10 +125,17 @@ async def test_a_commit_the_database_refuses_is_a_store_error(pg: Store, migrate
             await admin.execute(sa.text(f"DROP TABLE {table}"))
 
 
-async def test_a_connection_lost_before_the_commit_is_replaced(pg: Store, migrated_pg: str) -> None:
+def thread_insert(pg: Store) -> tuple[sa.Insert, str]:
+    """An insert of a thread of a new owner, and that owner, with the statements the tests of a
+    lost connection run known to the store's plans (so they take the direct path)."""
     insert, owner = sa.insert(threads), f"direct-{uuid.uuid4()}"
     known(pg, insert, thread_row(owner))
     known(pg, BACKEND)
+    return insert, owner
+
+
+async def test_a_connection_lost_before_the_commit_is_replaced(pg: Store, migrated_pg: str) -> None:
+    insert, owner = thread_insert(pg)
     with pytest.raises(StoreUnavailable):
         async with pg.db.transaction() as conn:
             await conn.execute(insert, thread_row(owner))
@@ -141,9 +148,7 @@ async def test_a_connection_a_statement_lost_commits_nothing_and_says_so(
     pg: Store, migrated_pg: str
 ) -> None:
     """A block that caught its statement's error still may not commit: the store raises."""
-    insert, owner = sa.insert(threads), f"direct-{uuid.uuid4()}"
-    known(pg, insert, thread_row(owner))
-    known(pg, BACKEND)
+    insert, owner = thread_insert(pg)
     with pytest.raises(StoreError):
         async with pg.db.transaction() as conn:
             await conn.execute(insert, thread_row(owner))
