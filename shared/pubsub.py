@@ -241,12 +241,10 @@ async def announce_queued(pubsub: PubSub, tenants: list[str]) -> None:
         log.warning("queued-work announcement failed (%s)", type(exc).__name__)
 
 
-async def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:
-    """Wake the invocation's readers; a failure only delays them (they re-read the store)."""
+def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:
+    """Wake the invocation's readers, without waiting: the batch joins this process's next
+    publish, in order with every other (:meth:`PubSub.publish_soon`). A failure is logged and
+    only delays the readers (they re-read the store)."""
     channel = events_channel(invocation_id)
-    if not batch or not pubsub.listened(channel):
-        return
-    try:
-        await pubsub.publish(channel, [encode_batch(batch)])
-    except (RedisError, OSError) as exc:
-        log.warning("invocation %s: publish failed (%s)", invocation_id, type(exc).__name__)
+    if batch and pubsub.listened(channel):
+        pubsub.publish_soon(channel, [encode_batch(batch)])

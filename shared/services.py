@@ -34,7 +34,7 @@ class Services:
         invocation run."""
         if self.credentials is not None:
             self.credentials.discard(invocation_id)
-        await publish_events(self.pubsub, invocation_id, finished.events)
+        publish_events(self.pubsub, invocation_id, finished.events)
         if finished.successor_id is not None:
             await self.queue.send([finished.successor_id])
 

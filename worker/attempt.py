@@ -14,8 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tether.channels import events_channel
-from tether.events import Event, encode_batch
+from tether.events import Event
 from tether.groupcommit import GroupCommit
 from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
@@ -94,8 +93,8 @@ class EventBatches:
         for writer, events, result in zip(writers, taken, results, strict=True):
             if not isinstance(result, list):
                 writer.put_back(events)
-            elif result and self._pubsub.listened(channel := events_channel(writer.invocation_id)):
-                self._pubsub.publish_soon(channel, [encode_batch(result)])
+            elif result:
+                publish_events(self._pubsub, writer.invocation_id, result)
         return results
 
 
@@ -251,7 +250,7 @@ class EventWriter:
             self.parking = False
             raise
         self.parked = True
-        await publish_events(self._pubsub, self._claim.invocation_id, stored)
+        publish_events(self._pubsub, self._claim.invocation_id, stored)
 
     async def _park(self, waits: Sequence[NewWait]) -> list[Event]:
         """Write the park (fenced): the events it stored; raises where it did not park."""

@@ -211,7 +211,7 @@ class Runtime:
     async def _run(self, running: RunningAttempt) -> None:
         claim = running.claim
         try:
-            await publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
+            publish_events(self.pubsub, claim.invocation_id, [running.writer.started_event()])
             log.info("invocation %s: attempt %d started", claim.invocation_id, claim.attempt)
             running.ctx = await self._contexts.build(running)
             if running.ctx is None:
