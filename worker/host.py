@@ -197,12 +197,11 @@ class NodeHost(dramatiq.Middleware):
         taken = 1
         while taken < len(tokens) and runtime.slots.try_take():
             taken += 1
-        for handed, hint in enumerate(tokens[:taken]):
-            if not _on_loop(loop, self._start(runtime, hint)):  # the process is going away
-                for _ in range(taken - handed):
-                    runtime.slots.give()
-                log.debug("tokens from invocation %s on: dropped (stopping)", hint)
-                return handed
+        if not _on_loop(loop, self._start_all(runtime, tokens[:taken])):  # going away
+            for _ in range(taken):
+                runtime.slots.give()
+            log.debug("tokens from invocation %s on: dropped (stopping)", tokens[0])
+            return 0
         self._send_back(loop, runtime, tokens[taken:])
         return taken
 
@@ -215,6 +214,13 @@ class NodeHost(dramatiq.Middleware):
             return
         log.debug("%d token(s) from invocation %s on: sent back", len(tokens), tokens[0])
         _on_loop(loop, runtime.services.queue.send(tokens))  # if not: still queued, for others
+
+    async def _start_all(self, runtime: Runtime, hints: Sequence[str]) -> None:
+        """A message's tokens, handed to the loop at once: one hand-over from this thread (a
+        future, a task, a wake-up of the loop) instead of one a token, 21-28 against 5-7 us of
+        CPU a token when timed alone. Each claims in a task of its own; they start in one turn
+        of the loop, so they join one claim batch."""
+        await asyncio.gather(*(self._start(runtime, hint) for hint in hints))
 
     async def _start(self, runtime: Runtime, hint: str) -> None:
         try:
