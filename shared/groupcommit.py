@@ -88,6 +88,11 @@ class GroupCommit(Generic[Item, Result]):
         """Whether items wait for the next flush (one in flight ends, the next starts)."""
         return bool(self._pending)
 
+    @property
+    def pending(self) -> int:
+        """How many items wait for the next flush."""
+        return len(self._pending)
+
     async def idle(self) -> None:
         """Wait until no flush runs (one started meanwhile is waited for too)."""
         while runners := [runner for runner in self._runners if not runner.done()]:

@@ -21,6 +21,16 @@ from tether.settings import STREAM_BUFFER_BYTES
 log = logging.getLogger(__name__)
 
 
+MAX_WAITING_PUBLISHES = 10_000
+"""Publishes a process holds for Redis at most. While Redis cannot be reached a flush can take
+its socket timeout, and the wake-ups of every event, start and end pile up meanwhile; past this
+many, new ones are dropped (a reader re-reads the store on its own timer, as after any lost
+message)."""
+REPORT_EVERY = 10.0
+"""Seconds between two lines about failed or dropped publishes (the first is logged at once)."""
+CLOSE_WAIT = 5.0
+"""Seconds ``close`` waits for the publishes still held; what is left then is not sent."""
+
 PUBLISH_ALL = "for i = 1, #ARGV, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end"
 """A batch's publishes, in order, as one command: ``channel, message, channel, message, ...``.
 A pipeline of as many ``PUBLISH`` commands cost redis-py 17-21 us of CPU a message to write and
@@ -43,6 +53,7 @@ class RedisPubSub(MemoryPubSub):
         self._lock = asyncio.Lock()
         self._publishes: GroupCommit[tuple[str, list[str]], None] = GroupCommit(self._publish_batch)
         self._publish_all = self._redis.register_script(PUBLISH_ALL)
+        self._trouble = PublishTrouble()
 
     async def publish(self, channel: str, messages: list[str]) -> None:
         """Concurrent publishes go out together, in order, in one command on one connection
@@ -51,10 +62,14 @@ class RedisPubSub(MemoryPubSub):
         await self._publishes.submit((channel, messages))
 
     def publish_soon(self, channel: str, messages: list[str]) -> None:
-        """Joins the next batch; a failure only delays the readers (they re-read the
-        store)."""
+        """Joins the next batch; a failure, or a drop past :data:`MAX_WAITING_PUBLISHES`,
+        only delays the readers (they re-read the store) and is reported
+        (:class:`PublishTrouble`)."""
+        if self._publishes.pending >= MAX_WAITING_PUBLISHES:
+            self._trouble.dropped(channel)
+            return
         sent = self._publishes.submit_nowait((channel, messages))
-        sent.add_done_callback(lambda done: _log_failed_publish(channel, done))
+        sent.add_done_callback(lambda done: self._trouble.sent(channel, done))
 
     def listened(self, channel: str) -> bool:
         return True  # other processes' subscriptions are not known here
@@ -165,7 +180,12 @@ class RedisPubSub(MemoryPubSub):
         await self._redis.ping()
 
     async def close(self) -> None:
-        await self._publishes.idle()  # what publish_soon sent last
+        try:  # what publish_soon sent last, unless Redis cannot be reached
+            await asyncio.wait_for(self._publishes.idle(), CLOSE_WAIT)
+        except TimeoutError:  # the wait cancelled the flush in flight, and what waited for it
+            log.info(
+                "closing: publishes still waiting for Redis after %gs were not sent", CLOSE_WAIT
+            )
         if self._reader is not None:
             await loops.cancel_and_wait([self._reader])
         with contextlib.suppress(RedisError, OSError):
@@ -178,6 +198,46 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _log_failed_publish(channel: str, sent: asyncio.Future[None]) -> None:
-    if not sent.cancelled() and (exc := sent.exception()) is not None:
-        log.warning("publish to %s failed (%s)", channel, type(exc).__name__)
+class PublishTrouble:
+    """Publishes that failed or were dropped, reported in one line at most every
+    :data:`REPORT_EVERY` seconds (a batch that fails fails all its publishes, up to 256, and
+    while Redis is away every batch does), naming the last channel and the count since the last
+    line."""
+
+    def __init__(self) -> None:
+        self._failed = self._dropped = 0
+        self._reported_at = -REPORT_EVERY
+        self._reason = ""
+
+    def sent(self, channel: str, sent: asyncio.Future[None]) -> None:
+        exc = None if sent.cancelled() else sent.exception()
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):  # closing: no fault
+            self._failed += 1
+            self._reason = type(exc).__name__
+            self._report(channel)
+
+    def dropped(self, channel: str) -> None:
+        self._dropped += 1
+        self._report(channel)
+
+    def _report(self, channel: str) -> None:
+        now = asyncio.get_running_loop().time()
+        if now - self._reported_at < REPORT_EVERY:
+            return
+        self._reported_at = now
+        if self._failed:
+            log.warning(
+                "publish to %s failed (%s): %d publishes failed since the last report",
+                channel,
+                self._reason,
+                self._failed,
+            )
+        if self._dropped:
+            log.warning(
+                "publish to %s dropped: %d publishes dropped since the last report, %d or more "
+                "waiting for Redis",
+                channel,
+                self._dropped,
+                MAX_WAITING_PUBLISHES,
+            )
+        self._failed = self._dropped = 0
