@@ -242,9 +242,10 @@ async def announce_queued(pubsub: PubSub, tenants: list[str]) -> None:
 
 
 def publish_events(pubsub: PubSub, invocation_id: str, batch: list[Event]) -> None:
-    """Wake the invocation's readers, without waiting: the batch joins this process's next
-    publish, in order with every other (:meth:`PubSub.publish_soon`). A failure is logged and
-    only delays the readers (they re-read the store)."""
+    """Wake the invocation's readers, without waiting (:meth:`PubSub.publish_soon`): in one
+    process the readers have the batch at once; through Redis it joins this process's next
+    publish, in order with every other, and a failure is logged and only delays the readers
+    (they re-read the store)."""
     channel = events_channel(invocation_id)
     if batch and pubsub.listened(channel):
         pubsub.publish_soon(channel, [encode_batch(batch)])

@@ -1,8 +1,8 @@
 """What both sides talk to, opened and closed in one place: the store, pub/sub and the queue.
 
 It also holds the one rule for what follows a terminal transition, whoever made it (the worker
-finishing an attempt, the reaper ending a dead one, the API cancelling a queued one): publish its
-events, then hand the session to its successor.
+finishing an attempt, the reaper ending a dead one, the API cancelling a queued one): wake its
+readers with its events (not waited for), then hand the session to its successor.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class Services:
     where the gateway and the worker are different processes (the token cannot travel)."""
 
     async def after_terminal(self, invocation_id: str, finished: Finished) -> None:
-        """Forget the caller's token, wake the invocation's readers, then let its session's next
-        invocation run."""
+        """Forget the caller's token, wake the invocation's readers (their wake-up is sent, not
+        waited for), then let its session's next invocation run."""
         if self.credentials is not None:
             self.credentials.discard(invocation_id)
         publish_events(self.pubsub, invocation_id, finished.events)

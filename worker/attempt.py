@@ -93,7 +93,7 @@ class EventBatches:
         for writer, events, result in zip(writers, taken, results, strict=True):
             if not isinstance(result, list):
                 writer.put_back(events)
-            elif result:
+            else:
                 publish_events(self._pubsub, writer.invocation_id, result)
         return results
 

@@ -200,8 +200,7 @@ class NodeHost(dramatiq.Middleware):
         if not _on_loop(loop, self._start_all(runtime, tokens[:taken])):  # going away
             for _ in range(taken):
                 runtime.slots.give()
-            log.debug("tokens from invocation %s on: dropped (stopping)", tokens[0])
-            return 0
+            return 0  # the actor logs the drop
         self._send_back(loop, runtime, tokens[taken:])
         return taken
 
@@ -217,9 +216,9 @@ class NodeHost(dramatiq.Middleware):
 
     async def _start_all(self, runtime: Runtime, hints: Sequence[str]) -> None:
         """A message's tokens, handed to the loop at once: one hand-over from this thread (a
-        future, a task, a wake-up of the loop) instead of one a token, 21-28 against 5-7 us of
-        CPU a token when timed alone. Each claims in a task of its own; they start in one turn
-        of the loop, so they join one claim batch."""
+        future, a task, a wake-up of the loop) instead of one a token. Timed alone, 5-7 us of
+        CPU a token in hand-overs of eight, against 21-28 us one at a time. Each claims in a
+        task of its own; they start in one turn of the loop, so they join one claim batch."""
         await asyncio.gather(*(self._start(runtime, hint) for hint in hints))
 
     async def _start(self, runtime: Runtime, hint: str) -> None:

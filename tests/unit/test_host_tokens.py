@@ -45,8 +45,12 @@ class Runtime_:
         self.slots = Slots(slots, reserve)
         self.services = Services()
         self.started: list[str] = []
+        self.failing: set[str] = set()
 
     async def start_in_slot(self, hint: str = "") -> bool:
+        if hint in self.failing:
+            self.slots.give()  # as the runtime's does when its claim fails
+            raise RuntimeError("the claim failed")
         self.started.append(hint)
         return True
 
@@ -71,9 +75,9 @@ def hosting(loop: asyncio.AbstractEventLoop, runtime: Runtime_) -> NodeHost:
 
 
 def settled(loop: asyncio.AbstractEventLoop) -> None:
-    """Wait until the loop has run what was handed to it so far (two passes: the hand-over,
-    then the coroutine's first step)."""
-    for _ in range(2):
+    """Wait until the loop has run what was handed to it so far (three passes: the hand-over,
+    the tokens' tasks it starts, their first steps)."""
+    for _ in range(3):
         asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(DEADLINE)
 
 
@@ -174,3 +178,15 @@ def test_a_closed_loop_gives_the_slots_back_and_runs_nothing() -> None:
     gc.collect()
     assert runtime.slots.free == 4
     assert runtime.started == [] and runtime.services.queue.batches == []
+
+
+def test_a_token_whose_claim_fails_leaves_the_others_of_its_message_starting(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = Runtime_(slots=8)
+    runtime.failing = {"inv-1"}
+    assert hosting(loop, runtime).start_invocations(ids(4)) == 4
+    settled(loop)
+    assert runtime.started == ["inv-0", "inv-2", "inv-3"]
+    assert runtime.slots.free == 5
+    assert "token for invocation inv-1: claim failed (RuntimeError)" in caplog.text
