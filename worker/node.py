@@ -25,6 +25,7 @@ from tether.store import autovacuum
 from tether.store.store import Store, StoreError
 from tether.worker.heartbeat import Heartbeat
 from tether.worker.liveness import Liveness
+from tether.worker.parent_watch import first_of_its_command
 from tether.worker.reaper import Reaper
 from tether.worker.run_limits import RunLimits
 from tether.worker.runtime import Runtime, StopReason
@@ -75,8 +76,9 @@ async def run_node(
         asyncio.create_task(_listen_for_queued(pubsub, runtime), name="queued-listener"),
         asyncio.create_task(_fire_timers(services, settings.timers.timer_poll), name="timers"),
         asyncio.create_task(_claim_forever(runtime, settings.timers.claim_poll), name="claims"),
-        asyncio.create_task(_check_autovacuum(store), name="autovacuum-check"),
     ]
+    if first_of_its_command():  # once per `tether worker`, not once per worker process
+        tasks.append(asyncio.create_task(_check_autovacuum(store), name="autovacuum-check"))
     try:
         yield runtime
     finally:

@@ -13,6 +13,9 @@ for ``timers.shutdown_grace``, hands the rest back for recovery, and exits.
 The check polls ``os.getppid()`` from a daemon thread every :data:`PARENT_CHECK_INTERVAL`. That
 works on every POSIX system, unlike Linux's ``PR_SET_PDEATHSIG`` (which also fires when the
 forking *thread* of a live parent ends).
+
+:func:`first_of_its_command` says which of a ``tether worker``'s processes is its first, the one
+that says once what the command should say once.
 """
 
 from __future__ import annotations
@@ -33,6 +36,21 @@ log = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL = 0.5
 """Seconds between two looks at the parent: an orphan starts its graceful stop within this."""
+
+
+FIRST_WORKER_PROCESS = "Process-1"
+"""The name multiprocessing gives the first process ``tether worker`` (Dramatiq's main process)
+starts: it starts its worker processes first, in order, so they are ``Process-1`` to
+``Process-N``."""
+
+
+def first_of_its_command() -> bool:
+    """Whether this process says what a ``tether worker`` command should say once, not once per
+    worker process (``--processes N``): the first worker process does, and so does a process
+    that multiprocessing did not start (``tether dev``, a test)."""
+    if multiprocessing.parent_process() is None:
+        return True
+    return multiprocessing.current_process().name == FIRST_WORKER_PROCESS
 
 
 class ParentWatch:

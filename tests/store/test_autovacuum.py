@@ -170,3 +170,36 @@ async def test_tether_migrate_prints_the_warning(opted_out: Store, migrated_pg: 
     assert command.returncode == 0, err.decode()
     assert "none pending" in out.decode()
     assert "warning: " in err.decode() and "tether_events" in err.decode()
+
+
+def test_tether_worker_warns_once_however_many_processes_it_runs(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Each worker process starts a node, but only the command's first checks: three processes,
+    one warning."""
+    import psycopg
+
+    from tests.harness import Cluster
+    from tests.procs import wait_for
+    from tests.services import private_migrated_database
+
+    with private_migrated_database() as url:  # no other test's rows for this worker to claim
+        dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE tether_events SET (autovacuum_enabled = off)")
+        cluster = Cluster(url, redis_url, tmp_path)
+        worker = cluster._spawn("worker", ["worker", "--processes", "3", "--threads", "1"])
+        warning = "autovacuum_enabled is off for tether_events"
+        try:
+            wait_for(
+                lambda: (
+                    (worker.log().count("Worker process is ready") == 3 and warning in worker.log())
+                    or worker.popen.poll() is not None
+                ),
+                90,
+                "three worker processes and the warning",
+            )
+        finally:
+            cluster.stop()  # a graceful stop: every process's start is long over by its end
+        assert worker.log().count("Worker process is ready") == 3, worker.log()[-3000:]
+        assert worker.log().count(warning) == 1, worker.log()[-3000:]
