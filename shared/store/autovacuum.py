@@ -8,8 +8,9 @@ reclaims the dead versions and keeps the planner's statistics current. Without i
 versions pile up, and a statement planned while a table was small keeps that plan as the table
 grows (what that cost in a benchmark: docs/operations.md, "Vacuum").
 
-A worker node checks once at start and logs a warning naming what is off (:func:`warning_text`);
-``tether migrate`` prints it. The embedded SQLite store has nothing to check.
+Each ``tether worker`` checks once at start (in its first worker process, however many it runs)
+and logs a warning naming what is off (:func:`warning_text`); ``tether migrate`` prints it. The
+embedded SQLite store has nothing to check.
 """
 
 from __future__ import annotations
