@@ -18,7 +18,9 @@ from typing import Any
 import aiohttp
 
 from bench.load import Received, owner_headers, percentile, session, stream
+from bench.raw_http import RawClient, raw_client
 
+PATH = "/api/invocations"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -42,7 +44,7 @@ class Burst:
 
 
 async def _post_all(
-    http: aiohttp.ClientSession, base: str, ids: list[str], concurrency: int, deadline: float
+    http: RawClient, ids: list[str], concurrency: int, deadline: float
 ) -> Counter[int]:
     answers: Counter[int] = Counter()
     todo = iter(enumerate(ids))
@@ -52,18 +54,15 @@ async def _post_all(
             if time.perf_counter() > deadline:
                 return
             data = post_body(invocation_id, background=True)
-            async with http.post(
-                f"{base}/api/invocations", data=data, headers=owner_headers(i)
-            ) as r:
-                await r.read()
-                answers[r.status] += 1
+            answer = await http.request("POST", PATH, data, owner_headers(i))
+            answers[answer.status] += 1
 
     await asyncio.gather(*(loop() for _ in range(concurrency)))
     return answers
 
 
 async def _read_statuses(
-    http: aiohttp.ClientSession, base: str, pending: dict[str, int], concurrency: int
+    http: RawClient, pending: dict[str, int], concurrency: int
 ) -> dict[str, str]:
     """One sweep: the status of every pending invocation, ``concurrency`` reads at a time."""
     seen: dict[str, str] = {}
@@ -71,9 +70,8 @@ async def _read_statuses(
 
     async def loop() -> None:
         for invocation_id, i in todo:
-            url = f"{base}/api/invocations/{invocation_id}"
-            async with http.get(url, headers=owner_headers(i)) as r:
-                seen[invocation_id] = str((await r.json(content_type=None)).get("status"))
+            answer = await http.request("GET", f"{PATH}/{invocation_id}", b"", owner_headers(i))
+            seen[invocation_id] = str(json.loads(answer.body).get("status"))
 
     await asyncio.gather(*(loop() for _ in range(concurrency)))
     return seen
@@ -82,9 +80,9 @@ async def _read_statuses(
 async def burst(base: str, count: int, concurrency: int, deadline: float) -> Burst:
     ids = [str(uuid.uuid4()) for _ in range(count)]
     end = time.perf_counter() + deadline
-    async with session(concurrency) as http:
+    async with raw_client(base, concurrency) as http:
         started = time.perf_counter()
-        answers = await _post_all(http, base, ids, concurrency, end)
+        answers = await _post_all(http, ids, concurrency, end)
         posted = time.perf_counter()
         if answers != Counter({202: count}):
             raise RuntimeError(f"unexpected answers while posting: {dict(answers)}")
@@ -94,7 +92,7 @@ async def burst(base: str, count: int, concurrency: int, deadline: float) -> Bur
         while pending:
             if time.perf_counter() > end:
                 raise TimeoutError(f"{len(pending)} of {count} invocations still not terminal")
-            seen = await _read_statuses(http, base, pending, concurrency)
+            seen = await _read_statuses(http, pending, concurrency)
             reads, sweeps = reads + len(seen), sweeps + 1
             for invocation_id, status in seen.items():
                 if status in TERMINAL:
@@ -129,21 +127,18 @@ async def sync_rate(base: str, concurrency: int, count: int, duration: float) ->
     issued = 0
     stop_issuing = time.perf_counter() + duration
 
-    async def loop(http: aiohttp.ClientSession, k: int) -> None:
+    async def loop(http: RawClient, k: int) -> None:
         nonlocal issued
         while issued < count and time.perf_counter() < stop_issuing:
             issued += 1
             t0 = time.perf_counter()
             data = post_body(str(uuid.uuid4()))
-            async with http.post(
-                f"{base}/api/invocations", data=data, headers=owner_headers(k)
-            ) as r:
-                await r.read()
-                if r.status != 200:
-                    raise RuntimeError(f"sync invocation answered {r.status}")
+            answer = await http.request("POST", PATH, data, owner_headers(k))
+            if answer.status != 200:
+                raise RuntimeError(f"sync invocation answered {answer.status}")
             latencies.append(time.perf_counter() - t0)
 
-    async with session(concurrency) as http:
+    async with raw_client(base, concurrency) as http:
         started = time.perf_counter()
         await asyncio.gather(*(loop(http, k) for k in range(concurrency)))
         elapsed = time.perf_counter() - started

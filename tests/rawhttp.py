@@ -19,6 +19,19 @@ class Head:
     headers: dict[str, str]  # lower-case names
 
 
+def parse_head(head: bytes | bytearray) -> Head:
+    """A response's status line and headers (``head`` without its blank line)."""
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return Head(int(parts[1]), headers)
+
+
 class RawConnection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -49,12 +62,7 @@ class RawConnection:
                     raise ConnectionError(f"closed before the response head: {buffer!r}")
                 buffer += data
         head, self.received = buffer.split(b"\r\n\r\n", 1)
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        return Head(int(status_line.split()[1]), headers)
+        return parse_head(head)
 
     async def read_body(self, head: Head, timeout: float = 30) -> bytes:  # noqa: ASYNC109
         """The body of a response with a Content-Length (without waiting for the close)."""

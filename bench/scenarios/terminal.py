@@ -17,16 +17,16 @@ database backends over the burst say where the two cores went.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import aiohttp
-
-from bench.load import owner_headers, session
-from bench.peer_load import TERMINAL, burst, post_body
+from bench.load import owner_headers
+from bench.peer_load import PATH, TERMINAL, burst, post_body
 from bench.procs import Database, Proc, cpu_seconds, launcher, private_database
+from bench.raw_http import RawClient, raw_client
 from bench.report import Row
 from bench.scenarios.common import Pg, Sizes
 
@@ -46,26 +46,24 @@ async def closed_loop(base: str, count: int, concurrency: int, pause: float, end
     todo = iter(range(count))
     reads = 0
 
-    async def loop(http: aiohttp.ClientSession) -> None:
+    async def loop(http: RawClient) -> None:
         nonlocal reads
         for i in todo:
             invocation_id = str(uuid.uuid4())
             headers = owner_headers(i)
             data = post_body(invocation_id, background=True)
-            async with http.post(f"{base}/api/invocations", data=data, headers=headers) as r:
-                await r.read()
-                if r.status != 202:
-                    raise RuntimeError(f"POST answered {r.status}")
+            answer = await http.request("POST", PATH, data, headers)
+            if answer.status != 202:
+                raise RuntimeError(f"POST answered {answer.status}")
             while time.perf_counter() < end:
                 if pause:
                     await asyncio.sleep(pause)
-                url = f"{base}/api/invocations/{invocation_id}"
-                async with http.get(url, headers=headers) as r:
-                    reads += 1
-                    if (await r.json(content_type=None))["status"] in TERMINAL:
-                        break
+                answer = await http.request("GET", f"{PATH}/{invocation_id}", b"", headers)
+                reads += 1
+                if json.loads(answer.body)["status"] in TERMINAL:
+                    break
 
-    async with session(concurrency) as http:
+    async with raw_client(base, concurrency) as http:
         await asyncio.gather(*(loop(http) for _ in range(concurrency)))
     return reads
 
@@ -74,15 +72,14 @@ async def post_then_count(base: str, pg: Pg, count: int, concurrency: int, end: 
     ids = [str(uuid.uuid4()) for _ in range(count)]
     todo = iter(enumerate(ids))
 
-    async def loop(http: aiohttp.ClientSession) -> None:
+    async def loop(http: RawClient) -> None:
         for i, invocation_id in todo:
             data = post_body(invocation_id, background=True)
-            async with http.post(
-                f"{base}/api/invocations", data=data, headers=owner_headers(i)
-            ) as r:
-                await r.read()
+            answer = await http.request("POST", PATH, data, owner_headers(i))
+            if answer.status != 202:
+                raise RuntimeError(f"POST answered {answer.status}")
 
-    async with session(concurrency) as http:
+    async with raw_client(base, concurrency) as http:
         await asyncio.gather(*(loop(http) for _ in range(concurrency)))
     while pg.count("completed") < count:
         if time.perf_counter() > end:

@@ -1,0 +1,191 @@
+"""A lean HTTP/1.1 client for the request-and-answer load: keep-alive connections over loopback,
+each answer read by its ``Content-Length`` (or chunked), nothing else.
+
+Why not aiohttp's client: on the two shared cores the bench client's own CPU is taken from the
+servers it measures. aiohttp's spent 0.42-0.62 ms of the bench process's CPU per background
+no-op (one POST, one status read), a quarter of the machine during Tether's burst; this one
+spends 0.19-0.21 ms on the same requests. Every server of a scenario gets the same client
+(docs/performance.md, "The client").
+
+Only what the bench's servers answer is understood: a status line, headers, and a body framed by
+``Content-Length`` or ``Transfer-Encoding: chunked``. An answer framed otherwise (read until the
+connection closes) raises, as does a connection lost mid-answer; a connection the server closes
+while idle is replaced before the next request is sent on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+from tests.rawhttp import parse_head
+
+
+class BadAnswer(Exception):
+    """The server's answer is not HTTP/1.1 this client can frame, or the connection broke."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection, one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[Answer] | None = None
+        self.closed = False
+        self.reusable = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            answer = self._parse()
+        except BadAnswer as exc:
+            waiter.set_exception(exc)
+            return
+        if answer is not None:
+            self.waiter = None
+            waiter.set_result(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(BadAnswer("the connection closed before the answer ended"))
+
+    def send(self, request: bytes) -> asyncio.Future[Answer]:
+        assert self.transport is not None and self.waiter is None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return self.waiter
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _parse(self) -> Answer | None:
+        """The first whole answer in the buffer (removed from it), or None while it is not."""
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        try:
+            head = parse_head(self.buffer[:end])
+        except ValueError as exc:
+            raise BadAnswer(str(exc)) from None
+        start, headers = end + 4, head.headers
+        if "content-length" in headers:
+            stop = start + int(headers["content-length"])
+            if len(self.buffer) < stop:
+                return None
+            body = bytes(self.buffer[start:stop])
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            framed = _chunked(self.buffer, start)
+            if framed is None:
+                return None
+            body, stop = framed
+        else:
+            raise BadAnswer("an answer without Content-Length or chunked framing")
+        del self.buffer[:stop]
+        if headers.get("connection", "").lower() == "close":
+            self.reusable = False
+        return Answer(head.status, body)
+
+
+def _chunked(buffer: bytearray, at: int) -> tuple[bytes, int] | None:
+    """A chunked body starting at ``at``: its bytes and where the answer ends, or None while it
+    is not all there (trailers are not expected and not allowed)."""
+    chunks: list[bytes] = []
+    while True:
+        line_end = buffer.find(b"\r\n", at)
+        if line_end < 0:
+            return None
+        size = int(bytes(buffer[at:line_end]).split(b";", 1)[0], 16)
+        at = line_end + 2
+        if size == 0:
+            if len(buffer) < at + 2:
+                return None
+            if buffer[at : at + 2] != b"\r\n":
+                raise BadAnswer("trailers after a chunked body")
+            return b"".join(chunks), at + 2
+        if len(buffer) < at + size + 2:
+            return None
+        chunks.append(bytes(buffer[at : at + size]))
+        at += size + 2
+
+
+class RawClient:
+    """Requests to one server over at most ``limit`` keep-alive connections."""
+
+    def __init__(self, base: str, limit: int) -> None:
+        url = urlsplit(base)
+        if url.scheme != "http" or url.hostname is None:
+            raise ValueError(f"only http://host:port bases: {base!r}")
+        self._host, self._port = url.hostname, url.port or 80
+        self._host_header = f"{self._host}:{self._port}"
+        self._idle: list[_Connection] = []
+        self._all: set[_Connection] = set()
+        self._free = asyncio.Semaphore(limit)
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> Answer:
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self._host_header}"]
+        head += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        if body or method in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body)}")
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        async with self._free:
+            connection = await self._connection()
+            try:
+                answer = await connection.send(request)
+            except BaseException:
+                connection.close()
+                self._all.discard(connection)
+                raise
+            if connection.reusable and not connection.closed:
+                self._idle.append(connection)
+            else:
+                connection.close()
+                self._all.discard(connection)
+            return answer
+
+    async def _connection(self) -> _Connection:
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed:
+                return connection
+            self._all.discard(connection)
+        _, connection = await asyncio.get_running_loop().create_connection(
+            _Connection, self._host, self._port
+        )
+        self._all.add(connection)
+        return connection
+
+    def close(self) -> None:
+        for connection in self._all:
+            connection.close()
+        self._all.clear()
+        self._idle.clear()
+
+
+@contextlib.asynccontextmanager
+async def raw_client(base: str, limit: int) -> AsyncIterator[RawClient]:
+    client = RawClient(base, limit)
+    try:
+        yield client
+    finally:
+        client.close()
