@@ -2,15 +2,18 @@
 each answer read by its ``Content-Length`` (or chunked), nothing else.
 
 Why not aiohttp's client: on the two shared cores the bench client's own CPU is taken from the
-servers it measures. aiohttp's spent 0.42-0.62 ms of the bench process's CPU per background
+servers it measures. aiohttp's spent 0.40-0.62 ms of the bench process's CPU per background
 no-op (one POST, one status read), a quarter of the machine during Tether's burst; this one
-spends 0.19-0.21 ms on the same requests. Every server of a scenario gets the same client
+spends 0.18-0.28 ms on the same requests. Every server of a scenario gets the same client
 (docs/performance.md, "The client").
 
 Only what the bench's servers answer is understood: a status line, headers, and a body framed by
 ``Content-Length`` or ``Transfer-Encoding: chunked``. An answer framed otherwise (read until the
-connection closes) raises, as does a connection lost mid-answer; a connection the server closes
-while idle is replaced before the next request is sent on it.
+connection closes, or a 1xx, 204 or 304 without a length) raises :class:`BadAnswer`, as does a
+connection lost mid-answer; a request without its answer after ``timeout`` seconds (120, as the
+bench's aiohttp sessions allow) raises ``TimeoutError``. A connection the server has closed while idle (its end of file
+seen) is not used again; one whose close is still on the way fails the request, as aiohttp's does.
+A connection is used again only when its answer ended exactly where the bytes it received did.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from tests.rawhttp import parse_head
+
+TIMEOUT_S = 120.0
+"""Seconds a request may take, its connection's opening included."""
 
 
 class BadAnswer(Exception):
@@ -45,6 +51,10 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reusable = True
 
+    def eof_received(self) -> bool | None:
+        self._lost("the server closed the connection before the answer ended")
+        return None  # the transport closes itself
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
@@ -52,20 +62,27 @@ class _Connection(asyncio.Protocol):
         self.buffer += data
         waiter = self.waiter
         if waiter is None or waiter.done():
+            self.reusable = False  # bytes nobody asked for: they would precede the next answer
             return
         try:
             answer = self._parse()
-        except BadAnswer as exc:
-            waiter.set_exception(exc)
+        except (BadAnswer, ValueError) as exc:
+            self.reusable = False
+            waiter.set_exception(exc if isinstance(exc, BadAnswer) else BadAnswer(str(exc)))
             return
         if answer is not None:
             self.waiter = None
+            if self.buffer:  # more than the answer: not a connection to send on again
+                self.reusable = False
             waiter.set_result(answer)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost("the connection closed before the answer ended")
+
+    def _lost(self, why: str) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(BadAnswer("the connection closed before the answer ended"))
+            self.waiter.set_exception(BadAnswer(why))
 
     def send(self, request: bytes) -> asyncio.Future[Answer]:
         assert self.transport is not None and self.waiter is None
@@ -88,7 +105,10 @@ class _Connection(asyncio.Protocol):
             raise BadAnswer(str(exc)) from None
         start, headers = end + 4, head.headers
         if "content-length" in headers:
-            stop = start + int(headers["content-length"])
+            length = int(headers["content-length"])
+            if length < 0:
+                raise BadAnswer(f"a negative Content-Length: {length}")
+            stop = start + length
             if len(self.buffer) < stop:
                 return None
             body = bytes(self.buffer[start:stop])
@@ -114,6 +134,8 @@ def _chunked(buffer: bytearray, at: int) -> tuple[bytes, int] | None:
         if line_end < 0:
             return None
         size = int(bytes(buffer[at:line_end]).split(b";", 1)[0], 16)
+        if size < 0:
+            raise BadAnswer(f"a negative chunk size: {size}")
         at = line_end + 2
         if size == 0:
             if len(buffer) < at + 2:
@@ -123,14 +145,17 @@ def _chunked(buffer: bytearray, at: int) -> tuple[bytes, int] | None:
             return b"".join(chunks), at + 2
         if len(buffer) < at + size + 2:
             return None
+        if buffer[at + size : at + size + 2] != b"\r\n":
+            raise BadAnswer("a chunk not followed by CRLF")
         chunks.append(bytes(buffer[at : at + size]))
         at += size + 2
 
 
 class RawClient:
-    """Requests to one server over at most ``limit`` keep-alive connections."""
+    """Requests to one server over at most ``limit`` keep-alive connections, each answered within
+    ``timeout`` seconds (the connection's opening included)."""
 
-    def __init__(self, base: str, limit: int) -> None:
+    def __init__(self, base: str, limit: int, timeout: float = TIMEOUT_S) -> None:
         url = urlsplit(base)
         if url.scheme != "http" or url.hostname is None:
             raise ValueError(f"only http://host:port bases: {base!r}")
@@ -139,6 +164,8 @@ class RawClient:
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
         self._free = asyncio.Semaphore(limit)
+        self._timeout = timeout
+        self._closed = False
 
     async def request(
         self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
@@ -149,12 +176,17 @@ class RawClient:
             head.append(f"Content-Length: {len(body)}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         async with self._free:
-            connection = await self._connection()
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            connection: _Connection | None = None
             try:
-                answer = await connection.send(request)
+                async with asyncio.timeout(self._timeout):
+                    connection = await self._connection()
+                    answer = await connection.send(request)
             except BaseException:
-                connection.close()
-                self._all.discard(connection)
+                if connection is not None:
+                    connection.close()
+                    self._all.discard(connection)
                 raise
             if connection.reusable and not connection.closed:
                 self._idle.append(connection)
@@ -166,8 +198,10 @@ class RawClient:
     async def _connection(self) -> _Connection:
         while self._idle:
             connection = self._idle.pop()
-            if not connection.closed:
+            transport = connection.transport
+            if not connection.closed and transport is not None and not transport.is_closing():
                 return connection
+            connection.close()
             self._all.discard(connection)
         _, connection = await asyncio.get_running_loop().create_connection(
             _Connection, self._host, self._port
@@ -176,6 +210,8 @@ class RawClient:
         return connection
 
     def close(self) -> None:
+        """Close every connection; a request after this raises."""
+        self._closed = True
         for connection in self._all:
             connection.close()
         self._all.clear()
