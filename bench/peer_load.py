@@ -20,7 +20,7 @@ import aiohttp
 from bench.load import Received, owner_headers, percentile, session, stream
 from bench.raw_http import RawClient, raw_client
 
-PATH = "/api/invocations"
+INVOCATIONS = "/api/invocations"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -54,7 +54,7 @@ async def _post_all(
             if time.perf_counter() > deadline:
                 return
             data = post_body(invocation_id, background=True)
-            answer = await http.request("POST", PATH, data, owner_headers(i))
+            answer = await http.request("POST", INVOCATIONS, data, owner_headers(i))
             answers[answer.status] += 1
 
     await asyncio.gather(*(loop() for _ in range(concurrency)))
@@ -70,7 +70,9 @@ async def _read_statuses(
 
     async def loop() -> None:
         for invocation_id, i in todo:
-            answer = await http.request("GET", f"{PATH}/{invocation_id}", b"", owner_headers(i))
+            answer = await http.request(
+                "GET", f"{INVOCATIONS}/{invocation_id}", b"", owner_headers(i)
+            )
             seen[invocation_id] = str(json.loads(answer.body).get("status"))
 
     await asyncio.gather(*(loop() for _ in range(concurrency)))
@@ -133,7 +135,7 @@ async def sync_rate(base: str, concurrency: int, count: int, duration: float) ->
             issued += 1
             t0 = time.perf_counter()
             data = post_body(str(uuid.uuid4()))
-            answer = await http.request("POST", PATH, data, owner_headers(k))
+            answer = await http.request("POST", INVOCATIONS, data, owner_headers(k))
             if answer.status != 200:
                 raise RuntimeError(f"sync invocation answered {answer.status}")
             latencies.append(time.perf_counter() - t0)

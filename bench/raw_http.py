@@ -8,12 +8,14 @@ spends 0.18-0.28 ms on the same requests. Every server of a scenario gets the sa
 (docs/performance.md, "The client").
 
 Only what the bench's servers answer is understood: a status line, headers, and a body framed by
-``Content-Length`` or ``Transfer-Encoding: chunked``. An answer framed otherwise (read until the
-connection closes, or a 1xx, 204 or 304 without a length) raises :class:`BadAnswer`, as does a
-connection lost mid-answer; a request without its answer after ``timeout`` seconds (120, as the
-bench's aiohttp sessions allow) raises ``TimeoutError``. A connection the server has closed while idle (its end of file
-seen) is not used again; one whose close is still on the way fails the request, as aiohttp's does.
-A connection is used again only when its answer ended exactly where the bytes it received did.
+``Content-Length`` or ``Transfer-Encoding: chunked`` (no ``HEAD``: its answer has a length and no
+body). An answer framed otherwise (read until the connection closes, or a 1xx, 204 or 304
+without a length) raises :class:`BadAnswer`, as does a connection lost mid-answer; a request
+without its answer after ``timeout`` seconds (120, as the bench's aiohttp sessions allow) raises
+``TimeoutError``. A connection the server has closed while idle (its end of file seen) is not
+used again; one whose close is still on the way fails the request, as aiohttp's does. A
+connection is used again only when its answer ended exactly where the bytes it received did,
+and nothing arrived since.
 """
 
 from __future__ import annotations
@@ -83,6 +85,17 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(BadAnswer(why))
+
+    def usable(self) -> bool:
+        """Open, and nothing in it but what the next request's answer will bring."""
+        transport = self.transport
+        return (
+            self.reusable
+            and not self.buffer
+            and not self.closed
+            and transport is not None
+            and not transport.is_closing()
+        )
 
     def send(self, request: bytes) -> asyncio.Future[Answer]:
         assert self.transport is not None and self.waiter is None
@@ -188,7 +201,7 @@ class RawClient:
                     connection.close()
                     self._all.discard(connection)
                 raise
-            if connection.reusable and not connection.closed:
+            if connection.usable() and not self._closed:
                 self._idle.append(connection)
             else:
                 connection.close()
@@ -198,14 +211,16 @@ class RawClient:
     async def _connection(self) -> _Connection:
         while self._idle:
             connection = self._idle.pop()
-            transport = connection.transport
-            if not connection.closed and transport is not None and not transport.is_closing():
+            if connection.usable():
                 return connection
             connection.close()
             self._all.discard(connection)
         _, connection = await asyncio.get_running_loop().create_connection(
             _Connection, self._host, self._port
         )
+        if self._closed:  # closed while this one was opening
+            connection.close()
+            raise RuntimeError("the client is closed")
         self._all.add(connection)
         return connection
 

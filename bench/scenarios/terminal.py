@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bench.load import owner_headers
-from bench.peer_load import PATH, TERMINAL, burst, post_body
+from bench.peer_load import INVOCATIONS, TERMINAL, burst, post_body
 from bench.procs import Database, Proc, cpu_seconds, launcher, private_database
 from bench.raw_http import RawClient, raw_client
 from bench.report import Row
@@ -52,13 +52,13 @@ async def closed_loop(base: str, count: int, concurrency: int, pause: float, end
             invocation_id = str(uuid.uuid4())
             headers = owner_headers(i)
             data = post_body(invocation_id, background=True)
-            answer = await http.request("POST", PATH, data, headers)
+            answer = await http.request("POST", INVOCATIONS, data, headers)
             if answer.status != 202:
                 raise RuntimeError(f"POST answered {answer.status}")
             while time.perf_counter() < end:
                 if pause:
                     await asyncio.sleep(pause)
-                answer = await http.request("GET", f"{PATH}/{invocation_id}", b"", headers)
+                answer = await http.request("GET", f"{INVOCATIONS}/{invocation_id}", b"", headers)
                 reads += 1
                 if json.loads(answer.body)["status"] in TERMINAL:
                     break
@@ -75,7 +75,7 @@ async def post_then_count(base: str, pg: Pg, count: int, concurrency: int, end: 
     async def loop(http: RawClient) -> None:
         for i, invocation_id in todo:
             data = post_body(invocation_id, background=True)
-            answer = await http.request("POST", PATH, data, owner_headers(i))
+            answer = await http.request("POST", INVOCATIONS, data, owner_headers(i))
             if answer.status != 202:
                 raise RuntimeError(f"POST answered {answer.status}")
 
