@@ -52,6 +52,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[Answer] | None = None
         self.closed = False
         self.reusable = True
+        """False once the server said ``Connection: close``."""
 
     def eof_received(self) -> bool | None:
         self._lost("the server closed the connection before the answer ended")
@@ -64,18 +65,14 @@ class _Connection(asyncio.Protocol):
         self.buffer += data
         waiter = self.waiter
         if waiter is None or waiter.done():
-            self.reusable = False  # bytes nobody asked for: they would precede the next answer
-            return
+            return  # bytes nobody asked for: kept, so the connection is not lent again
         try:
             answer = self._parse()
         except (BadAnswer, ValueError) as exc:
-            self.reusable = False
             waiter.set_exception(exc if isinstance(exc, BadAnswer) else BadAnswer(str(exc)))
             return
         if answer is not None:
             self.waiter = None
-            if self.buffer:  # more than the answer: not a connection to send on again
-                self.reusable = False
             waiter.set_result(answer)
 
     def connection_lost(self, exc: Exception | None) -> None:
