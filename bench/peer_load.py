@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from bench.load import Received, owner_headers, percentile, session, stream
-from bench.raw_http import RawClient, raw_client
+from bench.raw_http import Requests, request_client
 
 INVOCATIONS = "/api/invocations"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -44,7 +44,7 @@ class Burst:
 
 
 async def _post_all(
-    http: RawClient, ids: list[str], concurrency: int, deadline: float
+    http: Requests, ids: list[str], concurrency: int, deadline: float
 ) -> Counter[int]:
     answers: Counter[int] = Counter()
     todo = iter(enumerate(ids))
@@ -62,7 +62,7 @@ async def _post_all(
 
 
 async def _read_statuses(
-    http: RawClient, pending: dict[str, int], concurrency: int
+    http: Requests, pending: dict[str, int], concurrency: int
 ) -> dict[str, str]:
     """One sweep: the status of every pending invocation, ``concurrency`` reads at a time."""
     seen: dict[str, str] = {}
@@ -82,7 +82,7 @@ async def _read_statuses(
 async def burst(base: str, count: int, concurrency: int, deadline: float) -> Burst:
     ids = [str(uuid.uuid4()) for _ in range(count)]
     end = time.perf_counter() + deadline
-    async with raw_client(base, concurrency) as http:
+    async with request_client(base, concurrency) as http:
         started = time.perf_counter()
         answers = await _post_all(http, ids, concurrency, end)
         posted = time.perf_counter()
@@ -129,7 +129,7 @@ async def sync_rate(base: str, concurrency: int, count: int, duration: float) ->
     issued = 0
     stop_issuing = time.perf_counter() + duration
 
-    async def loop(http: RawClient, k: int) -> None:
+    async def loop(http: Requests, k: int) -> None:
         nonlocal issued
         while issued < count and time.perf_counter() < stop_issuing:
             issued += 1
@@ -140,7 +140,7 @@ async def sync_rate(base: str, concurrency: int, count: int, duration: float) ->
                 raise RuntimeError(f"sync invocation answered {answer.status}")
             latencies.append(time.perf_counter() - t0)
 
-    async with raw_client(base, concurrency) as http:
+    async with request_client(base, concurrency) as http:
         started = time.perf_counter()
         await asyncio.gather(*(loop(http, k) for k in range(concurrency)))
         elapsed = time.perf_counter() - started

@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
+import aiohttp
+
+from bench.load import session
 from tests.rawhttp import parse_head
 
+CLIENT_ENV = "TETHER_BENCH_CLIENT"
+"""``aiohttp``: the request load goes through aiohttp's client, as before the twenty-ninth session
+(docs/performance.md, "The client"); unset or anything else: the lean one."""
 TIMEOUT_S = 120.0
 """Seconds a request may take, its connection's opening included."""
 
@@ -230,8 +237,38 @@ class RawClient:
         self._idle.clear()
 
 
+class Requests(Protocol):
+    """What the request load needs of a client: one request, its status and body."""
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> Answer: ...
+
+
+class AiohttpRequests:
+    """The same requests through aiohttp's client, as the bench sent them before the lean one
+    (``TETHER_BENCH_CLIENT=aiohttp``): to measure what the client costs."""
+
+    def __init__(self, http: aiohttp.ClientSession, base: str) -> None:
+        self._http = http
+        self._base = base
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> Answer:
+        url = f"{self._base}{path}"
+        async with self._http.request(method, url, data=body or None, headers=headers) as r:
+            return Answer(r.status, await r.read())
+
+
 @contextlib.asynccontextmanager
-async def raw_client(base: str, limit: int) -> AsyncIterator[RawClient]:
+async def request_client(base: str, limit: int) -> AsyncIterator[Requests]:
+    """The request load's client for ``base``, ``limit`` requests at a time: the lean one, or
+    aiohttp's where :data:`CLIENT_ENV` says ``aiohttp``."""
+    if os.environ.get(CLIENT_ENV, "").strip().lower() == "aiohttp":
+        async with session(limit) as http:
+            yield AiohttpRequests(http, base)
+        return
     client = RawClient(base, limit)
     try:
         yield client

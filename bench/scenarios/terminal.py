@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from bench.load import owner_headers
 from bench.peer_load import INVOCATIONS, TERMINAL, burst, post_body
 from bench.procs import Database, Proc, cpu_seconds, launcher, private_database
-from bench.raw_http import RawClient, raw_client
+from bench.raw_http import Requests, request_client
 from bench.report import Row
 from bench.scenarios.common import Pg, Sizes
 
@@ -46,7 +46,7 @@ async def closed_loop(base: str, count: int, concurrency: int, pause: float, end
     todo = iter(range(count))
     reads = 0
 
-    async def loop(http: RawClient) -> None:
+    async def loop(http: Requests) -> None:
         nonlocal reads
         for i in todo:
             invocation_id = str(uuid.uuid4())
@@ -63,7 +63,7 @@ async def closed_loop(base: str, count: int, concurrency: int, pause: float, end
                 if json.loads(answer.body)["status"] in TERMINAL:
                     break
 
-    async with raw_client(base, concurrency) as http:
+    async with request_client(base, concurrency) as http:
         await asyncio.gather(*(loop(http) for _ in range(concurrency)))
     return reads
 
@@ -72,14 +72,14 @@ async def post_then_count(base: str, pg: Pg, count: int, concurrency: int, end: 
     ids = [str(uuid.uuid4()) for _ in range(count)]
     todo = iter(enumerate(ids))
 
-    async def loop(http: RawClient) -> None:
+    async def loop(http: Requests) -> None:
         for i, invocation_id in todo:
             data = post_body(invocation_id, background=True)
             answer = await http.request("POST", INVOCATIONS, data, owner_headers(i))
             if answer.status != 202:
                 raise RuntimeError(f"POST answered {answer.status}")
 
-    async with raw_client(base, concurrency) as http:
+    async with request_client(base, concurrency) as http:
         await asyncio.gather(*(loop(http) for _ in range(concurrency)))
     while pg.count("completed") < count:
         if time.perf_counter() > end:
