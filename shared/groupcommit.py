@@ -84,13 +84,8 @@ class GroupCommit(Generic[Item, Result]):
         return all(at is not None and now - at >= self._stalled_after for at in began)
 
     @property
-    def waiting(self) -> bool:
-        """Whether items wait for the next flush (one in flight ends, the next starts)."""
-        return bool(self._pending)
-
-    @property
     def pending(self) -> int:
-        """How many items wait for the next flush."""
+        """How many items wait for the next flush (it starts when the one in flight ends)."""
         return len(self._pending)
 
     async def idle(self) -> None:

@@ -94,7 +94,7 @@ class Runtime:
             self._begin,
             lambda: self.attempts.values(),
             self.freed,
-            another=lambda: self._claims.waiting,
+            another=lambda: self._claims.pending > 0,
             closing=lambda: self._closing,
         )
         self._abandoned: set[tuple[str, int]] = set()
