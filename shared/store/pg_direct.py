@@ -13,6 +13,12 @@ call or the connection (beyond the isolation level and read-only flag :class:`.e
 sets), and every statement while anything listens to the engine's ``before_cursor_execute``
 (tests that count statements, tracing), take SQLAlchemy's path.
 
+Each pooled psycopg connection keeps one cursor for these statements, kept in the pool entry's
+``info`` for the life of the connection (:func:`_cursor_of`): psycopg's ``execute`` on the
+connection builds a cursor per statement (its adapters map copied, its state reset), 40 us of the
+client's CPU out of 205 per statement on a slow day (165 with the cursor reused); a statement's
+rows, description and row count are read before the next one runs.
+
 Driver errors are raised as SQLAlchemy raises them (:class:`sqlalchemy.exc.DBAPIError`, without
 parameters), so :func:`.errors.wrapped` maps them the same way; on a lost connection, as
 SQLAlchemy does, the connection is invalidated and every connection the pool held before it is
@@ -36,6 +42,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from tether.store import plans
 from tether.store.connection import ScalarOfExecute
 
+CURSOR_KEY = "tether_direct_cursor"
+"""Where a pool entry's ``info`` keeps its connection's cursor (:func:`_cursor_of`)."""
+
 CONNECTION_OPTIONS = frozenset({"isolation_level", "postgresql_readonly"})
 """The execution options a connection may carry and still run statements directly: the ones
 :class:`.engine.Database` sets, which act on the psycopg connection itself."""
@@ -44,11 +53,12 @@ CONNECTION_OPTIONS = frozenset({"isolation_level", "postgresql_readonly"})
 class DirectConnection(ScalarOfExecute):
     """A SQLAlchemy connection whose statements run on its psycopg connection (module doc)."""
 
-    __slots__ = ("_conn", "_direct", "_driver")
+    __slots__ = ("_conn", "_cursor", "_direct", "_driver")
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
         self._driver: psycopg.AsyncConnection[Any] | None = None
+        self._cursor: psycopg.AsyncCursor[Any] | None = None
         options = conn.sync_connection.get_execution_options() if conn.sync_connection else {}
         self._direct = options.keys() <= CONNECTION_OPTIONS
 
@@ -70,14 +80,15 @@ class DirectConnection(ScalarOfExecute):
         )
         if plan is None:
             return await conn.execute(statement, parameters, execution_options=execution_options)
-        driver: Any = self._driver
-        if driver is None:
-            driver = self._driver = (await conn.get_raw_connection()).driver_connection
+        cursor = self._cursor
+        if cursor is None:
+            pooled: Any = await conn.get_raw_connection()
+            self._driver = pooled.driver_connection
+            cursor = self._cursor = _cursor_of(pooled.info, pooled.driver_connection)
         try:
             if parameters is None or isinstance(parameters, Mapping):
-                cursor = await driver.execute(plan.sql, plan.params(parameters))
+                await cursor.execute(plan.sql, plan.params(parameters))
             else:  # several parameter sets, no rows back: psycopg sends them in one pipeline
-                cursor = driver.cursor()
                 await cursor.executemany(plan.sql, [plan.params(p) for p in parameters])
             result = cursor.pgresult
             if result is not None and result.nfields:
@@ -132,3 +143,14 @@ class DirectConnection(ScalarOfExecute):
     async def get_raw_connection(self) -> Any:
         """The pool's connection (its ``driver_connection`` is psycopg's)."""
         return await self._conn.get_raw_connection()
+
+
+def _cursor_of(
+    info: dict[str, Any], driver: psycopg.AsyncConnection[Any]
+) -> psycopg.AsyncCursor[Any]:
+    """The cursor a pooled connection keeps for direct statements (made on first use, and
+    again for a new connection behind the same pool entry)."""
+    cursor: psycopg.AsyncCursor[Any] | None = info.get(CURSOR_KEY)
+    if cursor is None or cursor.connection is not driver or cursor.closed:
+        cursor = info[CURSOR_KEY] = driver.cursor()
+    return cursor

@@ -246,6 +246,7 @@ async def test_driver_errors_are_sqlalchemys_and_map_the_same(pg: Store) -> None
 
 SUICIDE = sa.select(sa.func.pg_terminate_backend(sa.func.pg_backend_pid()).label("done"))
 BACKEND = sa.select(sa.func.pg_backend_pid().label("pid"))
+TWO = sa.select(sa.literal(2).label("two"))
 
 
 async def test_a_connection_the_error_broke_is_replaced(pg: Store) -> None:
@@ -377,3 +378,42 @@ async def test_an_insert_without_parameters_inserts_the_defaults(pg: Store) -> N
     finally:
         async with pg.db.engine.begin() as conn:
             await conn.run_sync(metadata.drop_all)
+
+
+async def test_a_pooled_connection_keeps_one_cursor_across_statements_and_errors(
+    pg: Store,
+) -> None:
+    """Statements share their connection's cursor, across checkouts and after a failed one; a
+    connection that replaced a lost one gets a cursor of its own."""
+    known(pg, BACKEND)
+    known(pg, TWO)
+    by_backend: dict[int, Any] = {}
+    for _ in range(4):
+        async with pg.db.transaction() as conn:
+            assert isinstance(conn, pg_direct.DirectConnection)
+            pid = await conn.scalar(BACKEND)
+            cursor = by_backend.setdefault(pid, conn._cursor)
+            assert conn._cursor is cursor  # the one its connection had before
+            assert await conn.scalar(TWO) == 2  # its rows are its own
+            assert conn._cursor is cursor
+    assert len(set(map(id, by_backend.values()))) == len(by_backend)
+    row = {"owner": "o", "id": f"again-{uuid.uuid4()}", "created_at": 1.0, "updated_at": 1.0}
+    async with pg.db.transaction() as conn:
+        await conn.execute(sa.insert(threads), row)
+    with pytest.raises(ValueRefused):  # the cursor's statement failed ...
+        async with pg.db.transaction() as conn:
+            await conn.execute(sa.insert(threads), row)
+    async with pg.db.transaction() as conn:  # ... and the next one on it runs
+        assert await conn.scalar(TWO) == 2
+    known(pg, SUICIDE)
+    with pytest.raises(StoreUnavailable):
+        async with pg.db.transaction() as conn:
+            assert isinstance(conn, pg_direct.DirectConnection)
+            await conn.scalar(BACKEND)
+            lost = conn._cursor
+            await conn.execute(SUICIDE)
+    async with pg.db.transaction() as conn:
+        assert isinstance(conn, pg_direct.DirectConnection)
+        assert await conn.scalar(TWO) == 2
+        assert conn._cursor is not None and conn._cursor is not lost
+        assert not conn._cursor.closed
