@@ -13,11 +13,11 @@ call or the connection (beyond the isolation level and read-only flag :class:`.e
 sets), and every statement while anything listens to the engine's ``before_cursor_execute``
 (tests that count statements, tracing), take SQLAlchemy's path.
 
-Each pooled psycopg connection keeps one cursor for these statements, kept in the pool entry's
-``info`` for the life of the connection (:func:`_cursor_of`): psycopg's ``execute`` on the
-connection builds a cursor per statement (its adapters map copied, its state reset), 40 us of the
-client's CPU out of 205 per statement on a slow day (165 with the cursor reused); a statement's
-rows, description and row count are read before the next one runs.
+The statements of one checkout (a transaction, or a read) run on one psycopg cursor, made by its
+first statement: psycopg's ``execute`` on the connection builds a cursor for every statement
+(its adapters map copied, a callback set). A statement's rows, description and row count are
+read before the next one runs, and the cursor goes with the checkout, so nothing of a result
+outlives it on an idle pooled connection.
 
 Driver errors are raised as SQLAlchemy raises them (:class:`sqlalchemy.exc.DBAPIError`, without
 parameters), so :func:`.errors.wrapped` maps them the same way; on a lost connection, as
@@ -41,9 +41,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tether.store import plans
 from tether.store.connection import ScalarOfExecute
-
-CURSOR_KEY = "tether_direct_cursor"
-"""Where a pool entry's ``info`` keeps its connection's cursor (:func:`_cursor_of`)."""
 
 CONNECTION_OPTIONS = frozenset({"isolation_level", "postgresql_readonly"})
 """The execution options a connection may carry and still run statements directly: the ones
@@ -80,12 +77,12 @@ class DirectConnection(ScalarOfExecute):
         )
         if plan is None:
             return await conn.execute(statement, parameters, execution_options=execution_options)
-        cursor = self._cursor
-        if cursor is None:
-            pooled: Any = await conn.get_raw_connection()
-            self._driver = pooled.driver_connection
-            cursor = self._cursor = _cursor_of(pooled.info, pooled.driver_connection)
         try:
+            cursor = self._cursor
+            if cursor is None:  # the first direct statement of this checkout
+                driver: Any = (await conn.get_raw_connection()).driver_connection
+                self._driver = driver
+                cursor = self._cursor = driver.cursor()  # may find the connection closed
             if parameters is None or isinstance(parameters, Mapping):
                 await cursor.execute(plan.sql, plan.params(parameters))
             else:  # several parameter sets, no rows back: psycopg sends them in one pipeline
@@ -143,14 +140,3 @@ class DirectConnection(ScalarOfExecute):
     async def get_raw_connection(self) -> Any:
         """The pool's connection (its ``driver_connection`` is psycopg's)."""
         return await self._conn.get_raw_connection()
-
-
-def _cursor_of(
-    info: dict[str, Any], driver: psycopg.AsyncConnection[Any]
-) -> psycopg.AsyncCursor[Any]:
-    """The cursor a pooled connection keeps for direct statements (made on first use, and
-    again for a new connection behind the same pool entry)."""
-    cursor: psycopg.AsyncCursor[Any] | None = info.get(CURSOR_KEY)
-    if cursor is None or cursor.connection is not driver or cursor.closed:
-        cursor = info[CURSOR_KEY] = driver.cursor()
-    return cursor

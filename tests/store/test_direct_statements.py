@@ -380,40 +380,32 @@ async def test_an_insert_without_parameters_inserts_the_defaults(pg: Store) -> N
             await conn.run_sync(metadata.drop_all)
 
 
-async def test_a_pooled_connection_keeps_one_cursor_across_statements_and_errors(
-    pg: Store,
-) -> None:
-    """Statements share their connection's cursor, across checkouts and after a failed one; a
-    connection that replaced a lost one gets a cursor of its own."""
+INSERT_THREAD = sa.insert(threads)
+
+
+async def test_a_checkout_runs_its_statements_on_one_cursor(pg: Store) -> None:
+    """Every direct statement of a checkout shares one cursor, each with its own rows; a
+    failed one leaves the next checkout's statements working; a checkout gets a cursor of its
+    own."""
     known(pg, BACKEND)
     known(pg, TWO)
-    by_backend: dict[int, Any] = {}
-    for _ in range(4):
-        async with pg.db.transaction() as conn:
-            assert isinstance(conn, pg_direct.DirectConnection)
-            pid = await conn.scalar(BACKEND)
-            cursor = by_backend.setdefault(pid, conn._cursor)
-            assert conn._cursor is cursor  # the one its connection had before
-            assert await conn.scalar(TWO) == 2  # its rows are its own
-            assert conn._cursor is cursor
-    assert len(set(map(id, by_backend.values()))) == len(by_backend)
-    row = {"owner": "o", "id": f"again-{uuid.uuid4()}", "created_at": 1.0, "updated_at": 1.0}
+    row = {"owner": f"cursor-{uuid.uuid4()}", "id": "one", "created_at": 1.0, "updated_at": 1.0}
+    known(pg, INSERT_THREAD, row)
     async with pg.db.transaction() as conn:
-        await conn.execute(sa.insert(threads), row)
-    with pytest.raises(ValueRefused):  # the cursor's statement failed ...
-        async with pg.db.transaction() as conn:
-            await conn.execute(sa.insert(threads), row)
-    async with pg.db.transaction() as conn:  # ... and the next one on it runs
-        assert await conn.scalar(TWO) == 2
-    known(pg, SUICIDE)
-    with pytest.raises(StoreUnavailable):
+        assert isinstance(conn, pg_direct.DirectConnection)
+        assert isinstance(await conn.scalar(BACKEND), int)
+        first = conn._cursor
+        assert first is not None
+        assert await conn.scalar(TWO) == 2  # not the row of the statement before
+        await conn.execute(INSERT_THREAD, row)
+        assert conn._cursor is first
+    with pytest.raises(ValueRefused):
         async with pg.db.transaction() as conn:
             assert isinstance(conn, pg_direct.DirectConnection)
             await conn.scalar(BACKEND)
-            lost = conn._cursor
-            await conn.execute(SUICIDE)
+            failed = conn._cursor
+            await conn.execute(INSERT_THREAD, row)  # the same key again, on that cursor
     async with pg.db.transaction() as conn:
         assert isinstance(conn, pg_direct.DirectConnection)
         assert await conn.scalar(TWO) == 2
-        assert conn._cursor is not None and conn._cursor is not lost
-        assert not conn._cursor.closed
+        assert conn._cursor is not None and conn._cursor not in (first, failed)
