@@ -90,6 +90,15 @@ class Timers(BaseModel):
             "max_queued) with the open rows and corrects any that drifted (0: never)."
         ),
     )
+    statistics_check: float = Field(
+        2.0,
+        ge=0,
+        description=(
+            "How often each worker's reaper compares how many queued, active and waiting "
+            "invocations PostgreSQL's planner believes there are with the rows, and runs "
+            "ANALYZE on the invocations when one is far too low (0: never)."
+        ),
+    )
     shutdown_grace: float = Field(
         30.0, ge=0, description="How long a stopping worker lets running attempts finish."
     )

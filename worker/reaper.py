@@ -1,5 +1,7 @@
-"""The reaper: replaces dead attempts, re-enqueues lost work, deletes expired invocations, and
-every ``timers.count_audit`` corrects open counts that drifted from the rows.
+"""The reaper: replaces dead attempts, re-enqueues lost work, deletes expired invocations,
+every ``timers.count_audit`` corrects open counts that drifted from the rows, and every
+``timers.statistics_check`` analyzes the invocations if the planner's statistics fell far behind
+them.
 
 Every worker process runs a pass on a timer; passes are safe to run concurrently because every
 transition is a conditional update that only one of them wins (and an audit writes a count only
@@ -96,6 +98,7 @@ class Reaper:
         self.has_recover = has_recover
         self._clock = clock
         self._next_audit = clock() if audit_now else self._after_period()
+        self._next_statistics_check = clock()
 
     async def reap_once(self) -> ReapReport:
         report = ReapReport()
@@ -108,6 +111,7 @@ class Reaper:
         if self._next_audit is not None and self._clock() >= self._next_audit:
             self._next_audit = self._after_period()
             report.counts_corrected = await self._audit()
+        await self._check_statistics()
         counted = (report.recovered, report.failed, report.cancelled, report.requeued)
         if any(counted) or report.counts_corrected:
             log.info("reaper: %s", report)
@@ -143,6 +147,20 @@ class Reaper:
         except StoreError as exc:
             log.warning("open count audit failed (%s)", exc)
             return 0
+
+    async def _check_statistics(self) -> None:
+        """Every ``timers.statistics_check``: analyze the invocations where the planner
+        believes far fewer queued, active or waiting than there are
+        (:mod:`tether.store.planner_statistics`, which logs what it did). A failure is logged
+        and waits for the next period."""
+        every = self.settings.timers.statistics_check
+        if not every or self._clock() < self._next_statistics_check:
+            return
+        self._next_statistics_check = self._clock() + every
+        try:
+            await self.store.statistics.check()
+        except StoreError as exc:
+            log.warning("planner statistics check failed (%s)", exc)
 
     async def _requeue_unclaimed(self) -> int:
         """Re-send wake-ups for work nobody claimed for ``requeue_after``, up to

@@ -206,7 +206,8 @@ class Claims:
                 running[tenant] = running.get(tenant, 0) + 1
                 total += 1
                 admitted.append(invocation_id)
-            flip = self._heads.flip(inv.id.in_(admitted)) if admitted else None
+            queued = sa.and_(inv.id.in_(admitted), status_is(inv.status, Status.QUEUED))
+            flip = self._heads.flip(queued) if admitted else None
             flipped = (
                 (await conn.execute(flip, {"worker": worker})).all() if flip is not None else []
             )

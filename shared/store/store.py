@@ -48,6 +48,7 @@ from tether.store.maintenance import Expired, Maintenance, Queued
 from tether.store.migrate import migrate
 from tether.store.opencounts import recount_open
 from tether.store.parks import Parks
+from tether.store.planner_statistics import PlannerStatistics
 from tether.store.schema import Claim, Invocation, NewInvocation, StaleAttempt, Status
 from tether.store.tenants import Tenants
 from tether.store.threads import Threads
@@ -107,6 +108,9 @@ class Store:
         """Model usage per invocation and per tenant and period (:mod:`tether.store.usage`)."""
         self.buckets = Buckets(self.db)
         """Tenants' accept-rate token buckets (:mod:`tether.store.buckets`)."""
+        self.statistics = PlannerStatistics(self.db)
+        """The planner's statistics, analyzed again when a status outgrows them
+        (:mod:`tether.store.planner_statistics`)."""
 
     @classmethod
     def postgres(cls, url: str, *, pool_size: int = 10, separate_reads: bool = True) -> Store:

@@ -367,3 +367,30 @@ async def test_a_failed_audit_is_logged_and_the_pass_still_reports(
     report = await reaper.reap_once()
     assert report.recovered == 1 and report.counts_corrected == 0
     assert "open count audit failed (the database went away)" in caplog.text
+
+
+async def test_the_reaper_checks_the_planner_statistics_once_a_period(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the first pass, then once every ``timers.statistics_check``; 0 never; a failure is
+    logged and the pass still reports."""
+    now = [0.0]
+    checks: list[float] = []
+
+    async def check() -> None:
+        checks.append(now[0])
+        if now[0] >= 10:
+            raise StoreError("the database went away")
+
+    monkeypatch.setattr(store.statistics, "check", check)
+    services = Services(store, MemoryPubSub(), Queue(Enqueued()))
+    every = settings(statistics_check=2)
+    reaper = Reaper(services=services, settings=every, has_recover=True, clock=lambda: now[0])
+    for at in (0.0, 1.0, 2.0, 3.9, 4.0, 10.0):
+        now[0] = at
+        await reaper.reap_once()
+    assert checks == [0.0, 2.0, 4.0, 10.0]
+    assert "planner statistics check failed (the database went away)" in caplog.text
+    never = Reaper(services=services, settings=settings(statistics_check=0), has_recover=True)
+    await never.reap_once()
+    assert checks == [0.0, 2.0, 4.0, 10.0]
