@@ -105,6 +105,10 @@ class Sizes:
     lending_reserved: int = 10  # a worker's reserved slots by default (200 // 20)
     lending_rounds: int = 100
     log_turns: int = 100  # loop turns a round
+    quiet_finished: int = 100_000  # the finished invocations the quiet spell's ANALYZE saw
+    quiet_queued: int = 50_000
+    quiet_tenants: int = 256
+    quiet_claims: int = 20
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -181,6 +185,10 @@ QUICK = Sizes(
     lending_listed=64,
     lending_rounds=5,
     log_turns=20,
+    quiet_finished=2000,
+    quiet_queued=2000,
+    quiet_tenants=16,
+    quiet_claims=3,
     deadline=60.0,
 )
 
