@@ -26,6 +26,9 @@ SQLITE_READERS = 2
 """Read connections of the embedded store beside its one writer."""
 MIGRATION_LOCK_KEY = 0x7E7E_0001
 CLAIM_LOCK_KEY = 0x7E7E_0002
+ANALYZE_LOCK_KEY = 0x7E7E_0003
+"""The transaction advisory lock under which one process at a time analyzes the invocations
+(:mod:`tether.store.planner_statistics`)."""
 
 _HELD_ROWS = (
     sa.select(inv.id)

@@ -6,36 +6,42 @@ takes those (autovacuum's, once a tenth of the table has changed since the last 
 status's share swings from none to most of the table within minutes: a burst queues
 thousands, the workers drain them. Statistics taken while nothing was queued say nothing is,
 and the planner then reads every queued row's index entry once per tenant with queued work
-(the claim's scan for them, :mod:`tether.store.candidates`) and per tenant it starts: 3.3 s a
-claim of 32 at 50,000 queued over 256 tenants, against 10 ms with the backlog analyzed
-(``bench quietspell``), until autovacuum's next ``ANALYZE``, which on a table of millions of
-finished invocations can be a long backlog away, and never where autovacuum is off.
+(the claim's scan for them, :mod:`tether.store.candidates`) and per tenant it starts: 3.1 to
+4.3 s a claim of 32 at 50,000 queued over 256 tenants, against 5 to 10 ms with the backlog
+analyzed (``bench quietspell``), until autovacuum's next ``ANALYZE``, which on a table of
+millions of finished invocations can be a long backlog away, and never where autovacuum is off.
 
 So every worker's reaper, each ``timers.statistics_check``, asks the planner how many rows it
 believes each open status holds (an ``EXPLAIN`` of each) and counts each status's rows up to
 what would prove that belief far too low: :data:`FACTOR` times it, and at least :data:`FLOOR`
-rows (fewer are cheap whatever the plan). A status believed to hold :data:`CEILING` rows or more
-is not counted: the planner already takes it for a large set. When one holds that many, the
-process runs ``ANALYZE tether_invocations`` (it reads a sample of the table, not all of it;
-one process at a time, under a transaction advisory lock). An ``ANALYZE`` that leaves a belief
-still that far off (a status too rare in a huge table for the sample to find) makes the next
-wait twice as long, up to :data:`MAX_GAP_S`.
+rows (fewer are cheap whatever the plan). It counts only a status the table has changed enough
+since its last ``ANALYZE`` to have grown that much (``n_mod_since_analyze``, where PostgreSQL
+tracks it), and none the planner believes holds :data:`CEILING` rows or more: it already plans
+for a large set. When a status holds that many, the process runs ``ANALYZE (SKIP_LOCKED)
+tether_invocations`` (it reads a sample of the table, not all of it; it waits for no lock) under
+a transaction advisory lock, unless the table was analyzed less than :data:`MIN_GAP_S` ago (by
+another process, or autovacuum): then it waits those out, if the planner is still that far
+off. A status an ``ANALYZE`` leaves as far off (too rare in a huge table for the sample to find)
+is analyzed for again after twice as long each time, up to :data:`MAX_GAP_S`; any other
+shortfall at once.
 
-``ANALYZE`` needs the table's owner, the database's, or a superuser; a role that is none of them
-is told once, in the log, what to run instead (docs/operations.md, "Vacuum").
+``ANALYZE`` needs the table's owner, the database's, a superuser or (PostgreSQL 17) the
+``MAINTAIN`` privilege; a process whose role has none of them says so once in the log, with what
+to run instead (docs/operations.md, "Vacuum"), and checks again after :data:`MAX_GAP_S`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from tether.status import OPEN
 from tether.store.connection import Connection
+from tether.store.dialect import ANALYZE_LOCK_KEY
 from tether.store.engine import Database
 
 log = logging.getLogger(__name__)
@@ -48,17 +54,45 @@ CEILING = 10_000
 """A belief from which a status is not counted: the planner already plans for a large set (and
 the count, bounded by ``FACTOR`` times the belief, would read that many index entries)."""
 MIN_GAP_S = 10.0
-"""Least seconds between two ``ANALYZE`` runs of one process."""
+"""Least seconds between two ``ANALYZE`` runs for the same shortfall, and since any ``ANALYZE``
+of the table (another process's, autovacuum's) after which the shortfall remains."""
 MAX_GAP_S = 600.0
 """Most seconds the gap doubles to while ``ANALYZE`` does not fix what the planner believes."""
-ANALYZE_LOCK_KEY = 0x7E7E_0003
-"""The transaction advisory lock one process at a time analyzes under."""
 
+_BELIEFS = {
+    status: sa.text(
+        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM tether_invocations WHERE status = '{status}'"
+    )
+    for status in OPEN
+}
+"""The planner's estimate of each open status's rows (the status written in, as every statement
+of the store's writes it: :func:`tether.store.schema.status_is`)."""
+_COUNTS = sa.text(
+    "SELECT "
+    + ", ".join(
+        f"(SELECT count(*) FROM (SELECT 1 FROM tether_invocations WHERE status = '{status}'"
+        f" LIMIT :{status}) AS rows_{status}) AS {status}"
+        for status in OPEN
+    )
+)
+"""Each open status's rows, counted up to its bound (0: not counted)."""
+_CHANGED = sa.text(
+    "SELECT s.n_mod_since_analyze AS changed, current_setting('track_counts') AS tracked "
+    "FROM pg_stat_user_tables AS s WHERE s.relid = to_regclass('tether_invocations')"
+)
+_SINCE_ANALYZED = sa.text(
+    "SELECT extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze)) "
+    "FROM pg_stat_user_tables AS s WHERE s.relid = to_regclass('tether_invocations')"
+)
 _PERMITTED = sa.text(
-    "SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') "
+    "SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') OR CASE "
+    "WHEN current_setting('server_version_num')::int >= 170000 "
+    "THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END "
     "FROM pg_class AS c, pg_database AS d "
     "WHERE c.oid = to_regclass('tether_invocations') AND d.datname = current_database()"
 )
+_LOCK = sa.text(f"SELECT pg_try_advisory_xact_lock({ANALYZE_LOCK_KEY})")
+_ANALYZE = sa.text("ANALYZE (SKIP_LOCKED) tether_invocations")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +107,11 @@ class Shortfall:
 
 @dataclass(frozen=True, slots=True)
 class StatisticsCheck:
-    """What one check found and did."""
+    """What one check found and did: the statuses the planner believes far too few of, and
+    whether this process analyzed the table for them (it may not have: another process was at
+    it, or analyzed lately, or the same shortfall waits out its gap)."""
 
-    short: list[Shortfall] = field(default_factory=list)
+    short: tuple[Shortfall, ...] = ()
     analyzed: bool = False
     permitted: bool = True
     seconds: float = 0.0
@@ -94,79 +130,111 @@ class PlannerStatistics:
     """One process's checks of one database (PostgreSQL; the embedded store has nothing to
     check: SQLite's planner keeps no statistics unless asked to, and Tether never asks)."""
 
-    def __init__(self, db: Database, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], float] = time.monotonic,
+        min_gap: float = MIN_GAP_S,
+    ) -> None:
         self._db = db
         self._clock = clock
-        self._gap = MIN_GAP_S
+        self._min_gap = min_gap
+        self._gap = min_gap
+        self._left_short: frozenset[str] = frozenset()
+        """The statuses the last ``ANALYZE`` left short: analyzed for again after ``_gap``."""
         self._next_analyze = float("-inf")
+        self._quiet_until = float("-inf")
+        """Not permitted to analyze: no check until then."""
         self._told_not_permitted = False
 
     async def check(self) -> StatisticsCheck | None:
         """Compare the planner's beliefs with the rows and analyze the table where one is far
-        too low; None on SQLite, or while an ``ANALYZE`` of this process's is too recent."""
-        if self._db.dialect.name != "postgresql" or self._clock() < self._next_analyze:
+        too low; None on SQLite, or while this process's role may not analyze it."""
+        if self._db.dialect.name != "postgresql" or self._clock() < self._quiet_until:
             return None
         async with self._db.connection() as conn:
             short = await _shortfalls(conn)
             if not short:
+                self._gap, self._left_short = self._min_gap, frozenset()
                 return StatisticsCheck()
-            permitted = bool(await conn.scalar(_PERMITTED))
-        if not permitted:
-            self._not_permitted(short)
-            return StatisticsCheck(short, permitted=False)
+            waiting = {s.status for s in short} <= self._left_short
+            if waiting and self._clock() < self._next_analyze:
+                return StatisticsCheck(short)  # the same shortfall, waiting out its gap
+            if not await conn.scalar(_PERMITTED):
+                self._not_permitted(short)
+                return StatisticsCheck(short, permitted=False)
         began = time.perf_counter()
         async with self._db.transaction() as conn:
-            if not await conn.scalar(
-                sa.text(f"SELECT pg_try_advisory_xact_lock({ANALYZE_LOCK_KEY})")
-            ):
+            if not await conn.scalar(_LOCK):
                 return StatisticsCheck(short)  # another process is analyzing it now
-            await conn.execute(sa.text("ANALYZE tether_invocations"))
+            since = await conn.scalar(_SINCE_ANALYZED)
+            if since is not None and float(since) < self._min_gap:
+                still = await _shortfalls(conn, gated=False)  # analyzed lately: fixed?
+                if still:
+                    self._wait(still, self._min_gap - float(since))
+                return StatisticsCheck(short)
+            await conn.execute(_ANALYZE)
         seconds = time.perf_counter() - began
         async with self._db.connection() as conn:
-            still = await _shortfalls(conn)
-        self._gap = min(MAX_GAP_S, self._gap * 2) if still else MIN_GAP_S
-        self._next_analyze = self._clock() + self._gap
+            still = await _shortfalls(conn, gated=False)
+        self._wait(still, min(MAX_GAP_S, self._gap * 2) if still else self._min_gap)
         log.info(
-            "analyzed tether_invocations in %.2f s: the planner believed %s",
-            seconds,
-            "; ".join(f"{s.believed:.0f} {s.status} where {s.counted}+ are" for s in short),
+            "analyzed tether_invocations in %.2f s: the planner believed %s", seconds, _told(short)
         )
         return StatisticsCheck(short, analyzed=True, seconds=seconds)
 
-    def _not_permitted(self, short: list[Shortfall]) -> None:
+    def _wait(self, still: Sequence[Shortfall], gap: float) -> None:
+        """Analyze for the shortfalls ``still`` left again only after ``gap`` seconds."""
+        self._gap, self._left_short = gap, frozenset(s.status for s in still)
+        self._next_analyze = self._clock() + gap
+
+    def _not_permitted(self, short: Sequence[Shortfall]) -> None:
+        self._quiet_until = self._clock() + MAX_GAP_S
         if self._told_not_permitted:
             return
         self._told_not_permitted = True
-        believed = "; ".join(f"{s.believed:.0f} {s.status} where {s.counted}+ are" for s in short)
         log.warning(
             "the planner believes %s, and this role may not ANALYZE tether_invocations (it needs "
-            "the table's owner, the database's or a superuser): claims may be slow until "
-            "autovacuum analyzes it; run ANALYZE tether_invocations as its owner, or lower "
-            "autovacuum_analyze_scale_factor for it (docs/operations.md, 'Vacuum')",
-            believed,
+            "the table's owner, the database's, a superuser or the MAINTAIN privilege): claims "
+            "may be slow until autovacuum analyzes it; run ANALYZE tether_invocations as its "
+            "owner, or lower autovacuum_analyze_scale_factor for it (docs/operations.md, "
+            "'Vacuum')",
+            _told(short),
         )
 
 
-async def _shortfalls(conn: Connection) -> list[Shortfall]:
-    """The open statuses whose rows the planner believes far fewer than there are."""
+def _told(short: Sequence[Shortfall]) -> str:
+    return "; ".join(f"{s.believed:.0f} {s.status} where {s.counted}+ are" for s in short)
+
+
+async def _shortfalls(conn: Connection, *, gated: bool = True) -> tuple[Shortfall, ...]:
+    """The open statuses whose rows the planner believes far fewer than there are. ``gated``:
+    only those the table has changed enough since its last ``ANALYZE`` to have grown that far
+    from what that ``ANALYZE`` saw (not to judge the ``ANALYZE`` itself: it resets the count)."""
     beliefs = {status: await _believed(conn, status) for status in OPEN}
-    bounds = {s: n for s, b in beliefs.items() if (n := count_up_to(b)) is not None}
+    changed = await _changed(conn) if gated else None
+    bounds = {}
+    for status, believed in beliefs.items():
+        bound = count_up_to(believed)
+        if bound is not None and (changed is None or changed >= bound - believed):
+            bounds[status] = bound
     if not bounds:
-        return []
-    counts = ", ".join(
-        f"(SELECT count(*) FROM (SELECT 1 FROM tether_invocations WHERE status = '{s}'"
-        f" LIMIT :{s}) AS rows_{s}) AS {s}"
-        for s in bounds
-    )
-    row = (await conn.execute(sa.text(f"SELECT {counts}"), bounds)).one()
+        return ()
+    row = (await conn.execute(_COUNTS, {s: bounds.get(s, 0) for s in OPEN})).one()
     counted = {s: int(getattr(row, s)) for s in bounds}
-    return [Shortfall(s, beliefs[s], counted[s]) for s in bounds if counted[s] >= bounds[s]]
+    return tuple(Shortfall(s, beliefs[s], counted[s]) for s in bounds if counted[s] >= bounds[s])
+
+
+async def _changed(conn: Connection) -> float | None:
+    """Rows changed since the table's last ``ANALYZE``; None where PostgreSQL does not count
+    them (``track_counts`` off)."""
+    changes = (await conn.execute(_CHANGED)).first()
+    if changes is None or changes.tracked != "on":
+        return None
+    return float(changes.changed)
 
 
 async def _believed(conn: Connection, status: str) -> float:
-    """How many rows the planner believes ``status`` holds (the status written in, as every
-    statement of the store's writes it: :func:`tether.store.schema.status_is`)."""
-    plan = await conn.scalar(
-        sa.text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM tether_invocations WHERE status = '{status}'")
-    )
+    """How many rows the planner believes ``status`` holds."""
+    plan = await conn.scalar(_BELIEFS[status])
     return float(plan[0]["Plan"]["Plan Rows"])

@@ -5,6 +5,7 @@ believes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -21,8 +22,8 @@ from tether.store.planner_statistics import (
     CEILING,
     FACTOR,
     FLOOR,
-    MIN_GAP_S,
     PlannerStatistics,
+    StatisticsCheck,
     count_up_to,
 )
 from tether.store.store import Store
@@ -43,6 +44,8 @@ def quiet_spell() -> Iterator[str]:
     5,000 queued over 64 tenants: what a backlog after a quiet spell finds."""
     with private_migrated_database() as url:
         with psycopg.connect(plain(url), autocommit=True) as conn:
+            # only the tests analyze it (where autovacuum runs, it might before they look)
+            conn.execute("ALTER TABLE tether_invocations SET (autovacuum_enabled = off)")
             conn.execute(
                 "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
                 " created_at, enqueued_at, started_at, finished_at)"
@@ -56,7 +59,21 @@ def quiet_spell() -> Iterator[str]:
                 " '{}', 'h', 'queued', 1, 1 FROM generate_series(1, %s) AS g",
                 (TENANTS, TENANTS, QUEUED),
             )
+            conn.execute("SELECT pg_stat_force_next_flush()")  # the changes, counted at once
         yield url
+
+
+def churn(url: str, rows: int = 2 * FLOOR) -> None:
+    """Change ``rows`` finished invocations (counted in ``n_mod_since_analyze`` at once): a
+    status can grow only through changes since the last ANALYZE, so a check counts none
+    without them."""
+    with psycopg.connect(plain(url), autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tether_invocations SET finished_at = finished_at"
+            " WHERE id IN (SELECT id FROM tether_invocations WHERE status = 'completed' LIMIT %s)",
+            (rows,),
+        )
+        conn.execute("SELECT pg_stat_force_next_flush()")
 
 
 @pytest.fixture
@@ -122,13 +139,14 @@ async def test_the_check_analyzes_a_backlog_the_planner_does_not_know_of(
     quiet_spell: str, store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "tether.store.planner_statistics")
-    check = await store.statistics.check()
+    keeper = PlannerStatistics(store.db, min_gap=0.0)  # the quiet spell's ANALYZE: long ago
+    check = await keeper.check()
     assert check is not None and check.analyzed and check.permitted
     [short] = check.short
     assert (short.status, round(short.believed), short.counted) == ("queued", 1, FLOOR)
     assert believed_queued(quiet_spell) > QUEUED / 2
     assert "the planner believed 1 queued where 1000+ are" in caplog.text
-    assert await store.statistics.check() is None  # this process analyzed it a moment ago
+    assert await keeper.check() == StatisticsCheck()  # the planner knows it now
 
     with statements(store) as seen:
         assert len(await store.claim_next(32, "w-quiet")) == 32
@@ -144,28 +162,53 @@ async def test_the_check_analyzes_a_backlog_the_planner_does_not_know_of(
         ]
         assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), where
 
-    again = PlannerStatistics(store.db)  # another process: the planner knows the backlog now
-    assert await again.check() == type(check)()
+    again = PlannerStatistics(store.db)  # another process: nothing left to do
+    assert await again.check() == StatisticsCheck()
 
 
-async def test_an_analyze_that_fixes_nothing_waits_longer_each_time(store: Store) -> None:
-    """A status too rare for the sample to find (here: the sample is made to find none)."""
-    now = [0.0]
-    keeper = PlannerStatistics(store.db, clock=lambda: now[0])
+async def test_an_analyze_that_fixes_nothing_waits_longer_each_time(
+    quiet_spell: str, store: Store
+) -> None:
+    """A status too rare for the sample to find (here: the sample is made to find none). The
+    gaps on this process's clock; between two ANALYZE runs at least ``min_gap`` passes on the
+    database's too (else the table counts as analyzed lately, by anyone)."""
+    now, gap = [0.0], 0.25
+    keeper = PlannerStatistics(store.db, clock=lambda: now[0], min_gap=gap)
     async with store.engine.begin() as conn:
         await conn.execute(sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS 0"))
     try:
+        await asyncio.sleep(gap)  # since the quiet spell's ANALYZE
         first = await keeper.check()
         assert first is not None and first.analyzed
         gaps = []
         for _ in range(3):
+            await asyncio.sleep(gap)
+            churn(quiet_spell)
             waited = 0.0
-            while (check := await keeper.check()) is None:
-                waited += MIN_GAP_S / 2
-                now[0] += MIN_GAP_S / 2
-            assert check.analyzed and check.short
+            while not (check := await keeper.check()) or not check.analyzed:
+                assert check is not None and check.short  # still short, waiting
+                waited += gap / 2
+                now[0] += gap / 2
             gaps.append(waited)
-        assert gaps == [2 * MIN_GAP_S, 4 * MIN_GAP_S, 8 * MIN_GAP_S]
+        assert gaps == pytest.approx([2 * gap, 4 * gap, 8 * gap])
+    finally:
+        async with store.engine.begin() as conn:
+            await conn.execute(
+                sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS -1")
+            )
+
+
+async def test_an_analyze_of_a_moment_ago_is_not_repeated(quiet_spell: str, store: Store) -> None:
+    """Another process's (or autovacuum's) ``ANALYZE`` within ``min_gap``: this one waits."""
+    keeper = PlannerStatistics(store.db)
+    async with store.engine.begin() as conn:
+        await conn.execute(sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS 0"))
+    try:
+        async with store.engine.connect() as conn:
+            await conn.execute(sa.text("ANALYZE tether_invocations"))  # and still short
+        churn(quiet_spell)
+        check = await keeper.check()
+        assert check is not None and check.short and not check.analyzed
     finally:
         async with store.engine.begin() as conn:
             await conn.execute(
@@ -176,19 +219,23 @@ async def test_an_analyze_that_fixes_nothing_waits_longer_each_time(store: Store
 async def test_a_role_that_may_not_analyze_is_told_once(
     quiet_spell: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The same login acting as a role that owns nothing (``SET ROLE`` at connect)."""
     role = f"tether_reader_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(plain(quiet_spell), autocommit=True) as conn:
-        conn.execute(f'CREATE ROLE "{role}" LOGIN')
-        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
-    reader = Store.postgres(quiet_spell.replace("://postgres@", f"://{role}@", 1), pool_size=1)
+    url = sa.make_url(quiet_spell).update_query_dict({"options": f"-c role={role}"})
+    reader = None
     try:
+        with psycopg.connect(plain(quiet_spell), autocommit=True) as conn:
+            conn.execute(f'CREATE ROLE "{role}" NOLOGIN')
+            conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+        reader = Store.postgres(url.render_as_string(hide_password=False), pool_size=1)
         first, second = await reader.statistics.check(), await reader.statistics.check()
         assert first is not None and not first.analyzed and not first.permitted
-        assert second is not None and not second.permitted
+        assert second is None  # not again until MAX_GAP_S has passed
         assert caplog.text.count("may not ANALYZE tether_invocations") == 1
         assert believed_queued(quiet_spell) < 10  # nothing was analyzed
     finally:
-        await reader.close()
+        if reader is not None:
+            await reader.close()
         with psycopg.connect(plain(quiet_spell), autocommit=True) as conn:
             conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
