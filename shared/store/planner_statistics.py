@@ -16,14 +16,16 @@ believes each open status holds (an ``EXPLAIN`` of each) and counts each status'
 what would prove that belief far too low: :data:`FACTOR` times it, and at least :data:`FLOOR`
 rows (fewer are cheap whatever the plan). It counts only a status the table has changed enough
 since its last ``ANALYZE`` to have grown that much (``n_mod_since_analyze``, where PostgreSQL
-tracks it), and none the planner believes holds :data:`CEILING` rows or more: it already plans
-for a large set. When a status holds that many, the process runs ``ANALYZE (SKIP_LOCKED)
-tether_invocations`` (it reads a sample of the table, not all of it; it waits for no lock) under
-a transaction advisory lock, unless the table was analyzed less than :data:`MIN_GAP_S` ago (by
-another process, or autovacuum): then it waits those out, if the planner is still that far
-off. A status an ``ANALYZE`` leaves as far off (too rare in a huge table for the sample to find)
-is analyzed for again after twice as long each time, up to :data:`MAX_GAP_S`; any other
-shortfall at once.
+counts changes and knows of an ``ANALYZE``: after a crash or ``pg_stat_reset()`` it counts every
+status), and none the planner believes holds :data:`CEILING` rows or more: it already plans for
+a large set. When a status holds that many, the process runs ``ANALYZE (SKIP_LOCKED)
+tether_invocations`` (it reads a sample of the table, not all of it, and waits for no lock: one
+that a lock held elsewhere makes skip the table counts for nothing) under a transaction advisory
+lock, unless the table's last ``ANALYZE``, whoever ran it, is less than :data:`MIN_GAP_S` old on
+the database's clock. A status an ``ANALYZE`` of the process's own leaves as far off (too rare in
+a huge table for the sample to find) is analyzed for again only twice as long after the table's
+last ``ANALYZE`` each time, up to :data:`MAX_GAP_S`, until a count finds it under its bound; any
+other status's shortfall waits only the least gap.
 
 ``ANALYZE`` needs the table's owner, the database's, a superuser or (PostgreSQL 17) the
 ``MAINTAIN`` privilege; a process whose role has none of them says so once in the log, with what
@@ -76,14 +78,15 @@ _COUNTS = sa.text(
     )
 )
 """Each open status's rows, counted up to its bound (0: not counted)."""
-_CHANGED = sa.text(
-    "SELECT s.n_mod_since_analyze AS changed, current_setting('track_counts') AS tracked "
+_ANALYZED = sa.text(
+    "SELECT s.n_mod_since_analyze AS changed, current_setting('track_counts') AS tracked, "
+    "extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze)) AS since, "
+    "greatest(s.last_analyze, s.last_autoanalyze) AS analyzed_at "
     "FROM pg_stat_user_tables AS s WHERE s.relid = to_regclass('tether_invocations')"
 )
-_SINCE_ANALYZED = sa.text(
-    "SELECT extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze)) "
-    "FROM pg_stat_user_tables AS s WHERE s.relid = to_regclass('tether_invocations')"
-)
+"""Since the table's last ``ANALYZE`` (anyone's): the rows changed, and the seconds passed."""
+_FRESH = sa.text("SELECT pg_stat_clear_snapshot()")
+"""The statistics views read anew within a transaction (they are read once per transaction)."""
 _PERMITTED = sa.text(
     "SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') OR CASE "
     "WHEN current_setting('server_version_num')::int >= 170000 "
@@ -109,13 +112,27 @@ class Shortfall:
 class StatisticsCheck:
     """What one check found and did: the statuses the planner believes far too few of, and
     whether this process analyzed the table for them (it may not have: another process was at
-    it, or analyzed lately, or the same shortfall waits out its gap)."""
+    it or analyzed it lately, the same shortfall waits out its gap, or a lock held elsewhere
+    made ``ANALYZE`` skip the table)."""
 
     short: tuple[Shortfall, ...] = ()
     analyzed: bool = False
     permitted: bool = True
     seconds: float = 0.0
     """How long the ``ANALYZE`` took."""
+    gap: float = 0.0
+    """Seconds after an ``ANALYZE`` before this process analyzes again for the statuses the
+    last one of its own left short (0: none left short)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Analyzed:
+    """The table's statistics state: rows changed since its last ``ANALYZE`` (None where not
+    counted), seconds since it, and when it was (None: never, or its counters were reset)."""
+
+    changed: float | None
+    since: float | None
+    at: object | None
 
 
 def count_up_to(believed: float) -> int | None:
@@ -128,7 +145,10 @@ def count_up_to(believed: float) -> int | None:
 
 class PlannerStatistics:
     """One process's checks of one database (PostgreSQL; the embedded store has nothing to
-    check: SQLite's planner keeps no statistics unless asked to, and Tether never asks)."""
+    check: SQLite's planner keeps no statistics unless asked to, and Tether never asks).
+
+    The gap is measured on the database's clock from the table's last ``ANALYZE``, whoever ran
+    it, so every process waits it out from the same moment."""
 
     def __init__(
         self,
@@ -141,10 +161,10 @@ class PlannerStatistics:
         self._min_gap = min_gap
         self._gap = min_gap
         self._left_short: frozenset[str] = frozenset()
-        """The statuses the last ``ANALYZE`` left short: analyzed for again after ``_gap``."""
-        self._next_analyze = float("-inf")
+        """The statuses this process's last ``ANALYZE`` left short, until a count finds each
+        under its bound: analyzed for again only ``_gap`` after the table's last ``ANALYZE``."""
         self._quiet_until = float("-inf")
-        """Not permitted to analyze: no check until then."""
+        """Not permitted to analyze: no check until then (this process's clock)."""
         self._told_not_permitted = False
 
     async def check(self) -> StatisticsCheck | None:
@@ -153,40 +173,59 @@ class PlannerStatistics:
         if self._db.dialect.name != "postgresql" or self._clock() < self._quiet_until:
             return None
         async with self._db.connection() as conn:
-            short = await _shortfalls(conn)
-            if not short:
-                self._gap, self._left_short = self._min_gap, frozenset()
-                return StatisticsCheck()
-            waiting = {s.status for s in short} <= self._left_short
-            if waiting and self._clock() < self._next_analyze:
-                return StatisticsCheck(short)  # the same shortfall, waiting out its gap
+            state = await _analyzed(conn)
+            short, counted = await _survey(conn, state.changed)
+            self._forget({s.status for s in short}, counted)
+            if not short or self._waiting(short, state):
+                return self._found(short)
             if not await conn.scalar(_PERMITTED):
                 self._not_permitted(short)
                 return StatisticsCheck(short, permitted=False)
         began = time.perf_counter()
         async with self._db.transaction() as conn:
             if not await conn.scalar(_LOCK):
-                return StatisticsCheck(short)  # another process is analyzing it now
-            since = await conn.scalar(_SINCE_ANALYZED)
-            if since is not None and float(since) < self._min_gap:
-                still = await _shortfalls(conn, gated=False)  # analyzed lately: fixed?
-                if still:
-                    self._wait(still, self._min_gap - float(since))
-                return StatisticsCheck(short)
+                return self._found(short)  # another process is analyzing it now
+            state = await _analyzed(conn)
+            if self._waiting(short, state):
+                return self._found(short)  # another process analyzed it a moment ago
             await conn.execute(_ANALYZE)
+            await conn.execute(_FRESH)
+            if (await _analyzed(conn)).at == state.at:
+                return self._found(short)  # skipped: a lock held elsewhere (SKIP_LOCKED)
         seconds = time.perf_counter() - began
         async with self._db.connection() as conn:
-            still = await _shortfalls(conn, gated=False)
-        self._wait(still, min(MAX_GAP_S, self._gap * 2) if still else self._min_gap)
+            still, _ = await _survey(conn, None)  # the ANALYZE resets the changes: count all
+        if still:
+            self._gap = min(MAX_GAP_S, self._gap * 2)
+            self._left_short = frozenset(s.status for s in still)
+        else:
+            self._gap, self._left_short = self._min_gap, frozenset()
         log.info(
             "analyzed tether_invocations in %.2f s: the planner believed %s", seconds, _told(short)
         )
-        return StatisticsCheck(short, analyzed=True, seconds=seconds)
+        return StatisticsCheck(short, analyzed=True, seconds=seconds, gap=self._left_gap())
 
-    def _wait(self, still: Sequence[Shortfall], gap: float) -> None:
-        """Analyze for the shortfalls ``still`` left again only after ``gap`` seconds."""
-        self._gap, self._left_short = gap, frozenset(s.status for s in still)
-        self._next_analyze = self._clock() + gap
+    def _waiting(self, short: Sequence[Shortfall], state: Analyzed) -> bool:
+        """Whether the table was analyzed too lately to analyze it again for ``short``: within
+        the gap if this process's last ``ANALYZE`` left these same statuses short, else within
+        the least gap."""
+        if state.since is None:
+            return False
+        own = {s.status for s in short} <= self._left_short
+        return state.since < (self._gap if own else self._min_gap)
+
+    def _forget(self, short: set[str], counted: frozenset[str]) -> None:
+        """Statuses counted and found under their bound are no longer left short; a status not
+        counted (too few changes since the last ``ANALYZE``) proves nothing either way."""
+        self._left_short -= counted - short
+        if not self._left_short:
+            self._gap = self._min_gap
+
+    def _found(self, short: tuple[Shortfall, ...]) -> StatisticsCheck:
+        return StatisticsCheck(short, gap=self._left_gap())
+
+    def _left_gap(self) -> float:
+        return self._gap if self._left_short else 0.0
 
     def _not_permitted(self, short: Sequence[Shortfall]) -> None:
         self._quiet_until = self._clock() + MAX_GAP_S
@@ -207,31 +246,36 @@ def _told(short: Sequence[Shortfall]) -> str:
     return "; ".join(f"{s.believed:.0f} {s.status} where {s.counted}+ are" for s in short)
 
 
-async def _shortfalls(conn: Connection, *, gated: bool = True) -> tuple[Shortfall, ...]:
-    """The open statuses whose rows the planner believes far fewer than there are. ``gated``:
-    only those the table has changed enough since its last ``ANALYZE`` to have grown that far
-    from what that ``ANALYZE`` saw (not to judge the ``ANALYZE`` itself: it resets the count)."""
+async def _survey(
+    conn: Connection, changed: float | None
+) -> tuple[tuple[Shortfall, ...], frozenset[str]]:
+    """The open statuses whose rows the planner believes far fewer than there are, and the
+    statuses counted. With ``changed`` (rows changed since the last ``ANALYZE``), only those
+    that could have grown that far from what that ``ANALYZE`` saw are counted."""
     beliefs = {status: await _believed(conn, status) for status in OPEN}
-    changed = await _changed(conn) if gated else None
     bounds = {}
     for status, believed in beliefs.items():
         bound = count_up_to(believed)
         if bound is not None and (changed is None or changed >= bound - believed):
             bounds[status] = bound
     if not bounds:
-        return ()
+        return (), frozenset()
     row = (await conn.execute(_COUNTS, {s: bounds.get(s, 0) for s in OPEN})).one()
     counted = {s: int(getattr(row, s)) for s in bounds}
-    return tuple(Shortfall(s, beliefs[s], counted[s]) for s in bounds if counted[s] >= bounds[s])
+    short = tuple(Shortfall(s, beliefs[s], counted[s]) for s in bounds if counted[s] >= bounds[s])
+    return short, frozenset(bounds)
 
 
-async def _changed(conn: Connection) -> float | None:
-    """Rows changed since the table's last ``ANALYZE``; None where PostgreSQL does not count
-    them (``track_counts`` off)."""
-    changes = (await conn.execute(_CHANGED)).first()
-    if changes is None or changes.tracked != "on":
-        return None
-    return float(changes.changed)
+async def _analyzed(conn: Connection) -> Analyzed:
+    """The table's statistics state. Changes count only where PostgreSQL counts them
+    (``track_counts``) and since an ``ANALYZE`` it knows of: after its counters were reset (a
+    crash, ``pg_stat_reset()``) they start from 0 while the statistics stay as they were."""
+    row = (await conn.execute(_ANALYZED)).first()
+    if row is None:
+        return Analyzed(None, None, None)
+    since = None if row.since is None else float(row.since)
+    known = row.tracked == "on" and row.analyzed_at is not None
+    return Analyzed(float(row.changed) if known else None, since, row.analyzed_at)
 
 
 async def _believed(conn: Connection, status: str) -> float:

@@ -6,6 +6,7 @@ believes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -166,54 +167,75 @@ async def test_the_check_analyzes_a_backlog_the_planner_does_not_know_of(
     assert await again.check() == StatisticsCheck()
 
 
+@contextlib.contextmanager
+def status_unsampled(url: str) -> Iterator[None]:
+    """ANALYZE stops taking statistics on the status (those it took stay): a status too rare
+    in a huge table for the sample to find, as far as the planner's belief goes."""
+    with psycopg.connect(plain(url), autocommit=True) as conn:
+        conn.execute("ALTER TABLE tether_invocations ALTER status SET STATISTICS 0")
+    try:
+        yield
+    finally:
+        with psycopg.connect(plain(url), autocommit=True) as conn:
+            conn.execute("ALTER TABLE tether_invocations ALTER status SET STATISTICS -1")
+
+
 async def test_an_analyze_that_fixes_nothing_waits_longer_each_time(
     quiet_spell: str, store: Store
 ) -> None:
-    """A status too rare for the sample to find (here: the sample is made to find none). The
-    gaps on this process's clock; between two ANALYZE runs at least ``min_gap`` passes on the
-    database's too (else the table counts as analyzed lately, by anyone)."""
-    now, gap = [0.0], 0.25
-    keeper = PlannerStatistics(store.db, clock=lambda: now[0], min_gap=gap)
-    async with store.engine.begin() as conn:
-        await conn.execute(sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS 0"))
-    try:
+    """Each gap counts from the table's last ANALYZE on the database's clock."""
+    gap = 0.25
+    keeper = PlannerStatistics(store.db, min_gap=gap)
+    with status_unsampled(quiet_spell):
         await asyncio.sleep(gap)  # since the quiet spell's ANALYZE
         first = await keeper.check()
-        assert first is not None and first.analyzed
-        gaps = []
+        assert first is not None and first.analyzed and first.gap == 2 * gap
+        # right after it nothing has changed, so nothing is counted: no evidence either way
+        assert await keeper.check() == StatisticsCheck(gap=2 * gap)
+        gaps = [first.gap]
         for _ in range(3):
-            await asyncio.sleep(gap)
             churn(quiet_spell)
-            waited = 0.0
+            held = await keeper.check()  # within the gap: the same shortfall waits
+            assert held is not None and held.short and not held.analyzed, held
             while not (check := await keeper.check()) or not check.analyzed:
-                assert check is not None and check.short  # still short, waiting
-                waited += gap / 2
-                now[0] += gap / 2
-            gaps.append(waited)
-        assert gaps == pytest.approx([2 * gap, 4 * gap, 8 * gap])
-    finally:
-        async with store.engine.begin() as conn:
-            await conn.execute(
-                sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS -1")
-            )
+                assert check is not None and check.short
+                await asyncio.sleep(gap / 4)
+            gaps.append(check.gap)
+        assert gaps == [2 * gap, 4 * gap, 8 * gap, 16 * gap]
 
 
 async def test_an_analyze_of_a_moment_ago_is_not_repeated(quiet_spell: str, store: Store) -> None:
-    """Another process's (or autovacuum's) ``ANALYZE`` within ``min_gap``: this one waits."""
+    """Another process's (or autovacuum's) ANALYZE within the least gap: this one waits."""
     keeper = PlannerStatistics(store.db)
-    async with store.engine.begin() as conn:
-        await conn.execute(sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS 0"))
-    try:
+    with status_unsampled(quiet_spell):
         async with store.engine.connect() as conn:
             await conn.execute(sa.text("ANALYZE tether_invocations"))  # and still short
+            await conn.commit()
         churn(quiet_spell)
         check = await keeper.check()
         assert check is not None and check.short and not check.analyzed
-    finally:
-        async with store.engine.begin() as conn:
-            await conn.execute(
-                sa.text("ALTER TABLE tether_invocations ALTER status SET STATISTICS -1")
-            )
+
+
+async def test_an_analyze_that_a_lock_skips_is_not_counted(quiet_spell: str, store: Store) -> None:
+    """``ANALYZE (SKIP_LOCKED)`` waits for no lock: a VACUUM or an index build holding the
+    table makes it skip the table, and the next check tries again."""
+    keeper = PlannerStatistics(store.db, min_gap=0.0)
+    with psycopg.connect(plain(quiet_spell)) as holder:
+        holder.execute("LOCK TABLE tether_invocations IN SHARE UPDATE EXCLUSIVE MODE")
+        skipped = await keeper.check()
+        assert skipped is not None and skipped.short and not skipped.analyzed
+        holder.rollback()
+    check = await keeper.check()
+    assert check is not None and check.analyzed
+
+
+async def test_counters_reset_count_every_status(quiet_spell: str, store: Store) -> None:
+    """After a crash or ``pg_stat_reset()`` the changes since the last ANALYZE start from 0
+    while the statistics stay as they were: every status is counted until an ANALYZE."""
+    with psycopg.connect(plain(quiet_spell), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_reset()")
+    check = await store.statistics.check()
+    assert check is not None and check.analyzed
 
 
 async def test_a_role_that_may_not_analyze_is_told_once(
@@ -228,7 +250,8 @@ async def test_a_role_that_may_not_analyze_is_told_once(
             conn.execute(f'CREATE ROLE "{role}" NOLOGIN')
             conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
         reader = Store.postgres(url.render_as_string(hide_password=False), pool_size=1)
-        first, second = await reader.statistics.check(), await reader.statistics.check()
+        keeper = PlannerStatistics(reader.db, min_gap=0.0)  # the quiet spell's: long ago
+        first, second = await keeper.check(), await keeper.check()
         assert first is not None and not first.analyzed and not first.permitted
         assert second is None  # not again until MAX_GAP_S has passed
         assert caplog.text.count("may not ANALYZE tether_invocations") == 1
