@@ -12,20 +12,22 @@ analyzed (``bench quietspell``), until autovacuum's next ``ANALYZE``, which on a
 millions of finished invocations can be a long backlog away, and never where autovacuum is off.
 
 So every worker's reaper, each ``timers.statistics_check``, asks the planner how many rows it
-believes each open status holds (an ``EXPLAIN`` of each) and counts each status's rows up to
-what would prove that belief far too low: :data:`FACTOR` times it, and at least :data:`FLOOR`
-rows (fewer are cheap whatever the plan). It counts only a status the table has changed enough
-since its last ``ANALYZE`` to have grown that much (``n_mod_since_analyze``, where PostgreSQL
-counts changes and knows of an ``ANALYZE``: after a crash or ``pg_stat_reset()`` it counts every
-status), and none the planner believes holds :data:`CEILING` rows or more: it already plans for
-a large set. When a status holds that many, the process runs ``ANALYZE (SKIP_LOCKED)
+believes each open status holds (an ``EXPLAIN`` of each) and counts each status's rows up to what
+would prove that belief far too low: :data:`FACTOR` times it, and at least :data:`FLOOR` rows
+(fewer are cheap whatever the plan). A status counted past :data:`FLOOR` is counted only if the
+table has changed enough since its last ``ANALYZE`` for it to have grown that much
+(``n_mod_since_analyze``, where PostgreSQL counts changes and knows of an ``ANALYZE``: after a
+crash or ``pg_stat_reset()`` every status is counted); one believed almost empty (the case of a
+quiet spell) is counted to :data:`FLOOR` at every check, without waiting for PostgreSQL to report
+the changes. None the planner believes holds :data:`CEILING` rows or more is counted: it already
+plans for a large set. When a status holds that many, the process runs ``ANALYZE (SKIP_LOCKED)
 tether_invocations`` (it reads a sample of the table, not all of it, and waits for no lock: one
 that a lock held elsewhere makes skip the table counts for nothing) under a transaction advisory
 lock, unless the table's last ``ANALYZE``, whoever ran it, is less than :data:`MIN_GAP_S` old on
-the database's clock. A status an ``ANALYZE`` of the process's own leaves as far off (too rare in
-a huge table for the sample to find) is analyzed for again only twice as long after the table's
-last ``ANALYZE`` each time, up to :data:`MAX_GAP_S`, until a count finds it under its bound; any
-other status's shortfall waits only the least gap.
+the database's clock. A status an ``ANALYZE`` of the process's own leaves as far off (too rare in a
+huge table for the sample to find) is analyzed for again only twice as long after the table's last
+``ANALYZE`` each time, up to :data:`MAX_GAP_S`, until a count finds it under its bound; any other
+status's shortfall waits only the least gap.
 
 ``ANALYZE`` needs the table's owner, the database's, a superuser or (PostgreSQL 17) the
 ``MAINTAIN`` privilege; a process whose role has none of them says so once in the log, with what
@@ -250,13 +252,16 @@ async def _survey(
     conn: Connection, changed: float | None
 ) -> tuple[tuple[Shortfall, ...], frozenset[str]]:
     """The open statuses whose rows the planner believes far fewer than there are, and the
-    statuses counted. With ``changed`` (rows changed since the last ``ANALYZE``), only those
-    that could have grown that far from what that ``ANALYZE`` saw are counted."""
+    statuses counted. With ``changed`` (rows changed since the last ``ANALYZE``), a status
+    counted past :data:`FLOOR` is counted only if it could have grown that far from what that
+    ``ANALYZE`` saw."""
     beliefs = {status: await _believed(conn, status) for status in OPEN}
     bounds = {}
     for status, believed in beliefs.items():
         bound = count_up_to(believed)
-        if bound is not None and (changed is None or changed >= bound - believed):
+        # counted to FLOOR (a status believed almost empty): cheap, and no waiting for
+        # PostgreSQL to report the changes (it may take seconds)
+        if bound is not None and (changed is None or bound <= FLOOR or changed >= bound - believed):
             bounds[status] = bound
     if not bounds:
         return (), frozenset()

@@ -25,6 +25,7 @@ from tether.store.planner_statistics import (
     FLOOR,
     PlannerStatistics,
     StatisticsCheck,
+    _survey,
     count_up_to,
 )
 from tether.store.store import Store
@@ -62,19 +63,6 @@ def quiet_spell() -> Iterator[str]:
             )
             conn.execute("SELECT pg_stat_force_next_flush()")  # the changes, counted at once
         yield url
-
-
-def churn(url: str, rows: int = 2 * FLOOR) -> None:
-    """Change ``rows`` finished invocations (counted in ``n_mod_since_analyze`` at once): a
-    status can grow only through changes since the last ANALYZE, so a check counts none
-    without them."""
-    with psycopg.connect(plain(url), autocommit=True) as conn:
-        conn.execute(
-            "UPDATE tether_invocations SET finished_at = finished_at"
-            " WHERE id IN (SELECT id FROM tether_invocations WHERE status = 'completed' LIMIT %s)",
-            (rows,),
-        )
-        conn.execute("SELECT pg_stat_force_next_flush()")
 
 
 @pytest.fixture
@@ -190,11 +178,11 @@ async def test_an_analyze_that_fixes_nothing_waits_longer_each_time(
         await asyncio.sleep(gap)  # since the quiet spell's ANALYZE
         first = await keeper.check()
         assert first is not None and first.analyzed and first.gap == 2 * gap
-        # right after it nothing has changed, so nothing is counted: no evidence either way
-        assert await keeper.check() == StatisticsCheck(gap=2 * gap)
+        # believed almost empty, the status is counted at every check: still short, it waits
+        held = await keeper.check()
+        assert held is not None and held.short and not held.analyzed and held.gap == 2 * gap
         gaps = [first.gap]
         for _ in range(3):
-            churn(quiet_spell)
             held = await keeper.check()  # within the gap: the same shortfall waits
             assert held is not None and held.short and not held.analyzed, held
             while not (check := await keeper.check()) or not check.analyzed:
@@ -204,6 +192,22 @@ async def test_an_analyze_that_fixes_nothing_waits_longer_each_time(
         assert gaps == [2 * gap, 4 * gap, 8 * gap, 16 * gap]
 
 
+async def test_a_status_believed_large_is_counted_only_after_enough_changes(
+    store: Store,
+) -> None:
+    """Counting 10x a belief of 5,000 would read 50,000 rows at every check: only once the
+    table has changed enough since the last ANALYZE for the status to have grown that far. A
+    status believed almost empty is counted (to 1,000) at every check."""
+    async with store.engine.connect() as conn:
+        await conn.execute(sa.text("ANALYZE tether_invocations"))  # the backlog known
+        await conn.commit()
+    async with store.db.connection() as conn:
+        _, counted = await _survey(conn, 0.0)
+        assert counted == {"active", "waiting"}
+        _, counted = await _survey(conn, float(10 * QUEUED))
+        assert counted == {"queued", "active", "waiting"}
+
+
 async def test_an_analyze_of_a_moment_ago_is_not_repeated(quiet_spell: str, store: Store) -> None:
     """Another process's (or autovacuum's) ANALYZE within the least gap: this one waits."""
     keeper = PlannerStatistics(store.db)
@@ -211,7 +215,6 @@ async def test_an_analyze_of_a_moment_ago_is_not_repeated(quiet_spell: str, stor
         async with store.engine.connect() as conn:
             await conn.execute(sa.text("ANALYZE tether_invocations"))  # and still short
             await conn.commit()
-        churn(quiet_spell)
         check = await keeper.check()
         assert check is not None and check.short and not check.analyzed
 
