@@ -109,6 +109,10 @@ class Sizes:
     quiet_queued: int = 50_000
     quiet_tenants: int = 256
     quiet_claims: int = 20
+    window_posts: int = 10_000  # quietwindow's burst, posted through a gateway
+    window_slots: int = 16  # the worker's slots, fewer than the gateway's pace: a backlog builds
+    window_handler_s: float = 0.02
+    window_rounds: int = 2  # bursts on each of the baseline and the quiet spell, alternating
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -189,6 +193,8 @@ QUICK = Sizes(
     quiet_queued=2000,
     quiet_tenants=16,
     quiet_claims=3,
+    window_posts=2500,
+    window_rounds=1,
     deadline=60.0,
 )
 
