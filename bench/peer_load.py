@@ -43,9 +43,12 @@ class Burst:
     statuses: dict[str, int] = field(default_factory=dict)
 
 
-async def _post_all(
-    http: Requests, ids: list[str], concurrency: int, deadline: float
+async def post_all(
+    http: Requests, ids: list[str], concurrency: int, deadline: float, input: Any = None
 ) -> Counter[int]:
+    """Post ``ids`` as background invocations of ``input``, ``concurrency`` at a time, the
+    owners cycling (``owner_headers``), until ``deadline`` (``perf_counter``); the answers'
+    statuses."""
     answers: Counter[int] = Counter()
     todo = iter(enumerate(ids))
 
@@ -53,7 +56,7 @@ async def _post_all(
         for i, invocation_id in todo:
             if time.perf_counter() > deadline:
                 return
-            data = post_body(invocation_id, background=True)
+            data = post_body(invocation_id, input, background=True)
             answer = await http.request("POST", INVOCATIONS, data, owner_headers(i))
             answers[answer.status] += 1
 
@@ -84,7 +87,7 @@ async def burst(base: str, count: int, concurrency: int, deadline: float) -> Bur
     end = time.perf_counter() + deadline
     async with request_client(base, concurrency) as http:
         started = time.perf_counter()
-        answers = await _post_all(http, ids, concurrency, end)
+        answers = await post_all(http, ids, concurrency, end)
         posted = time.perf_counter()
         if answers != Counter({202: count}):
             raise RuntimeError(f"unexpected answers while posting: {dict(answers)}")

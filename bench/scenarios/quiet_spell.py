@@ -41,13 +41,7 @@ def quiet_database(db: Database, sizes: Sizes, analyze_backlog: bool) -> None:
     try:
         # analyzed by this scenario alone (where autovacuum runs, it might analyze the backlog)
         pg.conn.execute("ALTER TABLE tether_invocations SET (autovacuum_enabled = off)")
-        pg.conn.execute(
-            "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
-            " created_at, enqueued_at, started_at, finished_at)"
-            " SELECT 'done-' || g, 'quiet-' || (g %% 300), 'quiet-' || (g %% 300), '{}', 'prefill',"
-            " 'completed', 1, 1, 1, 2 FROM generate_series(1, %s) AS g",
-            (sizes.quiet_finished,),
-        )
+        pg.prefill_finished(sizes.quiet_finished)
         pg.conn.execute("VACUUM ANALYZE")
         tenants = [f"backlog-{k:03d}" for k in range(sizes.quiet_tenants)]
         share, rest = divmod(sizes.quiet_queued, len(tenants))

@@ -20,15 +20,15 @@ a slow minute of the machine slows both), then one unchecked. Each burst: 1 gate
 process (``window_slots`` slots, fewer than the gateway's pace, so that a backlog builds; the
 ``sleeper`` app awaiting ``window_handler_s``), then ``window_posts`` background invocations
 posted at c=32 by 256 owners, at least :data:`MIN_GAP_S` after the setup's ``ANALYZE`` (the check
-waits that long after any). Figures, on the database clock from the first accept: the seconds
-until all are finished (quiet against the baseline, medians), when the reaper analyzed, and how
-many of the burst the unchecked database finished in the baseline's median time (it is stopped
-then).
+waits that long after any). Figures, on the database clock from the first accept: how many
+finished in the first ``window_early_s`` (the window itself: the check comes within it), the
+seconds until all are finished (quiet against the baseline, medians), when the reaper analyzed,
+and how many of the burst the unchecked database finished in the baseline's median time (it is
+stopped then).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
 import time
@@ -36,8 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from bench.load import owner_headers
-from bench.peer_load import INVOCATIONS, post_body
+from bench.peer_load import post_all
 from bench.procs import Database, launcher, private_database
 from bench.raw_http import request_client
 from bench.report import Row
@@ -47,32 +46,30 @@ from tether.store.planner_statistics import MIN_GAP_S
 
 APP = "bench.apps:sleeper"
 BURST_OWNER = "bench-%"  # owner_headers' owners; the finished rows' are quiet-*
-KINDS = ("baseline", "quiet", "unchecked")
 
 
 @dataclass(frozen=True)
 class Window:
     posting_s: float
+    early: int  # finished within the first ``window_early_s``
     span_s: float | None  # first accept -> last finish; None: not all finished when stopped
     finished_within: int  # finished within the cutoff asked for (all, when there was none)
-    analyzed_after_s: float | None  # the table's last ANALYZE, if during the burst
+    analyzes: int  # ANALYZEs of the table during the burst
+    analyzed_after_s: float | None  # the last of them, seconds after the first accept
     believed_queued: float  # the planner's estimate of queued rows before the burst
 
 
-def prepare(db: Database, sizes: Sizes, expect_backlog: bool) -> None:
+def window_database(db: Database, sizes: Sizes, expect_backlog: bool) -> None:
+    """Finished rows analyzed with nothing queued (a quiet spell), or, if ``expect_backlog``,
+    beside ``window_posts`` queued that are then deleted without a new ``ANALYZE``."""
     pg = Pg(db)
     try:
         pg.conn.execute("ALTER TABLE tether_invocations SET (autovacuum_enabled = off)")
-        pg.conn.execute(
-            "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
-            " created_at, enqueued_at, started_at, finished_at)"
-            " SELECT 'done-' || g, 'quiet-' || (g %% 300), 'quiet-' || (g %% 300), '{}', 'prefill',"
-            " 'completed', 1, 1, 1, 2 FROM generate_series(1, %s) AS g",
-            (sizes.quiet_finished,),
-        )
+        pg.prefill_finished(sizes.quiet_finished)
         if expect_backlog:
-            share = max(1, sizes.window_posts // 256)
-            insert_queued(pg, {f"expected-{k:03d}": share for k in range(256)}, returning=False)
+            share, rest = divmod(sizes.window_posts, 256)
+            counts = {f"expected-{k:03d}": share + (1 if k < rest else 0) for k in range(256)}
+            insert_queued(pg, counts, returning=False)
         pg.conn.execute("VACUUM ANALYZE tether_invocations")
         if expect_backlog:  # the statistics keep the backlog; the rows go
             pg.conn.execute("DELETE FROM tether_invocations WHERE status = 'queued'")
@@ -83,37 +80,45 @@ def prepare(db: Database, sizes: Sizes, expect_backlog: bool) -> None:
 
 
 def believed_queued(pg: Pg) -> float:
+    """The planner's estimate of the queued invocations."""
     plan = pg.scalar(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM tether_invocations WHERE status = 'queued'"
     )
     return float((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]["Plan Rows"])
 
 
+def analyzed(pg: Pg) -> tuple[int, float | None]:
+    """How many times the invocations were analyzed (by anyone), and how long ago the last."""
+    row = pg.conn.execute(
+        "SELECT analyze_count + autoanalyze_count,"
+        " extract(epoch from now() - greatest(last_analyze, last_autoanalyze))"
+        " FROM pg_stat_user_tables WHERE relname = 'tether_invocations'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), None if row[1] is None else float(row[1])
+
+
 def wait_past_last_analyze(pg: Pg) -> None:
     """Until the setup's ``ANALYZE`` is :data:`MIN_GAP_S` old (and a second more)."""
-    age = pg.scalar(
-        "SELECT extract(epoch from now() - greatest(last_analyze, last_autoanalyze))"
-        " FROM pg_stat_user_tables WHERE relname = 'tether_invocations'"
-    )
-    if age is not None and float(age) < MIN_GAP_S + 1:
-        time.sleep(MIN_GAP_S + 1 - float(age))
+    _, age = analyzed(pg)
+    if age is not None and age < MIN_GAP_S + 1:
+        time.sleep(MIN_GAP_S + 1 - age)
 
 
 async def post_burst(base: str, sizes: Sizes) -> float:
-    """Seconds to post the burst: ``concurrency`` loops, the owners cycling as in ``peer``."""
-    todo = iter(enumerate(str(uuid.uuid4()) for _ in range(sizes.window_posts)))
-    data = {"seconds": sizes.window_handler_s}
+    """Seconds to post the burst at ``concurrency``, the owners cycling as in ``peer``."""
+    ids = [str(uuid.uuid4()) for _ in range(sizes.window_posts)]
     started = time.perf_counter()
     async with request_client(base, sizes.concurrency) as http:
-
-        async def loop() -> None:
-            for i, invocation_id in todo:
-                body = post_body(invocation_id, data, background=True)
-                answer = await http.request("POST", INVOCATIONS, body, owner_headers(i))
-                if answer.status != 202:
-                    raise RuntimeError(f"POST answered {answer.status}")
-
-        await asyncio.gather(*(loop() for _ in range(sizes.concurrency)))
+        answers = await post_all(
+            http,
+            ids,
+            sizes.concurrency,
+            started + sizes.deadline,
+            {"seconds": sizes.window_handler_s},
+        )
+    if answers != {202: sizes.window_posts}:
+        raise RuntimeError(f"unexpected answers while posting: {dict(answers)}")
     return time.perf_counter() - started
 
 
@@ -129,26 +134,34 @@ def finished_of_burst(pg: Pg, within: float | None = None) -> int:
     )
 
 
-def burst_window(pg: Pg) -> tuple[float, float | None]:
-    """Seconds from the first accept to the last finish, and to the table's last ``ANALYZE``
-    (None when that was before the first accept)."""
+def burst_span(pg: Pg) -> tuple[float, float]:
+    """The burst's first accept (epoch s, database clock), and the seconds from it to its last
+    finish."""
     row = pg.conn.execute(
-        "SELECT max(finished_at) - min(created_at),"
-        " extract(epoch from (SELECT greatest(last_analyze, last_autoanalyze)"
-        " FROM pg_stat_user_tables WHERE relname = 'tether_invocations')) - min(created_at)"
-        " FROM tether_invocations WHERE owner LIKE %s",
+        "SELECT min(created_at), max(finished_at) - min(created_at) FROM tether_invocations"
+        " WHERE owner LIKE %s",
         (BURST_OWNER,),
     ).fetchone()
-    assert row is not None and row[0] is not None
-    analyzed = float(row[1]) if row[1] is not None and float(row[1]) > 0 else None
-    return float(row[0]), analyzed
+    assert row is not None and row[0] is not None and row[1] is not None
+    return float(row[0]), float(row[1])
+
+
+def last_analyze_after(pg: Pg, first_accept: float) -> float | None:
+    """Seconds from ``first_accept`` to the table's last ``ANALYZE``, None if it was before."""
+    at = pg.scalar(
+        "SELECT extract(epoch from greatest(last_analyze, last_autoanalyze))"
+        " FROM pg_stat_user_tables WHERE relname = 'tether_invocations'"
+    )
+    after = None if at is None else float(at) - first_accept
+    return after if after is not None and after > 0 else None
 
 
 async def run_one(sizes: Sizes, kind: str, stop_after: float | None) -> Window:
-    """One database's burst; ``stop_after``: stop waiting that many seconds after the first
-    POST and count what finished within them."""
+    """One burst on a database of its own (``kind``: baseline, quiet or unchecked);
+    ``stop_after``: stop waiting that many seconds after the first POST, counting what
+    finished within them."""
     with private_database() as db, launcher(db) as launch:
-        prepare(db, sizes, expect_backlog=kind == "baseline")
+        window_database(db, sizes, expect_backlog=kind == "baseline")
         extra = {"TETHER_WORKER__CONCURRENCY": str(sizes.window_slots)}
         if kind == "unchecked":
             extra["TETHER_TIMERS__STATISTICS_CHECK"] = "0"
@@ -158,37 +171,50 @@ async def run_one(sizes: Sizes, kind: str, stop_after: float | None) -> Window:
         try:
             believed = believed_queued(pg)
             wait_past_last_analyze(pg)
+            analyzes_before, _ = analyzed(pg)
             began = time.monotonic()
             posting = await post_burst(base, sizes)
-            if stop_after is None:
-                poll(
-                    lambda: finished_of_burst(pg) >= sizes.window_posts,
-                    sizes.deadline,
-                    f"{sizes.window_posts} finished invocations",
-                    0.05,
-                )
-                span, analyzed = burst_window(pg)
-                return Window(posting, span, sizes.window_posts, analyzed, believed)
-            await asyncio.sleep(max(0.0, stop_after - (time.monotonic() - began)) + 1.0)
-            within = finished_of_burst(pg, stop_after)
+            wait = sizes.deadline if stop_after is None else stop_after
+            poll(
+                lambda: (
+                    finished_of_burst(pg) >= sizes.window_posts
+                    or time.monotonic() - began > wait + 1
+                ),
+                sizes.deadline + 2,
+                f"{sizes.window_posts} finished invocations",
+                0.5,  # the figures are the rows' own times: a poll only says when to look
+            )
             done = finished_of_burst(pg) >= sizes.window_posts
-            span, analyzed = burst_window(pg)
-            return Window(posting, span if done else None, within, analyzed, believed)
+            if stop_after is None and not done:
+                raise TimeoutError(f"the {kind} burst did not finish in {sizes.deadline:.0f} s")
+            first, span = burst_span(pg) if done else (0.0, 0.0)
+            analyzes, _ = analyzed(pg)
+            return Window(
+                posting_s=posting,
+                early=finished_of_burst(pg, sizes.window_early_s),
+                span_s=span if done else None,
+                finished_within=finished_of_burst(pg, stop_after),
+                analyzes=analyzes - analyzes_before,
+                analyzed_after_s=last_analyze_after(pg, first) if done else None,
+                believed_queued=believed,
+            )
         finally:
             pg.close()
 
 
 async def run(sizes: Sizes) -> list[Row]:
-    windows: dict[str, list[Window]] = {kind: [] for kind in KINDS}
-    for k in range(sizes.window_rounds):  # ABBA...: a slow minute of the machine hits both
+    windows: dict[str, list[Window]] = {"baseline": [], "quiet": [], "unchecked": []}
+    for k in range(sizes.window_rounds):  # ABBA...: a slow minute of the machine slows both
         order = ("baseline", "quiet") if k % 2 == 0 else ("quiet", "baseline")
         for kind in order:
             windows[kind].append(await run_one(sizes, kind, None))
-    spans = {kind: [w.span_s for w in windows[kind] if w.span_s is not None] for kind in KINDS}
+    spans = {kind: [w.span_s or 0.0 for w in windows[kind]] for kind in ("baseline", "quiet")}
+    early = {kind: [float(w.early) for w in windows[kind]] for kind in ("baseline", "quiet")}
     base_span = statistics.median(spans["baseline"])
-    windows["unchecked"].append(await run_one(sizes, "unchecked", base_span))
-    unchecked = windows["unchecked"][0]
-    analyzed = [w.analyzed_after_s for w in windows["quiet"] if w.analyzed_after_s is not None]
+    unchecked = await run_one(sizes, "unchecked", base_span)
+    windows["unchecked"].append(unchecked)
+    quiet = windows["quiet"]
+    analyzed_after = [w.analyzed_after_s for w in quiet if w.analyzed_after_s is not None]
     details: dict[str, Any] = {kind: [vars(w) for w in found] for kind, found in windows.items()}
     details.update(
         finished=sizes.quiet_finished,
@@ -197,21 +223,35 @@ async def run(sizes: Sizes) -> list[Row]:
         handler_s=sizes.window_handler_s,
     )
     burst = f"{sizes.window_posts:,} posted after a quiet spell"
+    label = "statistics expecting a backlog"
     return [
         Row(
             scenario="quietwindow",
-            figure=f"s from the first accept until all {burst} finished",
-            value=statistics.median(spans["quiet"]),
-            unit="s",
-            better="lower",
-            baseline=base_span,
-            baseline_label="statistics expecting a backlog",
+            figure=f"of {burst}, finished in the first {sizes.window_early_s:.0f} s (median)",
+            value=statistics.median(early["quiet"]),
+            unit="",
+            better="higher",
+            baseline=statistics.median(early["baseline"]),
+            baseline_label=label,
             details=details,
         ),
         Row(
             scenario="quietwindow",
-            figure="s from the first accept until the reaper's ANALYZE (check every 2 s)",
-            value=statistics.median(analyzed) if analyzed else float("nan"),
+            figure=f"s from the first accept until all {burst} finished (median)",
+            value=statistics.median(spans["quiet"]),
+            unit="s",
+            better="lower",
+            baseline=base_span,
+            baseline_label=label,
+            details=details,
+        ),
+        Row(
+            scenario="quietwindow",
+            figure=(
+                f"s from the first accept until the reaper's ANALYZE (median; analyzed in"
+                f" {len(analyzed_after)} of {len(quiet)} bursts)"
+            ),
+            value=statistics.median(analyzed_after) if analyzed_after else float("nan"),
             unit="s",
             better="lower",
             details=details,
