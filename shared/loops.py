@@ -19,6 +19,7 @@ import asyncio
 import gc
 import logging
 import os
+import random
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 ENV = "TETHER_EVENT_LOOP"
 CHOICES = ("uvloop", "asyncio")
+PASS_JITTER = 0.2
+"""A process's periodic passes (a worker's reaper, timers and broker check, the reaper's own
+periods) come every period ± this share of it, so that processes started together do not query
+in step."""
 
 
 class UnknownLoop(ValueError):
@@ -110,3 +115,8 @@ def settle_heap() -> None:
     started and before it serves."""
     gc.collect()
     gc.freeze()
+
+
+def jittered(period: float) -> float:
+    """``period`` ± :data:`PASS_JITTER` of it, at random: the wait before a periodic pass."""
+    return period * random.uniform(1 - PASS_JITTER, 1 + PASS_JITTER)

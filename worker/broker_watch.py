@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import uuid
 from collections.abc import AsyncIterator
 
@@ -141,7 +140,7 @@ class BrokerWatch:
                 failing = True
             except Exception:
                 log.exception("broker check failed unexpectedly")
-            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+            await asyncio.sleep(loops.jittered(interval))
 
 
 def _text(value: bytes | str | None) -> str | None:

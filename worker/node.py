@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
 from collections.abc import AsyncIterator, Callable
 
@@ -158,14 +157,14 @@ async def _reap_forever(reaper: Reaper, interval: float, now: asyncio.Event) -> 
         except Exception:  # never let the timer die: the next pass may well succeed
             log.exception("reaper pass failed unexpectedly")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(now.wait(), interval * random.uniform(0.8, 1.2))
+            await asyncio.wait_for(now.wait(), loops.jittered(interval))
 
 
 async def _fire_timers(services: Services, interval: float) -> None:
     """Resume parked invocations whose durable sleep or wait timeout is due. Every node polls
     (with jitter); the conditional ``waiting → queued`` lets exactly one of them win each."""
     while True:
-        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        await asyncio.sleep(loops.jittered(interval))
         try:
             resumed = await services.store.journal.fire_due()
         except Exception as exc:
@@ -181,7 +180,7 @@ async def _claim_forever(runtime: Runtime, interval: float) -> None:
     tenant was at its cap or its session busy, and a cap raised at run time, start within a
     pass without a message (a pass with nothing queued costs one indexed read, no lock)."""
     while True:
-        await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        await asyncio.sleep(loops.jittered(interval))
         started = await runtime.claim_free()
         if started:
             log.debug("periodic claim started %d attempt(s)", started)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tether import loops
 from tether.errors import ErrorCode
 from tether.outcomes import Outcome, cancelled, failed
 from tether.services import Services
@@ -137,7 +137,7 @@ class Reaper:
     def _after_period(self) -> float | None:
         """When the next audit is due: one ``timers.count_audit`` (±20 %) on; None if off."""
         every = self.settings.timers.count_audit
-        return self._clock() + every * random.uniform(0.8, 1.2) if every else None
+        return self._clock() + loops.jittered(every) if every else None
 
     async def _audit(self) -> int:
         """Correct the open counts that drifted; how many. A failure is logged and waits for
@@ -152,9 +152,12 @@ class Reaper:
         """Every ``timers.statistics_check``: analyze the invocations where the planner
         believes far fewer queued, active or waiting than there are
         (:mod:`tether.store.planner_statistics`, which logs what it did). A failure is logged
-        and waits for the next period."""
+        and waits for the next period. A pass that comes early by no more than its own jitter
+        checks: else, whenever the pass before came early, the check would wait a whole pass
+        more (2-4.4 s apart at the defaults, rather than 1.6-2.4)."""
         every = self.settings.timers.statistics_check
-        if not every or self._clock() < self._next_statistics_check:
+        early = self.settings.timers.reaper_interval * loops.PASS_JITTER
+        if not every or self._clock() < self._next_statistics_check - early:
             return
         self._next_statistics_check = self._clock() + every
         try:
