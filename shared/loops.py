@@ -1,4 +1,5 @@
-"""The event loop every Tether process runs on, and its heap once started.
+"""The event loop every Tether process runs on, its heap once started, and the jitter of its
+periodic passes.
 
 The loop: uvloop's where it is installed (the default on Linux and macOS), else asyncio's own.
 
@@ -11,6 +12,9 @@ The heap: once a process serves, :func:`settle_heap` moves what starting it made
 app, compiled statements: ~100,000 objects) out of the garbage collector's reach, so a full
 collection walks only what serving made: in a worker finishing ~250 invocations a second, the
 pauses of a full collection went from ~38 ms to ~2.4 ms.
+
+The jitter: a periodic pass (a worker's reaper, timers, broker check) waits :func:`jittered`
+periods, ± :data:`PASS_JITTER`, so that processes started together do not query in step.
 """
 
 from __future__ import annotations
