@@ -29,6 +29,7 @@ stopped then).
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -87,20 +88,33 @@ def believed_queued(pg: Pg) -> float:
     return float((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]["Plan Rows"])
 
 
-def analyzed(pg: Pg) -> tuple[int, float | None]:
-    """How many times the invocations were analyzed (by anyone), and how long ago the last."""
+@dataclass(frozen=True)
+class Analyzed:
+    """The table's ``ANALYZE`` statistics (anyone's: this scenario's, a reaper's, autovacuum's),
+    on the database clock."""
+
+    count: int
+    last_at: float | None  # epoch seconds
+    age_s: float | None
+
+
+def analyzed(pg: Pg) -> Analyzed:
     row = pg.conn.execute(
         "SELECT analyze_count + autoanalyze_count,"
+        " extract(epoch from greatest(last_analyze, last_autoanalyze)),"
         " extract(epoch from now() - greatest(last_analyze, last_autoanalyze))"
         " FROM pg_stat_user_tables WHERE relname = 'tether_invocations'"
     ).fetchone()
     assert row is not None
-    return int(row[0]), None if row[1] is None else float(row[1])
+    count, at, age = row
+    return Analyzed(
+        int(count), None if at is None else float(at), None if age is None else float(age)
+    )
 
 
 def wait_past_last_analyze(pg: Pg) -> None:
     """Until the setup's ``ANALYZE`` is :data:`MIN_GAP_S` old (and a second more)."""
-    _, age = analyzed(pg)
+    age = analyzed(pg).age_s
     if age is not None and age < MIN_GAP_S + 1:
         time.sleep(MIN_GAP_S + 1 - age)
 
@@ -146,16 +160,6 @@ def burst_span(pg: Pg) -> tuple[float, float]:
     return float(row[0]), float(row[1])
 
 
-def last_analyze_after(pg: Pg, first_accept: float) -> float | None:
-    """Seconds from ``first_accept`` to the table's last ``ANALYZE``, None if it was before."""
-    at = pg.scalar(
-        "SELECT extract(epoch from greatest(last_analyze, last_autoanalyze))"
-        " FROM pg_stat_user_tables WHERE relname = 'tether_invocations'"
-    )
-    after = None if at is None else float(at) - first_accept
-    return after if after is not None and after > 0 else None
-
-
 async def run_one(sizes: Sizes, kind: str, stop_after: float | None) -> Window:
     """One burst on a database of its own (``kind``: baseline, quiet or unchecked);
     ``stop_after``: stop waiting that many seconds after the first POST, counting what
@@ -171,7 +175,7 @@ async def run_one(sizes: Sizes, kind: str, stop_after: float | None) -> Window:
         try:
             believed = believed_queued(pg)
             wait_past_last_analyze(pg)
-            analyzes_before, _ = analyzed(pg)
+            before = analyzed(pg).count
             began = time.monotonic()
             posting = await post_burst(base, sizes)
             wait = sizes.deadline if stop_after is None else stop_after
@@ -188,14 +192,15 @@ async def run_one(sizes: Sizes, kind: str, stop_after: float | None) -> Window:
             if stop_after is None and not done:
                 raise TimeoutError(f"the {kind} burst did not finish in {sizes.deadline:.0f} s")
             first, span = burst_span(pg) if done else (0.0, 0.0)
-            analyzes, _ = analyzed(pg)
+            after = analyzed(pg)
+            since = None if after.last_at is None or not done else after.last_at - first
             return Window(
                 posting_s=posting,
                 early=finished_of_burst(pg, sizes.window_early_s),
                 span_s=span if done else None,
                 finished_within=finished_of_burst(pg, stop_after),
-                analyzes=analyzes - analyzes_before,
-                analyzed_after_s=last_analyze_after(pg, first) if done else None,
+                analyzes=after.count - before,
+                analyzed_after_s=since if since is not None and since > 0 else None,
                 believed_queued=believed,
             )
         finally:
@@ -224,29 +229,25 @@ async def run(sizes: Sizes) -> list[Row]:
     )
     burst = f"{sizes.window_posts:,} posted after a quiet spell"
     label = "statistics expecting a backlog"
+    row = functools.partial(Row, scenario="quietwindow", details=details)
     return [
-        Row(
-            scenario="quietwindow",
+        row(
             figure=f"of {burst}, finished in the first {sizes.window_early_s:.0f} s (median)",
             value=statistics.median(early["quiet"]),
             unit="",
             better="higher",
             baseline=statistics.median(early["baseline"]),
             baseline_label=label,
-            details=details,
         ),
-        Row(
-            scenario="quietwindow",
+        row(
             figure=f"s from the first accept until all {burst} finished (median)",
             value=statistics.median(spans["quiet"]),
             unit="s",
             better="lower",
             baseline=base_span,
             baseline_label=label,
-            details=details,
         ),
-        Row(
-            scenario="quietwindow",
+        row(
             figure=(
                 f"s from the first accept until the reaper's ANALYZE (median; analyzed in"
                 f" {len(analyzed_after)} of {len(quiet)} bursts)"
@@ -254,16 +255,13 @@ async def run(sizes: Sizes) -> list[Row]:
             value=statistics.median(analyzed_after) if analyzed_after else float("nan"),
             unit="s",
             better="lower",
-            details=details,
         ),
-        Row(
-            scenario="quietwindow",
+        row(
             figure="of the burst, finished in the baseline's time with the check off",
             value=float(unchecked.finished_within),
             unit="",
             better="higher",
             baseline=float(sizes.window_posts),
             baseline_label="all of them (the baseline's)",
-            details=details,
         ),
     ]
