@@ -135,8 +135,22 @@ def descendants(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process (its own, not its children's)."""
+    return _stat_cpu(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time of each thread of one process, by thread id (none if it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return {}
+    return {tid: _stat_cpu(Path(f"/proc/{pid}/task/{tid}/stat")) for tid in tids}
+
+
+def _stat_cpu(stat: Path) -> float:
+    """utime + stime of a ``/proc`` ``stat`` file, in seconds (0 when it is gone)."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -19,6 +19,7 @@ from bench.scenarios import (
     fanout,
     flood,
     heartbeat,
+    idle,
     io_bound,
     lending,
     log_lines,
@@ -63,4 +64,5 @@ SCENARIOS: dict[str, Scenario] = {
     "logging": log_lines.run,
     "newcomers": newcomers.run,
     "lending": lending.run,
+    "idle": idle.run,
 }

@@ -114,6 +114,8 @@ class Sizes:
     window_handler_s: float = 0.02  # what each of the burst's invocations awaits
     window_rounds: int = 2  # bursts on each of the baseline and the quiet spell, alternating
     window_early_s: float = 5.0  # the first seconds of a burst, the check's window within them
+    idle_seconds: float = 30.0  # how long an idle worker is watched
+    idle_settle: float = 5.0  # after it started (its first passes, its first statistics check)
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -196,6 +198,8 @@ QUICK = Sizes(
     quiet_claims=3,
     window_posts=2500,
     window_rounds=1,
+    idle_seconds=2.0,
+    idle_settle=1.0,
     deadline=60.0,
 )
 
