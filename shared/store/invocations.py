@@ -368,7 +368,6 @@ def _queued(new: NewInvocation, seq: int, created_at: float) -> Invocation:
         seq=seq,
         owner=new.owner,
         session_id=new.session_id,
-        input=new.input,
         request_hash=new.request_hash,
         status=Status.QUEUED,
         attempt=0,

@@ -246,13 +246,15 @@ claim_clock = sa.Table(
 
 @dataclass(frozen=True, slots=True)
 class Invocation:
-    """One invocation row as the API and the runtime see it."""
+    """One invocation row as the API sees it: everything but its input, which no answer shows
+    and only the attempt that runs it reads (:class:`Claim`). A status read of a run whose
+    input is large (a long conversation) costs what any other costs: nothing fetches, ships
+    or decodes the input."""
 
     id: str
     seq: int
     owner: str
     session_id: str | None
-    input: Any
     request_hash: str
     status: Status
     attempt: int
@@ -276,7 +278,6 @@ class Invocation:
             seq=row["seq"],
             owner=row["owner"],
             session_id=row["session_id"],
-            input=row["input"],
             request_hash=row["request_hash"],
             status=Status(row["status"]),
             attempt=row["attempt"],

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from tether.errors import ErrorCode
 from tether.events import RUN_COMPLETED, Event
 from tether.outcomes import cancelled, completed, failed
-from tether.store.schema import Claim, NewInvocation, Status, invocations
+from tether.store.schema import INVOCATION_COLUMNS, Claim, NewInvocation, Status, invocations
 from tether.store.store import (
     Accepted,
     AppendRequest,
@@ -230,19 +230,24 @@ async def test_json_values_round_trip(store: Store) -> None:
     value = {"text": "héllo \\u0000 literal", "n": [1, 2.5, None, True], "nested": {"k": "v"}}
     n = new(input=value)
     await store.accept(n)
-    got = await store.get(n.id)
-    assert got is not None and got.input == value
+    claim = await store.claim(n.id, "w")  # the input's one reader: the attempt that runs it
+    assert claim is not None and claim.input == value
 
 
 # -- batches: one result per item, in order; a single call is a batch of one ----------------
 
 
+def test_no_read_of_an_invocation_fetches_its_input() -> None:
+    """Status reads, lists and conflicts show no input: a large one (a long conversation) would
+    cost every poll its bytes and their decoding. Only a claim reads it, for the attempt."""
+    assert "input" not in {column.name for column in INVOCATION_COLUMNS}
+    assert "input" in invocations.c
+
+
 async def test_null_input_is_a_json_value_the_store_keeps(store: Store) -> None:
     n = new(input=None)
-    assert (await store.accept(n)).invocation.input is None
+    assert (await store.accept(n)).created
     assert not (await store.accept(n)).created  # the same request, not a conflict
-    got = await store.get(n.id)
-    assert got is not None and got.input is None
     claim = await store.claim(n.id, "w")
     assert claim is not None and claim.input is None
 
@@ -276,7 +281,7 @@ async def test_a_batch_keeps_every_value_and_its_order(store: Store) -> None:
         NewInvocation(
             str(uuid.uuid4()),
             "ann",
-            "s" if n % 2 else None,
+            f"s{n}" if n % 2 else None,  # a session each: every one can be claimed at once
             value,
             f"h{n}",
             user_auth=n == 1,
@@ -287,11 +292,13 @@ async def test_a_batch_keeps_every_value_and_its_order(store: Store) -> None:
     results = await store.accept_many(batch)
     assert all(isinstance(r, Accepted) and r.created for r in results)
     read = [await store.get(n.id) for n in batch]
-    assert [(i.input, i.session_id, i.request_hash) for i in read if i] == [
-        (n.input, n.session_id, n.request_hash) for n in batch
+    assert [(i.session_id, i.request_hash) for i in read if i] == [
+        (n.session_id, n.request_hash) for n in batch
     ]
     seqs = [i.seq for i in read if i]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(batch)
+    claims = [await store.claim(n.id, "w") for n in batch]
+    assert [c.input if c else "not claimed" for c in claims] == [n.input for n in batch]
 
 
 async def test_the_owner_limit_holds_within_one_batch(store: Store) -> None:
