@@ -64,7 +64,7 @@ async def post_all(
     return answers
 
 
-async def _read_statuses(
+async def read_statuses(
     http: Requests, pending: dict[str, int], concurrency: int
 ) -> dict[str, str]:
     """One sweep: the status of every pending invocation, ``concurrency`` reads at a time."""
@@ -97,7 +97,7 @@ async def burst(base: str, count: int, concurrency: int, deadline: float) -> Bur
         while pending:
             if time.perf_counter() > end:
                 raise TimeoutError(f"{len(pending)} of {count} invocations still not terminal")
-            seen = await _read_statuses(http, pending, concurrency)
+            seen = await read_statuses(http, pending, concurrency)
             reads, sweeps = reads + len(seen), sweeps + 1
             for invocation_id, status in seen.items():
                 if status in TERMINAL:

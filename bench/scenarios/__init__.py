@@ -30,6 +30,7 @@ from bench.scenarios import (
     retention,
     sidebyside,
     statements,
+    status_reads,
     streaming,
     sync_latency,
     terminal,
@@ -65,4 +66,5 @@ SCENARIOS: dict[str, Scenario] = {
     "newcomers": newcomers.run,
     "lending": lending.run,
     "idle": idle.run,
+    "statusreads": status_reads.run,
 }
