@@ -18,8 +18,9 @@ import statistics
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from bench.peer_load import TERMINAL, post_all, read_statuses
 from bench.procs import Database, Proc, cpu_seconds, launcher, private_database
@@ -86,7 +87,7 @@ async def run(sizes: Sizes) -> list[Row]:
         for r in range(sizes.status_rounds):
             for name in SETS if r % 2 == 0 else SETS[::-1]:
                 sweeps[name].append(await sweep(base, ids[name], gateway, db, c))
-    return rows(sweeps, n, sizes.status_messages)
+    return rows(sweeps, n, sizes.status_messages, c)
 
 
 async def statuses(base: str, ids: list[str], c: int) -> Counter[str]:
@@ -95,41 +96,42 @@ async def statuses(base: str, ids: list[str], c: int) -> Counter[str]:
         return Counter((await read_statuses(http, pending, c)).values())
 
 
-def rows(sweeps: dict[str, list[Sweep]], n: int, messages: int) -> list[Row]:
-    def median(name: str, of: str) -> float:
-        return float(statistics.median(getattr(s, of) for s in sweeps[name]))
-
+def rows(sweeps: dict[str, list[Sweep]], n: int, messages: int, c: int) -> list[Row]:
     size = len(json.dumps(conversation(messages))) / 1024
     label = f"{n:,} reads of invocations whose input is {messages} messages ({size:.0f} KB)"
-    baseline = "the same reads, input {}"
+
+    def per_set(of: str, per_read: Callable[[float], float]) -> dict[str, float]:
+        """Each set's median of the sweeps' ``of``, as a figure per read."""
+        return {
+            name: per_read(statistics.median(getattr(s, of) for s in sweeps[name])) for name in SETS
+        }
+
+    figures: list[tuple[str, str, Literal["higher", "lower"], dict[str, float]]] = [
+        (
+            "gateway CPU us per status read",
+            "us",
+            "lower",
+            per_set("gateway_cpu", lambda s: s * 1e6 / n),
+        ),
+        (
+            "PostgreSQL CPU us per status read",
+            "us",
+            "lower",
+            per_set("postgres_cpu", lambda s: s * 1e6 / n),
+        ),
+        (f"status reads/s at c={c}", "/s", "higher", per_set("seconds", lambda s: n / s)),
+    ]
     details = {name: [s.__dict__ for s in sweeps[name]] for name in SETS}
     return [
         Row(
             scenario="statusreads",
-            figure=f"gateway CPU us per status read, {label}",
-            value=median("conversation", "gateway_cpu") * 1e6 / n,
-            unit="us",
-            better="lower",
-            baseline=median("empty", "gateway_cpu") * 1e6 / n,
-            baseline_label=baseline,
-            details=details,
-        ),
-        Row(
-            scenario="statusreads",
-            figure=f"PostgreSQL CPU us per status read, {label}",
-            value=median("conversation", "postgres_cpu") * 1e6 / n,
-            unit="us",
-            better="lower",
-            baseline=median("empty", "postgres_cpu") * 1e6 / n,
-            baseline_label=baseline,
-        ),
-        Row(
-            scenario="statusreads",
-            figure=f"status reads/s at c=32, {label}",
-            value=n / median("conversation", "seconds"),
-            unit="/s",
-            better="higher",
-            baseline=n / median("empty", "seconds"),
-            baseline_label=baseline,
-        ),
+            figure=f"{figure}, {label}",
+            value=values["conversation"],
+            unit=unit,
+            better=better,
+            baseline=values["empty"],
+            baseline_label="the same reads, input {}",
+            details=details if k == 0 else {},
+        )
+        for k, (figure, unit, better, values) in enumerate(figures)
     ]
