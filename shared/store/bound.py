@@ -34,7 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-from tether.jsonvalue import dumps
+from tether.jsonvalue import JsonText, dumps
 
 
 def padded(count: int) -> int:
@@ -113,7 +113,8 @@ class BoundBatch:
     def _with_json_text(self, row: Sequence[Any]) -> list[Any]:
         values = list(row)
         for i, to_text in self._json_texts:
-            values[i] = to_text(values[i])
+            if not isinstance(values[i], JsonText):  # else encoded already, and checked
+                values[i] = to_text(values[i])
         return values
 
 

@@ -92,7 +92,7 @@ async def test_forty_good_accepts_beside_ten_bad_ones_are_all_accepted(store: St
 async def test_a_value_only_the_database_refuses_fails_alone_too(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(invocations_module, "refusal", lambda new: None)  # a validation gap
+    monkeypatch.setattr(invocations_module, "storable", lambda new: new)  # a validation gap
     batch, bad = good_and_bad(
         [
             new(input={"text": HALF_AN_EMOJI}),
@@ -113,7 +113,7 @@ async def test_a_nul_in_a_batch_is_refused_not_cut_short(
 ) -> None:
     """SQLite's JSON functions end a string at an escaped NUL: a batch (one JSON parameter
     there) refuses the value, as PostgreSQL refuses it in text, rather than store a prefix."""
-    monkeypatch.setattr(invocations_module, "refusal", lambda new: None)  # a validation gap
+    monkeypatch.setattr(invocations_module, "storable", lambda new: new)  # a validation gap
     prefix = str(uuid.uuid4())
     bad = NewInvocation(prefix + "\x00tail", "ann", None, 1, "h")
     good = [new(), new()]

@@ -4,8 +4,19 @@ import json
 import math
 
 import pytest
+import sqlalchemy as sa
 
-from tether.jsonvalue import InvalidJson, canonical, check_text, dumps, loads, request_hash
+from tether.jsonvalue import (
+    InvalidJson,
+    JsonText,
+    canonical,
+    check_text,
+    dumps,
+    encoded,
+    loads,
+    request_hash,
+)
+from tether.store.bound import BoundBatch
 
 
 @pytest.mark.parametrize(
@@ -94,3 +105,19 @@ def test_check_text_refuses_what_a_text_column_cannot_hold(text: str) -> None:
     with pytest.raises(InvalidJson):
         check_text(text)
     check_text("ann@example.com ✓ \U0001f600")
+
+
+@pytest.mark.parametrize("value", ["plain ascii", {"k": ["é", "😀"]}, ["\u00e9" * 3]])
+def test_text_with_no_lone_surrogate_is_kept_ascii_or_not(value: object) -> None:
+    assert loads(dumps(value)) == value
+
+
+def test_a_batch_binds_an_encoded_value_as_it_is_and_encodes_the_rest() -> None:
+    """What :func:`encoded` made is not encoded again: the same parameter as the value's."""
+    batch = BoundBatch("rows", (sa.column("id", sa.Text), sa.column("doc", sa.JSON)))
+    value = {"messages": [{"role": "user", "content": "hi"}]}
+    once = batch.params([("a", encoded(value))])
+    assert once == batch.params([("a", value)])
+    assert isinstance(encoded(value), JsonText) and encoded(value) == dumps(value)
+    with pytest.raises(InvalidJson, match="surrogate"):
+        encoded({"k": "\udc00"})
