@@ -21,6 +21,7 @@ from bench.scenarios import (
     heartbeat,
     idle,
     io_bound,
+    large_inputs,
     lending,
     log_lines,
     newcomers,
@@ -30,7 +31,6 @@ from bench.scenarios import (
     retention,
     sidebyside,
     statements,
-    status_reads,
     streaming,
     sync_latency,
     terminal,
@@ -66,5 +66,5 @@ SCENARIOS: dict[str, Scenario] = {
     "newcomers": newcomers.run,
     "lending": lending.run,
     "idle": idle.run,
-    "statusreads": status_reads.run,
+    "largeinputs": large_inputs.run,
 }

@@ -116,9 +116,9 @@ class Sizes:
     window_early_s: float = 5.0  # the first seconds of a burst, the check's window within them
     idle_seconds: float = 30.0  # how long an idle worker is watched
     idle_settle: float = 5.0  # after it started (its first passes, its first statistics check)
-    status_reads: int = 2000  # finished invocations in each of statusreads' two sets
-    status_messages: int = 200  # the conversation set's input: messages of ~300 characters
-    status_rounds: int = 6  # sweeps over each set, alternating
+    large_input_posts: int = 2000  # invocations in each of largeinputs' two sets
+    large_input_messages: int = 200  # the conversation set's input: messages of ~300 characters
+    large_input_rounds: int = 4  # rounds of posts, then of status sweeps, each set alternating
     deadline: float = 300.0  # no single wait in a scenario lasts longer
 
 
@@ -203,8 +203,8 @@ QUICK = Sizes(
     window_rounds=1,
     idle_seconds=2.0,
     idle_settle=1.0,
-    status_reads=100,
-    status_rounds=2,
+    large_input_posts=100,
+    large_input_rounds=2,
     deadline=60.0,
 )
 
