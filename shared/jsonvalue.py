@@ -112,8 +112,13 @@ def dumps(value: Any) -> str:
 
 
 class JsonText(str):
-    """A value already encoded by :func:`dumps`: what binds it (a batch's JSON column,
-    :mod:`tether.store.bound`) takes it as it is instead of encoding it again."""
+    """A value already encoded and checked, made by :func:`encoded` alone: what binds it (a
+    batch's JSON column, :mod:`tether.store.bound`) takes it as it is instead of encoding it
+    again. Not for a column that stores ``None`` as SQL ``NULL`` (``none_as_null``): this is
+    JSON ``null`` there."""
+
+    def __repr__(self) -> str:
+        return f"JsonText({str.__repr__(self)})"  # not to be read as a string value
 
 
 def encoded(value: Any) -> JsonText:

@@ -179,15 +179,15 @@ def storable(new: NewInvocation) -> NewInvocation | ValueRefused:
     (:class:`~tether.jsonvalue.JsonText`: a 66 KB conversation took ~0.24 ms to encode); or what
     no column could hold (NUL, a lone surrogate, NaN, …), refused before the request joins a
     batch, with a message for its client."""
-    field = "owner"
+    checking = "owner"
     try:
         check_text(new.owner)
-        field = "session_id"
+        checking = "session_id"
         check_text(new.session_id or "")
-        field = "input"
+        checking = "input"
         return replace(new, input=encoded(new.input))
     except InvalidJson as exc:
-        message = f"{field}: {exc}"
+        message = f"{checking}: {exc}"
         return ValueRefused(message, message)
 
 
