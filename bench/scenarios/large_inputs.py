@@ -1,24 +1,27 @@
 """What a large input costs: two sets of background no-ops on 1 gateway + 1 worker process, one
 posted with a conversation as its input (``large_input_messages`` messages of ~300 characters,
-66 KB of JSON), one with ``{}``; each figure of the first set beside the second's.
+67 kB of JSON), one with ``{}``; each figure of the first set beside the second's.
 
-1. **Accepts**, with no worker running yet: ``large_input_rounds`` rounds, each posting
-   ``large_input_posts / rounds`` fresh ids of each set at ``concurrency`` (the peer's client),
-   the sets alternating.
-2. **Status reads**: the worker started and every invocation finished, every status of a set
-   read in sweeps at ``concurrency`` (``GET /api/invocations/{id}``), the sets alternating for
-   ``large_input_rounds`` sweeps each.
+1. **Accepts**, with no worker running yet: after ``2 * concurrency`` posts of each set (not
+   measured: the gateway's pool and plans warm), ``large_input_rounds`` rounds, each posting
+   ``large_input_posts / rounds`` fresh ids of the conversation set and four times as many of
+   the ``{}`` set (its accepts are ~8x cheaper: its phases would be a few clock ticks long),
+   at ``concurrency`` (the peer's client), the sets alternating.
+2. **Status reads**: the worker started, every invocation finished, the worker stopped (its
+   idle polling is no read's cost); every status of a set read in sweeps at ``concurrency``
+   (``GET /api/invocations/{id}``), the sets alternating for ``large_input_rounds`` sweeps each.
 
 Per accept and per read: the gateway's CPU, PostgreSQL's backends' CPU, and the rate (medians
 of the rounds; CPU counts in 10-ms ticks). No answer shows an input, so a read need not fetch
 one: since the thirty-fourth session none does (before, a read of the conversation set cost the
-gateway ~2.5x the CPU of the ``{}`` set's), and an accept encodes it once for the insert.
+gateway ~2.6x the CPU of the ``{}`` set's), and an accept encodes it once for the insert. The
+conversation's text is ASCII, so it takes ``dumps``' fast path (no surrogate search); text with
+other characters would not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import statistics
 import time
@@ -26,6 +29,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from bench.peer_load import TERMINAL, post_all, read_statuses
@@ -33,6 +37,7 @@ from bench.procs import Database, Proc, cpu_seconds, launcher, private_database
 from bench.raw_http import Requests, request_client
 from bench.report import Row
 from bench.scenarios.common import Sizes
+from tether.jsonvalue import dumps
 
 APP = "bench.apps:noop"
 SETS = ("conversation", "empty")
@@ -70,22 +75,26 @@ class Phase:
     seconds: float
     gateway_cpu: float
     postgres_cpu: float
+    backends_changed: int  # connected before or after the phase, not both
 
 
 def backends_cpu(db: Database) -> dict[int, float]:
-    return {pid: cpu_seconds(pid) for pid in db.backend_pids()}
+    """The CPU seconds of each backend connected to ``db`` whose process could be read."""
+    return {pid: cpu_seconds(pid) for pid in db.backend_pids() if Path(f"/proc/{pid}").exists()}
 
 
 async def measured(work: Awaitable[object], gateway: Proc, db: Database) -> Phase:
     """``work``'s seconds and CPU: the gateway's, and that of the backends connected before and
-    after it (one that came or went meanwhile would count its whole life, or none of it)."""
+    after it (one that came or went meanwhile would count its whole life, or none of it: how
+    many did is kept, and the warm-up before the rounds opens the gateway's pool)."""
     gateway0, backends0 = gateway.cpu_seconds(), backends_cpu(db)
     started = time.perf_counter()
     await work
     seconds = time.perf_counter() - started
     backends1 = backends_cpu(db)
     postgres = sum(backends1[pid] - cpu for pid, cpu in backends0.items() if pid in backends1)
-    return Phase(seconds, gateway.cpu_seconds() - gateway0, postgres)
+    churn = len(backends0.keys() ^ backends1.keys())
+    return Phase(seconds, gateway.cpu_seconds() - gateway0, postgres, churn)
 
 
 async def post(http: Requests, ids: list[str], input: Any, c: int, end: float) -> None:
@@ -107,7 +116,9 @@ async def sweep(http: Requests, ids: dict[str, int], c: int) -> None:
 
 async def run(sizes: Sizes) -> list[Row]:
     c, rounds = sizes.concurrency, sizes.large_input_rounds
-    per_round = sizes.large_input_posts // rounds
+    # the {} set's accepts are ~8x cheaper: 4x as many a round keep its phases measurable
+    posts = {"conversation": sizes.large_input_posts // rounds}
+    posts["empty"] = posts["conversation"] * 4
     inputs = {"conversation": conversation(sizes.large_input_messages), "empty": {}}
     ids: dict[str, dict[str, int]] = {name: {} for name in SETS}
     accepts: dict[str, list[Phase]] = {name: [] for name in SETS}
@@ -115,37 +126,46 @@ async def run(sizes: Sizes) -> list[Row]:
     with private_database() as db, launcher(db) as launch:
         gateway, base = launch.gateway(APP, 1)
         end = time.perf_counter() + sizes.deadline
+
+        async def post_some(name: str, count: int) -> None:
+            fresh = [str(uuid.uuid4()) for _ in range(count)]
+            await post(http, fresh, inputs[name], c, end)
+            ids[name].update((invocation_id, n) for n, invocation_id in enumerate(fresh))
+
         async with request_client(base, c) as http:  # its connections made before any round
+            for name in SETS:  # not measured: the gateway's pool and plans warm
+                await post_some(name, 2 * c)
             for r in range(rounds):
                 for name in SETS if r % 2 == 0 else SETS[::-1]:
-                    fresh = [str(uuid.uuid4()) for _ in range(per_round)]
-                    posting = post(http, fresh, inputs[name], c, end)
-                    accepts[name].append(await measured(posting, gateway, db))
-                    ids[name].update((invocation_id, n) for n, invocation_id in enumerate(fresh))
-            launch.worker(APP, 1, sizes.worker_threads)
+                    accepts[name].append(await measured(post_some(name, posts[name]), gateway, db))
+            worker = launch.worker(APP, 1, sizes.worker_threads)
             for name in SETS:  # until every one has finished (which also warms both sets' reads)
                 while not set(seen := await statuses(http, ids[name], c)) <= TERMINAL:
                     if time.perf_counter() > end:
                         raise TimeoutError(f"the {name} set did not finish in time: {dict(seen)}")
                     await asyncio.sleep(0.2)
+            launch.stop(worker)  # its idle polling is no read's cost
             for r in range(rounds):
                 for name in SETS if r % 2 == 0 else SETS[::-1]:
                     reads[name].append(await measured(sweep(http, ids[name], c), gateway, db))
-    size = len(json.dumps(inputs["conversation"])) / 1024
-    label = f"invocations whose input is {sizes.large_input_messages} messages ({size:.0f} KB)"
+    size = len(dumps(inputs["conversation"]).encode()) / 1000
+    label = f"input {sizes.large_input_messages} messages ({size:.0f} kB) against {{}}"
     return [
-        *rows("accept", accepts, per_round, c, label),
-        *rows("status read", reads, per_round * rounds, c, label),
+        *rows("accept", accepts, posts, c, label),
+        *rows("status read", reads, {name: len(ids[name]) for name in SETS}, c, label),
     ]
 
 
-def rows(what: str, phases: dict[str, list[Phase]], n: int, c: int, label: str) -> list[Row]:
-    """Per ``what`` (``n`` of them a phase): gateway CPU, PostgreSQL CPU, the rate."""
+def rows(
+    what: str, phases: dict[str, list[Phase]], n: dict[str, int], c: int, label: str
+) -> list[Row]:
+    """Per ``what`` (``n[set]`` of them a phase): gateway CPU, PostgreSQL CPU, the rate."""
 
-    def per_set(of: str, per_one: Callable[[float], float]) -> dict[str, float]:
+    def per_set(of: str, per_one: Callable[[float, int], float]) -> dict[str, float]:
         """Each set's median of the phases' ``of``, as a figure per ``what``."""
         return {
-            name: per_one(statistics.median(getattr(p, of) for p in phases[name])) for name in SETS
+            name: per_one(statistics.median(getattr(p, of) for p in phases[name]), n[name])
+            for name in SETS
         }
 
     figures: list[tuple[str, str, Literal["higher", "lower"], dict[str, float]]] = [
@@ -153,21 +173,21 @@ def rows(what: str, phases: dict[str, list[Phase]], n: int, c: int, label: str) 
             f"gateway CPU µs per {what}",
             "µs",
             "lower",
-            per_set("gateway_cpu", lambda s: s * 1e6 / n),
+            per_set("gateway_cpu", lambda s, k: s * 1e6 / k),
         ),
         (
             f"PostgreSQL CPU µs per {what}",
             "µs",
             "lower",
-            per_set("postgres_cpu", lambda s: s * 1e6 / n),
+            per_set("postgres_cpu", lambda s, k: s * 1e6 / k),
         ),
-        (f"{what}s/s at c={c}", "/s", "higher", per_set("seconds", lambda s: n / s)),
+        (f"{what}s/s at c={c}", "/s", "higher", per_set("seconds", lambda s, k: k / s)),
     ]
-    details = {name: [p.__dict__ for p in phases[name]] for name in SETS}
+    details = {"count_a_phase": n, **{name: [p.__dict__ for p in phases[name]] for name in SETS}}
     return [
         Row(
             scenario="largeinputs",
-            figure=f"{figure}, {n:,} a round, {label}",
+            figure=f"{figure}, {label}",
             value=values["conversation"],
             unit=unit,
             better=better,
