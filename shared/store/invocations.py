@@ -176,7 +176,7 @@ class Invocations:
 
 def storable(new: NewInvocation) -> NewInvocation | ValueRefused:
     """``new`` with its input encoded once, here, for the insert to bind as it is
-    (:class:`~tether.jsonvalue.JsonText`: a 66 KB conversation took ~0.24 ms to encode); or what
+    (:class:`~tether.jsonvalue.JsonText`: a 67 kB conversation took ~0.24 ms to encode); or what
     no column could hold (NUL, a lone surrogate, NaN, …), refused before the request joins a
     batch, with a message for its client."""
     checking = "owner"
