@@ -267,12 +267,15 @@ class Pg:
 
     def prefill_finished(self, count: int) -> None:
         """``count`` completed invocations of 300 owners ``quiet-N`` (ids ``done-N``), in one
-        statement: a table's history, for its statistics to be taken over."""
+        statement: a table's history, for its statistics to be taken over. Finished an hour ago,
+        within any retention: a history dated 1970 kept a worker's reaper deleting it, up to
+        half of every pass, before the pass's statistics check."""
         self.conn.execute(
             "INSERT INTO tether_invocations (id, owner, tenant, input, request_hash, status,"
             " created_at, enqueued_at, started_at, finished_at)"
             " SELECT 'done-' || g, 'quiet-' || (g %% 300), 'quiet-' || (g %% 300), '{}', 'prefill',"
-            " 'completed', 1, 1, 1, 2 FROM generate_series(1, %s) AS g",
+            " 'completed', t - 2, t - 2, t - 1, t FROM generate_series(1, %s) AS g,"
+            " (SELECT extract(epoch from now()) - 3600 AS t) AS an_hour_ago",
             (count,),
         )
         self.queries += 1
