@@ -114,8 +114,8 @@ def dumps(value: Any) -> str:
 class JsonText(str):
     """A value already encoded and checked, made by :func:`encoded` alone: what binds it (a
     batch's JSON column, :mod:`tether.store.bound`) takes it as it is instead of encoding it
-    again. Not for a column that stores ``None`` as SQL ``NULL`` (``none_as_null``): this is
-    JSON ``null`` there."""
+    again; ``null`` is SQL ``NULL`` in a column that stores ``None`` so (``none_as_null``), as
+    ``None`` is."""
 
     def __repr__(self) -> str:
         return f"JsonText({str.__repr__(self)})"  # not to be read as a string value

@@ -184,7 +184,7 @@ async def _advance_logs(
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
     advance = advance_statement(dialect.jsonb)
-    params = COUNTS.params(rows)
+    params = COUNTS.params(rows, jsonb=dialect.jsonb)
     return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
 
 

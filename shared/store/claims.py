@@ -280,7 +280,9 @@ class Claims:
         take these row locks in one order) and the virtual time, if it moved."""
         if served:
             rows = [(t, allocation.passes[t]) for t in sorted(set(served))]
-            await conn.execute(self._store_passes, PASSES.params(rows))
+            await conn.execute(
+                self._store_passes, PASSES.params(rows, jsonb=self._db.dialect.jsonb)
+            )
         if allocation.vtime != vtime:
             await conn.execute(self._store_clock, {"id": 1, "vtime": allocation.vtime})
 

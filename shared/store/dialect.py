@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
-from tether.store.schema import Json, invocations
+from tether.store.schema import invocations
 from tether.store.sqlite_checkpoints import NO_AUTOCHECKPOINT, Checkpoints
 from tether.store.sqlite_inline import inline_creator
 from tether.store.sqlite_sync import SyncPool, SyncPools, run_pragmas, sync_engine
@@ -109,11 +109,6 @@ class Dialect(ABC):
         """Lock the rows nobody else holds, without waiting; the ids another transaction holds
         (or that do not exist), to be written later, alone."""
 
-    def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        """A JSON column of a batch's rows (:class:`.bound.BoundBatch`), as the JSON column it
-        is assigned to."""
-        return column
-
     @abstractmethod
     async def lock_migrations(self, conn: Connection) -> None:
         """Make concurrent migration runs (replicas starting at once) take turns."""
@@ -177,9 +172,6 @@ class PostgreSQL(Dialect):
         cannot deadlock with the heartbeat, which updates the same rows in another order."""
         locked = await conn.execute(_HELD_ROWS, {"ids": list(invocation_ids)})
         return frozenset(invocation_ids) - {row.id for row in locked}
-
-    def json(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        return sa.cast(column, Json)  # a batch's JSON arrives as text
 
     async def lock_migrations(self, conn: Connection) -> None:
         await conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"))

@@ -112,7 +112,7 @@ def _end_all(
         )
         for e in endings
     ]
-    return _end_statement(dialect), ENDS.params(rows)
+    return _end_statement(dialect), ENDS.params(rows, jsonb=dialect.jsonb)
 
 
 @functools.cache
@@ -130,7 +130,7 @@ def _end_statement(dialect: Dialect) -> sa.Update | sa.Select[Any]:
         )
         .values(
             status=ends.c.status,
-            output=dialect.json(ends.c.output),
+            output=ends.c.output,
             error_code=ends.c.error_code,
             error_message=ends.c.error_message,
             finished_at=dialect.now,

@@ -53,7 +53,7 @@ async def insert_events(
         for e in batch
     ]
     if rows:
-        await conn.execute(_insert_statement(dialect), EVENT_ROWS.params(rows))
+        await conn.execute(_insert_statement(dialect), EVENT_ROWS.params(rows, jsonb=dialect.jsonb))
 
 
 @functools.cache
@@ -63,7 +63,7 @@ def _insert_statement(dialect: Dialect) -> sa.Insert:
         rows.c.invocation_id,
         rows.c.cursor,
         rows.c.type,
-        dialect.json(rows.c.data),
+        rows.c.data,
         dialect.now,
     )
     names = ["invocation_id", "cursor", "type", "data", "created_at"]

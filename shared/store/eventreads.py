@@ -102,7 +102,9 @@ class EventReads:
         jsonb = self._db.dialect.jsonb
         wanted = [(n, i, *spans[i]) for n, i in enumerate(ids)]
         async with self._db.connection() as conn:
-            rows = (await conn.execute(_pages_query(jsonb), WANTED.params(wanted))).all()
+            rows = (
+                await conn.execute(_pages_query(jsonb), WANTED.params(wanted, jsonb=jsonb))
+            ).all()
         found: dict[str, StreamPage] = {}
         for row in rows:
             invocation_id = ids[row.n]

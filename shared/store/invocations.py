@@ -82,7 +82,9 @@ class Invocations:
         news = {new.id: new for new in batch}
         dialect = self._db.dialect
         async with self._db.transaction() as conn:
-            new_rows = NEW_ROWS.params([_row(new) for new in batch])  # may refuse
+            new_rows = NEW_ROWS.params(
+                [_row(new) for new in batch], jsonb=dialect.jsonb
+            )  # may refuse
             inserted = await conn.execute(_insert_statement(dialect), new_rows)
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
             others = [new.id for new in batch if new.id not in created]
@@ -141,7 +143,7 @@ class Invocations:
         jsonb = self._db.dialect.jsonb
         wanted = [(i,) for i in dict.fromkeys(invocation_ids) if storable_text(i)]  # else no row
         async with self._db.connection() as conn:
-            params = WANTED_IDS.params(wanted)
+            params = WANTED_IDS.params(wanted, jsonb=jsonb)
             rows = (await conn.execute(_by_ids(jsonb), params)).mappings().all()
         found = {row["id"]: Invocation.from_row(row) for row in rows}
         return [found.get(invocation_id) for invocation_id in invocation_ids]
@@ -344,10 +346,7 @@ def _insert_statement(dialect: Dialect) -> sa.Insert:
     """A batch of new invocations inserted in the order given (their ``seq``), an id already
     taken skipped; one text for every batch size (:class:`.bound.BoundBatch`)."""
     rows = NEW_ROWS.cte(dialect.jsonb, positions=True)
-    values = [
-        dialect.json(rows.c[name]) if isinstance(inv[name].type, sa.JSON) else rows.c[name]
-        for name in NEW_ROW_COLUMNS
-    ]
+    values = [rows.c[name] for name in NEW_ROW_COLUMNS]
     source = (
         sa.select(*values, dialect.now, dialect.now)
         .where(sa.true())  # SQLite parses an upsert from a SELECT only with a WHERE

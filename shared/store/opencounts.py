@@ -84,7 +84,7 @@ async def _upsert(conn: Connection, dialect: Dialect, changed: Mapping[Key, int]
     rows = sorted((scope, name, change) for (scope, name), change in changed.items())
     if not rows:
         return {}
-    result = await conn.execute(_add_statement(dialect), CHANGES.params(rows))
+    result = await conn.execute(_add_statement(dialect), CHANGES.params(rows, jsonb=dialect.jsonb))
     return {(row.scope, row.name): int(row.open_count) for row in result}
 
 

@@ -87,7 +87,9 @@ class Parks:
             counts = [(r.invocation_id, r.attempt, len(batches[r.invocation_id])) for r in free]
             parked = {
                 row.id: row.last_event_id
-                for row in await conn.execute(_park_statement(dialect.jsonb), COUNTS.params(counts))
+                for row in await conn.execute(
+                    _park_statement(dialect.jsonb), COUNTS.params(counts, jsonb=dialect.jsonb)
+                )
             }
             refused = [r for r in free if r.invocation_id not in parked]
             cancelling = await _cancelling(conn, refused) if refused else frozenset()

@@ -194,7 +194,7 @@ async def test_a_small_batch_probes_its_rows_by_key_among_many_active(migrated_p
             await conn.exec_driver_sql("ANALYZE tether_invocations")
             ids = [(await conn.scalar(sa.text(f"SELECT md5('{g}')"))) for g in range(5)]
             text = advance_statement(True).compile(dialect=conn.dialect)
-            params = COUNTS.params([(i, 1, 0) for i in ids])
+            params = COUNTS.params([(i, 1, 0) for i in ids], jsonb=True)
             explained = await conn.exec_driver_sql(f"EXPLAIN {text}", params)
             plan = "\n".join(row[0] for row in explained)
         assert "tether_invocations_pkey" in plan and "Hash Join" not in plan, plan

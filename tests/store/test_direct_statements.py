@@ -80,7 +80,7 @@ async def both(store: Store, statement: Any, params: dict[str, Any] | None = Non
 
 async def test_rows_mappings_and_scalars_match_sqlalchemys(pg: Store) -> None:
     _, ids = await made(pg, 3)
-    direct, plain = await both(pg, BY_IDS, BATCH.params([(i,) for i in ids]))
+    direct, plain = await both(pg, BY_IDS, BATCH.params([(i,) for i in ids], jsonb=True))
     assert isinstance(direct, plans.Rows)
     got, want = direct.mappings().all(), plain.mappings().all()
     assert sorted(got, key=lambda r: r["id"]) == sorted(
@@ -107,7 +107,7 @@ async def test_row_counts_and_empty_results_match(pg: Store) -> None:
     owner, _ = await made(pg, 4)
     direct, plain = await both(pg, TOUCH, {"who": owner})
     assert direct.rowcount == plain.rowcount == 4
-    direct, plain = await both(pg, BY_IDS, BATCH.params([]))
+    direct, plain = await both(pg, BY_IDS, BATCH.params([], jsonb=True))
     assert direct.all() == plain.all() == [] and direct.first() is None and direct.scalar() is None
     async with pg.db.transaction() as conn:
         assert await conn.scalar(sa.select(sa.literal(7))) == 7
@@ -221,7 +221,7 @@ async def test_a_statement_listener_sees_every_statement(pg: Store) -> None:
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
         async with pg.db.transaction() as conn:
-            result = await conn.execute(BY_IDS, BATCH.params([("x",)]))
+            result = await conn.execute(BY_IDS, BATCH.params([("x",)], jsonb=True))
             assert not isinstance(result, plans.Rows)
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
@@ -315,7 +315,7 @@ async def test_options_that_change_a_run_take_sqlalchemys_path(pg: Store) -> Non
     async with pg.db.engine.connect() as sa_conn:
         await sa_conn.execution_options(schema_translate_map={None: "public"})
         conn = pg_direct.DirectConnection(sa_conn)
-        result = await conn.execute(BY_IDS, BATCH.params([("x",)]))
+        result = await conn.execute(BY_IDS, BATCH.params([("x",)], jsonb=True))
         assert not isinstance(result, plans.Rows)
 
 

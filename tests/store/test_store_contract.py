@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from tether.errors import ErrorCode
 from tether.events import RUN_COMPLETED, Event
+from tether.jsonvalue import encoded
 from tether.outcomes import cancelled, completed, failed
 from tether.store.schema import INVOCATION_COLUMNS, Claim, NewInvocation, Status, invocations
 from tether.store.store import (
@@ -276,6 +277,9 @@ async def test_a_batch_keeps_every_value_and_its_order(store: Store) -> None:
         {"a": [1, 2.5, True, None]},
         [],
         10**18,
+        False,
+        "null",
+        encoded({"already": "encoded"}),
     ]
     batch = [
         NewInvocation(
@@ -364,6 +368,44 @@ async def test_a_batch_of_finishes_ends_each_attempt_once(store: Store) -> None:
     assert isinstance(results[2], Superseded)
     done = await store.get(a)
     assert done is not None and done.output == "a"
+
+
+EVERY_KIND: list[Any] = [None, "null", "", False, True, 0, -2.5, 10**18, [], {}, {"a": [None]}]
+"""A JSON value of every kind, and the ones a careless carriage would turn into another (the
+string ``"null"``, false, zero, empties)."""
+
+
+async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> None:
+    """Each output reads back as it was, encoded already or not; None is no output either way
+    (the column's SQL ``NULL``)."""
+    plain = await claimed(store, len(EVERY_KIND))
+    ready = await claimed(store, len(EVERY_KIND))
+    results = await store.finish_many(
+        [FinishRequest(i, 1, completed(v)) for i, v in zip(plain, EVERY_KIND, strict=True)]
+        + [
+            FinishRequest(i, 1, completed(encoded(v)))
+            for i, v in zip(ready, EVERY_KIND, strict=True)
+        ]
+    )
+    assert all(isinstance(r, Finished) for r in results)
+    for ids in (plain, ready):
+        outputs = [(await store.get(i)) for i in ids]
+        assert [o.output if o else "gone" for o in outputs] == EVERY_KIND
+    async with store.engine.connect() as conn:
+        nulls = await conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(invocations)
+            .where(invocations.c.id.in_(plain + ready), invocations.c.output.is_(None))
+        )
+    assert nulls == 2  # None alone, plain and encoded
+
+
+async def test_a_batch_of_appends_keeps_every_kind_of_event_data(store: Store) -> None:
+    (a,) = await claimed(store, 1)
+    data = [*EVERY_KIND, encoded({"k": "v"}), encoded(None)]
+    appended = await store.append(AppendRequest(a, 1, [NewEvent("d", v) for v in data]))
+    stored = await store.events_after(a, appended[0].cursor - 1)
+    assert [e.data for e in stored] == [*EVERY_KIND, {"k": "v"}, None]
 
 
 async def test_the_reaper_ends_an_attempt_that_stopped_beating(store: Store) -> None:

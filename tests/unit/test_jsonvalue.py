@@ -113,11 +113,30 @@ def test_text_with_no_lone_surrogate_is_kept_ascii_or_not(value: object) -> None
 
 
 def test_a_batch_binds_an_encoded_value_as_it_is_and_encodes_the_rest() -> None:
-    """What :func:`encoded` made is not encoded again: the same parameter as the value's."""
-    batch = BoundBatch("rows", (sa.column("id", sa.Text), sa.column("doc", sa.JSON)))
+    """What :func:`encoded` made is not encoded again: the same parameter as the value's. In
+    PostgreSQL's batch a JSON value is JSON in the row, in SQLite's a string holding its text;
+    None is SQL ``NULL`` in SQLite's where the column says so."""
+    batch = BoundBatch(
+        "rows",
+        (
+            sa.column("id", sa.Text),
+            sa.column("doc", sa.JSON),
+            sa.column("n", sa.Integer),
+            sa.column("maybe", sa.JSON(none_as_null=True)),
+        ),
+    )
     value = {"messages": [{"role": "user", "content": "hi"}]}
-    once = batch.params([("a", encoded(value))])
-    assert once == batch.params([("a", value)])
+    rows = [("a", value, 1, None), ("b", [], 2, value), ("c", None, 3, "null")]
+    ready = [("a", encoded(value), 1, encoded(None)), ("b", encoded([]), 2, encoded(value))]
+    ready.append(("c", encoded(None), 3, encoded("null")))
+    for jsonb in (True, False):
+        assert batch.params(ready, jsonb=jsonb) == batch.params(rows, jsonb=jsonb)
+    assert loads(batch.params(rows, jsonb=True)["rows"]) == [list(r) for r in rows]
+    assert loads(batch.params(rows, jsonb=False)["rows"]) == [
+        ["a", dumps(value), 1, None],
+        ["b", "[]", 2, dumps(value)],
+        ["c", "null", 3, '"null"'],
+    ]
     assert isinstance(encoded(value), JsonText) and encoded(value) == dumps(value)
     with pytest.raises(InvalidJson, match="surrogate"):
         encoded({"k": "\udc00"})
