@@ -5,7 +5,7 @@ and its sync wait) goes through here, so a cancelled invocation looks the same w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from tether.events import (
     RUN_WAITING,
     Event,
 )
+from tether.jsonvalue import JsonText
 from tether.status import Status
 
 
@@ -29,6 +30,14 @@ class Outcome:
     status: Status
     output: Any = None
     error_code: ErrorCode | None = None
+    output_text: JsonText | None = field(default=None, compare=False)
+    """``output`` encoded already (the attempt checked it so): the row's column binds it as it
+    is. The terminal event carries ``output`` itself."""
+
+    @property
+    def stored_output(self) -> Any:
+        """What the invocation's ``output`` column is given: the text when there is one."""
+        return self.output if self.output_text is None else self.output_text
 
     @property
     def code(self) -> str | None:
@@ -57,8 +66,9 @@ class Outcome:
         return data
 
 
-def completed(output: Any) -> Outcome:
-    return Outcome(Status.COMPLETED, output=output)
+def completed(output: Any, text: JsonText | None = None) -> Outcome:
+    """A completed run's outcome; ``text``: ``output`` encoded already (:func:`encoded`)."""
+    return Outcome(Status.COMPLETED, output=output, output_text=text)
 
 
 def failed(code: ErrorCode) -> Outcome:

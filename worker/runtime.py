@@ -18,7 +18,7 @@ from tether.app import AgentApp, Handler
 from tether.durable import Suspend
 from tether.errors import ErrorCode
 from tether.groupcommit import GroupCommit
-from tether.jsonvalue import InvalidJson, dumps
+from tether.jsonvalue import InvalidJson, encoded
 from tether.logs import DirectInfo
 from tether.outcomes import Outcome, cancelled, completed, failed
 from tether.pubsub import publish_events
@@ -276,11 +276,11 @@ class Runtime:
         if running.limits.exceeded is not None:  # however the handler ended
             return failed(ErrorCode.LIMIT_EXCEEDED)
         try:
-            dumps(output)
+            text = encoded(output)  # checked here, so an invalid output keeps the run's events
         except InvalidJson as exc:
             log.error("invocation %s: invalid output: %s", claim.invocation_id, exc)
             return failed(ErrorCode.INVALID_OUTPUT)
-        return completed(output)
+        return completed(output, text)
 
     async def _finish(self, running: RunningAttempt, outcome: Outcome) -> None:
         claim = running.claim

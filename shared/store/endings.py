@@ -105,7 +105,7 @@ def _end_all(
             e.attempt,
             e.stale_after,
             e.outcome.status.value,
-            e.outcome.output,
+            e.outcome.stored_output,
             e.outcome.code,
             e.outcome.error_message,
             len(e.events),

@@ -189,7 +189,7 @@ async def test_twenty_runs_beside_one_with_an_unstorable_output_finish_on_their_
     store: Store, validation: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if validation == "validation gap":  # the output reaches the shared write unchecked
-        monkeypatch.setattr("tether.worker.runtime.dumps", lambda value: "")
+        monkeypatch.setattr("tether.worker.runtime.encoded", lambda value: None)  # no text
     batches: list[int] = []
     finish_many = store.finish_many
 
