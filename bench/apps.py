@@ -1,4 +1,4 @@
-"""The apps the benchmarks run: a no-op, a 2 s sleeper, an event emitter and a parker."""
+"""The apps the benchmarks run: a no-op, a 2 s sleeper, an event emitter, a parker and an echo."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ noop = AgentApp(name="bench-noop")
 sleeper = AgentApp(name="bench-sleeper")
 emitter = AgentApp(name="bench-emitter")
 parker = AgentApp(name="bench-parker")
+echo = AgentApp(name="bench-echo")
 both = AgentApp(name="bench-peer")  # the peer scenario's: one server for every phase
 
 
@@ -81,3 +82,9 @@ async def noop_or_ticks(input: Any, ctx: Any) -> Any:
 
 
 both.invoke(noop_or_ticks)
+
+
+@echo.invoke
+async def give_back(input: Any, ctx: InvocationContext) -> Any:
+    """Its input, as its output: what a run that returns a large value costs."""
+    return input

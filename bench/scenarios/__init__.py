@@ -22,6 +22,7 @@ from bench.scenarios import (
     idle,
     io_bound,
     large_inputs,
+    large_outputs,
     lending,
     log_lines,
     newcomers,
@@ -67,4 +68,5 @@ SCENARIOS: dict[str, Scenario] = {
     "lending": lending.run,
     "idle": idle.run,
     "largeinputs": large_inputs.run,
+    "largeoutputs": large_outputs.run,
 }

@@ -73,7 +73,7 @@ def conversation(messages: int) -> dict[str, Any]:
 @dataclass
 class Phase:
     seconds: float
-    gateway_cpu: float
+    process_cpu: float  # the measured process's: the gateway's here, the worker's in largeoutputs
     postgres_cpu: float
     backends_changed: int  # connected before or after the phase, not both
 
@@ -83,18 +83,18 @@ def backends_cpu(db: Database) -> dict[int, float]:
     return {pid: cpu_seconds(pid) for pid in db.backend_pids() if Path(f"/proc/{pid}").exists()}
 
 
-async def measured(work: Awaitable[object], gateway: Proc, db: Database) -> Phase:
-    """``work``'s seconds and CPU: the gateway's, and that of the backends connected before and
+async def measured(work: Awaitable[object], proc: Proc, db: Database) -> Phase:
+    """``work``'s seconds and CPU: ``proc``'s, and that of the backends connected before and
     after it (one that came or went meanwhile would count its whole life, or none of it: how
-    many did is kept, and the warm-up before the rounds opens the gateway's pool)."""
-    gateway0, backends0 = gateway.cpu_seconds(), backends_cpu(db)
+    many did is kept, and the warm-up before the rounds opens the pools)."""
+    proc0, backends0 = proc.cpu_seconds(), backends_cpu(db)
     started = time.perf_counter()
     await work
     seconds = time.perf_counter() - started
     backends1 = backends_cpu(db)
     postgres = sum(backends1[pid] - cpu for pid, cpu in backends0.items() if pid in backends1)
     churn = len(backends0.keys() ^ backends1.keys())
-    return Phase(seconds, gateway.cpu_seconds() - gateway0, postgres, churn)
+    return Phase(seconds, proc.cpu_seconds() - proc0, postgres, churn)
 
 
 async def post(http: Requests, ids: list[str], input: Any, c: int, end: float) -> None:
@@ -148,18 +148,25 @@ async def run(sizes: Sizes) -> list[Row]:
             for r in range(rounds):
                 for name in SETS if r % 2 == 0 else SETS[::-1]:
                     reads[name].append(await measured(sweep(http, ids[name], c), gateway, db))
+    read_n = {name: len(ids[name]) for name in SETS}
     size = len(dumps(inputs["conversation"]).encode()) / 1000
     label = f"input {sizes.large_input_messages} messages ({size:.0f} kB) against {{}}"
     return [
-        *rows("accept", accepts, posts, c, label),
-        *rows("status read", reads, {name: len(ids[name]) for name in SETS}, c, label),
+        *rows("largeinputs", "gateway", "accept", accepts, posts, c, label),
+        *rows("largeinputs", "gateway", "status read", reads, read_n, c, label),
     ]
 
 
 def rows(
-    what: str, phases: dict[str, list[Phase]], n: dict[str, int], c: int, label: str
+    scenario: str,
+    process: str,
+    what: str,
+    phases: dict[str, list[Phase]],
+    n: dict[str, int],
+    c: int,
+    label: str,
 ) -> list[Row]:
-    """Per ``what`` (``n[set]`` of them a phase): gateway CPU, PostgreSQL CPU, the rate."""
+    """Per ``what`` (``n[set]`` of them a phase): ``process``'s CPU, PostgreSQL's, the rate."""
 
     def per_set(of: str, per_one: Callable[[float, int], float]) -> dict[str, float]:
         """Each set's median of the phases' ``of``, as a figure per ``what``."""
@@ -170,10 +177,10 @@ def rows(
 
     figures: list[tuple[str, str, Literal["higher", "lower"], dict[str, float]]] = [
         (
-            f"gateway CPU µs per {what}",
+            f"{process} CPU µs per {what}",
             "µs",
             "lower",
-            per_set("gateway_cpu", lambda s, k: s * 1e6 / k),
+            per_set("process_cpu", lambda s, k: s * 1e6 / k),
         ),
         (
             f"PostgreSQL CPU µs per {what}",
@@ -186,13 +193,13 @@ def rows(
     details = {"count_a_phase": n, **{name: [p.__dict__ for p in phases[name]] for name in SETS}}
     return [
         Row(
-            scenario="largeinputs",
+            scenario=scenario,
             figure=f"{figure}, {label}",
             value=values["conversation"],
             unit=unit,
             better=better,
             baseline=values["empty"],
-            baseline_label="the same, input {}",
+            baseline_label="the same, with {}",
             details=details if k == 0 else {},
         )
         for k, (figure, unit, better, values) in enumerate(figures)
