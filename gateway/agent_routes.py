@@ -50,7 +50,7 @@ from tether.gateway.routes import (
     last_event_id,
     wait_until_terminal,
 )
-from tether.jsonvalue import request_hash
+from tether.jsonvalue import canonical, request_hash
 from tether.outcomes import iso_utc
 from tether.store.errors import StoreError
 from tether.store.journal import InputAnswer
@@ -84,14 +84,16 @@ async def start_turn(
     credential = caller_credential(request, owner, checked_input(request, value))
     invocation_id = str(uuid.uuid4())
     await admit(request, invocation_id, owner)
+    input_text = canonical(value)
     new = NewInvocation(
         invocation_id,
         owner,
         thread_id,
         value,
-        request_hash(value, thread_id),
+        request_hash(input_text, thread_id),
         user_auth=credential is not None,
         tenant=tenant,
+        input_text=input_text,
     )
     accepted = await accept(request, new, mode, credential)
     # Only once accepted: a refused turn (a cap, a rate) leaves no thread. The run's first

@@ -43,7 +43,7 @@ from tether.gateway.models import (
 from tether.gateway.parsing import cursor, read_json, validated
 from tether.gateway.responses import ApiError, json_response
 from tether.gateway.sse import serve_stream
-from tether.jsonvalue import request_hash
+from tether.jsonvalue import canonical, request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
 from tether.store.schema import Invocation, NewInvocation, Status
@@ -87,15 +87,17 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     tenant = request.app[TENANCY].tenant(request, owner)
     credential = caller_credential(request, owner, checked_input(request, req.input))
     await admit(request, req.id, owner)
+    input_text = canonical(req.input)  # for the request hash, and then stored as it is
     new = NewInvocation(
         req.id,
         owner,
         req.session_id,
         req.input,
-        request_hash(req.input, req.session_id, req.priority),
+        request_hash(input_text, req.session_id, req.priority),
         user_auth=credential is not None,
         tenant=tenant,
         priority=req.priority,
+        input_text=input_text,
     )
     mode = "background" if req.background else "stream" if req.stream else "sync"
     if mode == "sync":

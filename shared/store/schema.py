@@ -346,6 +346,10 @@ class NewInvocation:
     """Whose share, caps and budgets it counts against; None: its owner's."""
     priority: int = 0
     """Higher is claimed first among its tenant's queued invocations."""
+    input_text: str | None = None
+    """``input``'s canonical JSON, as the request hash covered it
+    (:func:`tether.jsonvalue.request_hash`): the row stores it instead of encoding the input
+    again. None: the store encodes ``input``."""
 
     @property
     def tenant_or_owner(self) -> str:

@@ -19,7 +19,7 @@ from tether.agents import build_agent_app, create_agent
 from tether.agents.registry import AgentRegistry
 from tether.gateway.app import create_app
 from tether.gateway.keys import SERVICES
-from tether.jsonvalue import request_hash
+from tether.jsonvalue import canonical, request_hash
 from tether.services import Services
 from tether.settings import load_settings
 from tether.store.schema import NewInvocation
@@ -93,7 +93,9 @@ async def test_an_attempt_where_the_token_is_not_fails_unless_the_agent_resumes_
     value = {"agent": agent, "messages": "who am I"}
     invocation_id = str(uuid.uuid4())
     # As a replacement after the accepting process died: flagged, and no token in this one.
-    new = NewInvocation(invocation_id, "alice", None, value, request_hash(value, None), True)
+    new = NewInvocation(
+        invocation_id, "alice", None, value, request_hash(canonical(value), None), True
+    )
     await services.store.accept(new)
     await services.queue.send([invocation_id])
 

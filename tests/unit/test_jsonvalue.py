@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -11,6 +12,7 @@ from tether.jsonvalue import (
     JsonText,
     canonical,
     check_text,
+    checked,
     dumps,
     encoded,
     loads,
@@ -40,8 +42,40 @@ def test_dumps_refuses_values_that_are_not_json(value: object) -> None:
 
 def test_canonical_form_ignores_key_order_and_whitespace() -> None:
     assert canonical({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == '{"a":[1,{"c":3,"d":2}],"b":1}'
-    assert request_hash({"a": 1, "b": 2}, None) == request_hash({"b": 2, "a": 1}, None)
-    assert request_hash(1, "s") != request_hash(1, None)
+    a, b = canonical({"a": 1, "b": 2}), canonical({"b": 2, "a": 1})
+    assert request_hash(a, None) == request_hash(b, None)
+    assert request_hash("1", "s") != request_hash("1", None)
+
+
+@pytest.mark.parametrize(
+    ("value", "session_id", "priority"),
+    [
+        ({"b": [1, {"d": None, "c": "é"}], "a": True}, None, 0),
+        ("text \u4e2d \U0001f600", "s-1", 3),
+        (None, "x", -2),
+        ([], None, 1),
+        (10**18, "\u00e9", 0),
+    ],
+)
+def test_the_request_hash_is_the_one_stored_requests_have(
+    value: object, session_id: str | None, priority: int
+) -> None:
+    """Spliced from the input's canonical text, it is the hash of the canonical fields, as every
+    hash stored before was: a repeated request still finds its row."""
+    fields: dict[str, object] = {"input": value, "session_id": session_id}
+    if priority:
+        fields["priority"] = priority
+    stored = hashlib.sha256(canonical(fields).encode()).hexdigest()
+    assert request_hash(canonical(value), session_id, priority) == stored
+
+
+@pytest.mark.parametrize("value", [{"k": "nul\x00"}, ["\udc00"]])
+def test_a_canonical_text_is_checked_as_dumps_checks(value: object) -> None:
+    with pytest.raises(InvalidJson):
+        dumps(value)
+    with pytest.raises(InvalidJson):
+        checked(canonical(value))
+    assert checked(canonical({"b": 1, "a": 2})) == '{"a":2,"b":1}'
 
 
 @pytest.mark.parametrize("value", ["half an emoji \ud83d", {"k": ["\udc00"]}, {"\ud800": 1}])
