@@ -47,10 +47,11 @@ from tether.gateway.routes import (
     admit,
     answer_ended,
     cancel_owned,
+    canonical_input,
     last_event_id,
     wait_until_terminal,
 )
-from tether.jsonvalue import canonical, request_hash
+from tether.jsonvalue import request_hash
 from tether.outcomes import iso_utc
 from tether.store.errors import StoreError
 from tether.store.journal import InputAnswer
@@ -84,7 +85,7 @@ async def start_turn(
     credential = caller_credential(request, owner, checked_input(request, value))
     invocation_id = str(uuid.uuid4())
     await admit(request, invocation_id, owner)
-    input_text = canonical(value)
+    input_text = canonical_input(value)
     new = NewInvocation(
         invocation_id,
         owner,

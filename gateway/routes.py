@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from typing import Any
 
 from aiohttp import web
 
@@ -43,7 +44,7 @@ from tether.gateway.models import (
 from tether.gateway.parsing import cursor, read_json, validated
 from tether.gateway.responses import ApiError, json_response
 from tether.gateway.sse import serve_stream
-from tether.jsonvalue import canonical, request_hash
+from tether.jsonvalue import InvalidJson, canonical, request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
 from tether.store.schema import Invocation, NewInvocation, Status
@@ -69,6 +70,16 @@ def caller_and_id(request: web.Request) -> tuple[str, str]:
         raise ApiError(ErrorCode.NOT_FOUND) from None
 
 
+def canonical_input(value: Any) -> str:
+    """An input's canonical JSON text (its request hash covers it, its row stores it); a 422 for
+    a value JSON cannot hold, as the store would answer (a float literal too large, ``1e999``,
+    parses as infinity)."""
+    try:
+        return canonical(value)
+    except InvalidJson as exc:
+        raise ApiError(ErrorCode.INVALID_REQUEST, message=f"input: {exc}") from None
+
+
 async def owned_invocation(request: web.Request) -> Invocation:
     """The invocation named in the path, if the caller owns it; 404 otherwise."""
     owner, invocation_id = caller_and_id(request)
@@ -84,10 +95,10 @@ async def create_invocation(request: web.Request) -> web.StreamResponse:
     owner = request.app[AUTH].owner(request)
     after = last_event_id(request)  # a stream's cursor is refused before anything is accepted
     req = validated(InvocationRequest, await read_json(request))
+    input_text = canonical_input(req.input)  # for the request hash, and then stored as it is
     tenant = request.app[TENANCY].tenant(request, owner)
     credential = caller_credential(request, owner, checked_input(request, req.input))
     await admit(request, req.id, owner)
-    input_text = canonical(req.input)  # for the request hash, and then stored as it is
     new = NewInvocation(
         req.id,
         owner,

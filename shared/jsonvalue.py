@@ -9,8 +9,8 @@ bad value never reaches a database write it would share with other requests:
   which JSON text may spell and Python strings may hold;
 - nesting deeper than Python's recursion limit cannot be encoded at all.
 
-Every value that will be stored passes through :func:`dumps`, and every text through
-:func:`check_text`.
+Every value that will be stored passes through :func:`dumps` (or, an accepted input, through
+:func:`canonical` and :func:`checked`), and every text through :func:`check_text`.
 """
 
 from __future__ import annotations
@@ -98,16 +98,22 @@ def _may_spell_unstorable(text: str | bytes) -> bool:
 
 def dumps(value: Any) -> str:
     """Encode a value as compact JSON, refusing what PostgreSQL, UTF-8 or JSON cannot hold."""
+    text = _encoded_by(_ENCODER, value)
+    _check_encoded(text)
+    return text
+
+
+def _encoded_by(encoder: json.JSONEncoder, value: Any) -> str:
+    """``value`` encoded; what JSON cannot hold (NaN, Infinity, a cycle, a type it does not
+    know, nesting past the recursion limit) refused as :class:`InvalidJson`."""
     try:
-        text = _ENCODER.encode(value)
+        return encoder.encode(value)
     except RecursionError:
         raise InvalidJson("value is nested too deeply") from None
     except ValueError as exc:
         raise InvalidJson(_value_error_message(exc)) from exc
     except TypeError as exc:
         raise InvalidJson(f"value is not JSON-serialisable: {type(value).__name__}") from exc
-    _check_encoded(text)
-    return text
 
 
 def _check_encoded(text: str) -> None:
@@ -120,10 +126,11 @@ def _check_encoded(text: str) -> None:
 
 
 class JsonText(str):
-    """A value already encoded and checked, made by :func:`encoded` alone: what binds it (a
-    batch's JSON column, :mod:`tether.store.bound`) takes it as it is instead of encoding it
-    again; ``null`` is SQL ``NULL`` in a column that stores ``None`` so (``none_as_null``), as
-    ``None`` is."""
+    """A value already encoded and checked, made by :func:`encoded` or :func:`checked` alone:
+    what binds it (a batch's JSON column, :mod:`tether.store.bound`) takes it as it is instead
+    of encoding it again; ``null`` is SQL ``NULL`` in a column that stores ``None`` so
+    (``none_as_null``), as ``None`` is. Never a value itself: inside a dict or list it would be
+    encoded as a JSON string."""
 
     def __repr__(self) -> str:
         return f"JsonText({str.__repr__(self)})"  # not to be read as a string value
@@ -135,8 +142,9 @@ def encoded(value: Any) -> JsonText:
 
 
 def checked(text: str) -> JsonText:
-    """``text``, which this module encoded (:func:`canonical`), as :class:`JsonText`; refuses
-    what :func:`dumps` refuses."""
+    """``text``, which :func:`canonical` encoded, as :class:`JsonText`, once it holds nothing a
+    column cannot (an escaped NUL, a lone surrogate): with ``canonical``'s own refusals, what
+    :func:`dumps` refuses."""
     _check_encoded(text)
     return JsonText(text)
 
@@ -170,8 +178,10 @@ def _value_error_message(exc: ValueError) -> str:
 
 
 def canonical(value: Any) -> str:
-    """Canonical JSON: sorted keys, no insignificant whitespace."""
-    return _CANONICAL.encode(value)
+    """Canonical JSON: sorted keys, no insignificant whitespace; refuses what JSON cannot hold
+    as :func:`dumps` does (a float literal too large parses as infinity: ``1e999``), but not
+    what only a column cannot (:func:`checked` refuses that)."""
+    return _encoded_by(_CANONICAL, value)
 
 
 def request_hash(input_text: str, session_id: str | None, priority: int = 0) -> str:
@@ -180,6 +190,6 @@ def request_hash(input_text: str, session_id: str | None, priority: int = 0) -> 
     (which the request's row then stores as it is: the input is encoded once). ``priority``
     counts only when it is not the default, so requests stored before it existed (and every
     request without one) keep their hash."""
-    ranked = f',"priority":{canonical(priority)}' if priority else ""
-    body = f'{{"input":{input_text}{ranked},"session_id":{canonical(session_id)}}}'
+    priority_part = f',"priority":{canonical(priority)}' if priority else ""
+    body = f'{{"input":{input_text}{priority_part},"session_id":{canonical(session_id)}}}'
     return hashlib.sha256(body.encode()).hexdigest()

@@ -32,7 +32,8 @@ class Outcome:
     error_code: ErrorCode | None = None
     output_text: JsonText | None = field(default=None, compare=False)
     """``output`` encoded already (the attempt checked it so): the row's column binds it as it
-    is. The terminal event carries ``output`` itself."""
+    is. The terminal event carries ``output`` itself, encoded at the finish: a value the handler
+    changed after returning it (from a task it left running) could differ between the two."""
 
     @property
     def stored_output(self) -> Any:

@@ -78,20 +78,24 @@ class Phase:
     backends_changed: int  # connected before or after the phase, not both
 
 
-def backends_cpu(db: Database) -> dict[int, float]:
-    """The CPU seconds of each backend connected to ``db`` whose process could be read."""
-    return {pid: cpu_seconds(pid) for pid in db.backend_pids() if Path(f"/proc/{pid}").exists()}
+def backends_cpu(db: Database, skip: frozenset[int]) -> dict[int, float]:
+    """The CPU seconds of each backend connected to ``db`` whose process could be read, but
+    those of ``skip`` (the bench's own)."""
+    pids = db.backend_pids() - skip
+    return {pid: cpu_seconds(pid) for pid in pids if Path(f"/proc/{pid}").exists()}
 
 
-async def measured(work: Awaitable[object], proc: Proc, db: Database) -> Phase:
+async def measured(
+    work: Awaitable[object], proc: Proc, db: Database, skip: frozenset[int] = frozenset()
+) -> Phase:
     """``work``'s seconds and CPU: ``proc``'s, and that of the backends connected before and
-    after it (one that came or went meanwhile would count its whole life, or none of it: how
-    many did is kept, and the warm-up before the rounds opens the pools)."""
-    proc0, backends0 = proc.cpu_seconds(), backends_cpu(db)
+    after it, but ``skip`` (one that came or went meanwhile would count its whole life, or none
+    of it: how many did is kept, and the warm-up before the rounds opens the pools)."""
+    proc0, backends0 = proc.cpu_seconds(), backends_cpu(db, skip)
     started = time.perf_counter()
     await work
     seconds = time.perf_counter() - started
-    backends1 = backends_cpu(db)
+    backends1 = backends_cpu(db, skip)
     postgres = sum(backends1[pid] - cpu for pid, cpu in backends0.items() if pid in backends1)
     churn = len(backends0.keys() ^ backends1.keys())
     return Phase(seconds, proc.cpu_seconds() - proc0, postgres, churn)

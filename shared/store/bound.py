@@ -1,15 +1,14 @@
 """Batches as one bound parameter, so a batch's SQL text is the same for every batch size.
 
 A batch is one JSON array of rows, each row an array of its values, taken apart by the database
-in C: PostgreSQL's ``jsonb_array_elements`` and ``->>`` (each value cast to its column's type),
-SQLite's ``json_each`` and ``json_extract``. The statement's text is the same for every batch, so
-SQLAlchemy compiles it once and psycopg prepares it once it has seen it five times, and a batch
-binds the same two parameters whatever its size: the rows, and their count (PostgreSQL's
-statement holds it as a ``LIMIT`` that keeps every row, for the planner: :meth:`BoundBatch.cte`).
-A batch past the database's limit for one value
-(PostgreSQL's ``jsonb``: 256 MB, SQLSTATE 54000; SQLite's string length: 1 GB by default) is
-refused as a value (:class:`.errors.ValueRefused`), and :mod:`.batching` writes its items one
-at a time.
+in C: PostgreSQL's ``jsonb_array_elements`` and ``->>`` (each value cast to its column's type;
+``->`` for a JSON column's, below), SQLite's ``json_each`` and ``json_extract``. The statement's
+text is the same for every batch, so SQLAlchemy compiles it once and psycopg prepares it once it
+has seen it five times, and a batch binds the same two parameters whatever its size: the rows,
+and their count (PostgreSQL's statement holds it as a ``LIMIT`` that keeps every row, for the
+planner: :meth:`BoundBatch.cte`). A batch past the database's limit for one value (PostgreSQL's
+``jsonb``: 256 MB, SQLSTATE 54000; SQLite's string length: 1 GB by default) is refused as a
+value (:class:`.errors.ValueRefused`), and :mod:`.batching` writes its items one at a time.
 
 PostgreSQL got one array per column, unnested, until 2026-12-05: psycopg builds a text array's
 literal in Python, escaping every element with a regular expression and a callback per quote,

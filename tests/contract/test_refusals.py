@@ -116,6 +116,18 @@ async def test_json_nested_too_deep_is_refused_and_just_deep_enough_is_not(api: 
     assert status == 200 and done["output"]["output"] == json.loads(nested(99))
 
 
+async def test_a_number_too_large_for_a_float_is_refused_not_failed(api: Api) -> None:
+    """``1e999`` is valid JSON text that parses as infinity, which JSON cannot hold: a 422 with
+    the reason, before anything is stored."""
+    for number in ("1e999", "-1e999", "[0.5, 1E400]"):
+        invocation_id = new_id()
+        raw = f'{{"id": "{invocation_id}", "input": {number}}}'.encode()
+        answer = await call(api, "POST", "/api/invocations", body=raw)
+        assert_refused(answer, 422, "invalid_request")
+        assert answer[1]["detail"] == "input: NaN and Infinity are not valid JSON"
+        await assert_nothing_stored(api, invocation_id)
+
+
 async def test_lone_surrogates_are_refused_and_pairs_are_text(api: Api) -> None:
     invocation_id = new_id()
     for field in ('"input": "\\ud800"', '"input": {"\\udfff": 1}', '"session_id": "a\\ud800"'):

@@ -376,21 +376,26 @@ string ``"null"``, false, zero, empties)."""
 
 
 async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> None:
-    """Each output reads back as it was, encoded already or not; None is no output either way
-    (the column's SQL ``NULL``)."""
+    """Each output reads back as it was, with its text encoded already (as the runtime hands it)
+    or not; None is no output either way (the column's SQL ``NULL``); the terminal event
+    carries the value."""
     plain = await claimed(store, len(EVERY_KIND))
     ready = await claimed(store, len(EVERY_KIND))
+    kinds = list(zip(plain + ready, EVERY_KIND * 2, strict=True))
     results = await store.finish_many(
-        [FinishRequest(i, 1, completed(v)) for i, v in zip(plain, EVERY_KIND, strict=True)]
-        + [
-            FinishRequest(i, 1, completed(encoded(v)))
-            for i, v in zip(ready, EVERY_KIND, strict=True)
-        ]
+        [FinishRequest(i, 1, completed(v, encoded(v) if i in ready else None)) for i, v in kinds]
     )
     assert all(isinstance(r, Finished) for r in results)
+    assert [r.events[-1].data["output"] for r in results if isinstance(r, Finished)] == [
+        v for _, v in kinds
+    ]
     for ids in (plain, ready):
         outputs = [(await store.get(i)) for i in ids]
         assert [o.output if o else "gone" for o in outputs] == EVERY_KIND
+        events = [(await store.events_after(i, 1))[-1] for i in ids]
+        assert [(e.type, e.data["output"]) for e in events] == [
+            (RUN_COMPLETED, v) for v in EVERY_KIND
+        ]
     async with store.engine.connect() as conn:
         nulls = await conn.scalar(
             sa.select(sa.func.count())
