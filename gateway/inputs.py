@@ -15,7 +15,7 @@ from tether.gateway.keys import SERVICES
 from tether.gateway.models import InputRequest
 from tether.gateway.parsing import read_json, validated
 from tether.gateway.responses import ApiError, json_response
-from tether.gateway.routes import owned_invocation, status_document
+from tether.gateway.routes import canonical_input, owned_invocation, status_document
 from tether.store.journal import InputAnswer
 
 routes = web.RouteTableDef()
@@ -33,7 +33,8 @@ ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
 async def post_input(request: web.Request) -> web.Response:
     invocation = await owned_invocation(request)  # who asks, before reading what they send
     answer = validated(InputRequest, await read_json(request))  # read_json refuses what no
-    # column can hold (NaN, NUL, lone surrogates, nesting past the limit)
+    # column can hold (NaN, NUL, lone surrogates, nesting past the limit), but infinity
+    canonical_input(answer.value, "value")
     services = request.app[SERVICES]
     result = await services.store.journal.resolve_input(invocation.id, answer.wait, answer.value)
     refused = ANSWERS[result]

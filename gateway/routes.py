@@ -70,14 +70,14 @@ def caller_and_id(request: web.Request) -> tuple[str, str]:
         raise ApiError(ErrorCode.NOT_FOUND) from None
 
 
-def canonical_input(value: Any) -> str:
-    """An input's canonical JSON text (its request hash covers it, its row stores it); a 422 for
-    a value JSON cannot hold, as the store would answer (a float literal too large, ``1e999``,
-    parses as infinity)."""
+def canonical_input(value: Any, field: str = "input") -> str:
+    """A value's canonical JSON text (an input's request hash covers it, its row stores it); a
+    422 naming ``field`` for a value JSON cannot hold, as the store would answer (a float
+    literal too large, ``1e999``, parses as infinity: ``read_json`` lets it through)."""
     try:
         return canonical(value)
     except InvalidJson as exc:
-        raise ApiError(ErrorCode.INVALID_REQUEST, message=f"input: {exc}") from None
+        raise ApiError(ErrorCode.INVALID_REQUEST, message=f"{field}: {exc}") from None
 
 
 async def owned_invocation(request: web.Request) -> Invocation:

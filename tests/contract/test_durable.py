@@ -53,6 +53,13 @@ async def test_bad_input_bodies_are_refused(api: Api) -> None:
             f"{api.base}/api/invocations/{invocation_id}/input", json=body, headers=api.headers
         ) as r:
             assert r.status == 422, body
+    too_large = b'{"wait": "answer", "value": [1e999]}'  # valid JSON text, infinity parsed
+    async with api.session.post(
+        f"{api.base}/api/invocations/{invocation_id}/input",
+        data=too_large,
+        headers={**api.headers, "Content-Type": "application/json"},
+    ) as r:
+        assert r.status == 422 and "Infinity" in (await r.json())["detail"]
     assert (await api.get(invocation_id))[1]["status"] == "waiting"
 
 
