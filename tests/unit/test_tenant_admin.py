@@ -67,6 +67,19 @@ async def test_a_limit_no_tenant_may_have_is_a_422_and_nothing_is_written(
     assert await client.app[SERVICES].store.tenants.row("alice") is None
 
 
+@pytest.mark.parametrize("field", ["weight", "rate", "cost_per_period", "budget_period"])
+async def test_a_number_that_parses_as_infinity_is_a_422_and_nothing_is_written(
+    aiohttp_client: ClientFactory, tmp_path: Path, field: str
+) -> None:
+    client = await proxied(aiohttp_client, tmp_path)
+    raw = f'{{"{field}": 1e999}}'.encode()
+    headers = {**ROOT, "Content-Type": "application/json"}
+    r = await client.patch("/api/admin/tenants/alice", data=raw, headers=headers)
+    assert r.status == 422
+    assert field in (await r.json())["error"]["message"]
+    assert await client.app[SERVICES].store.tenants.row("alice") is None
+
+
 async def test_the_defaults_row_is_not_a_tenant_of_the_tenants_routes(
     aiohttp_client: ClientFactory, tmp_path: Path
 ) -> None:
