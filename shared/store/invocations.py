@@ -69,12 +69,12 @@ class Invocations:
         per request, in order. A request refused by validation or by the database fails alone.
         Both caps count open (queued, running, waiting) invocations: the owner's (0: none),
         and each tenant's of ``max_queued`` (a tenant not named there has no cap)."""
-        checked = [storable(new) for new in batch]
-        valid = [new for new in checked if isinstance(new, NewInvocation)]
+        ready = [storable(new) for new in batch]  # each encoded, or refused
+        valid = [new for new in ready if isinstance(new, NewInvocation)]
         caps = OpenCaps(max_open_per_owner, dict(max_queued or {}))
         write = partial(self._accept, caps)
         written = iter(await write_batch(valid, lambda new: new.id, write))
-        return [next(written) if isinstance(new, NewInvocation) else new for new in checked]
+        return [next(written) if isinstance(new, NewInvocation) else new for new in ready]
 
     async def _accept(
         self, caps: OpenCaps, batch: Sequence[NewInvocation], alone: bool
@@ -82,9 +82,8 @@ class Invocations:
         news = {new.id: new for new in batch}
         dialect = self._db.dialect
         async with self._db.transaction() as conn:
-            new_rows = NEW_ROWS.params(
-                [_row(new) for new in batch], jsonb=dialect.jsonb
-            )  # may refuse
+            values = [_row(new) for new in batch]
+            new_rows = NEW_ROWS.params(values, jsonb=dialect.jsonb)  # may refuse
             inserted = await conn.execute(_insert_statement(dialect), new_rows)
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
             others = [new.id for new in batch if new.id not in created]
