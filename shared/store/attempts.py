@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tether.events import Event
 from tether.store.batching import write_batch
-from tether.store.bound import BoundBatch
+from tether.store.bound import BoundBatch, Carriage
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.endings import Ending, write_endings
@@ -183,14 +183,14 @@ async def _advance_logs(
 ) -> dict[str, int]:
     """Advance each attempt's log past its events, under its fence: the new last cursors."""
     rows = [(r.invocation_id, r.attempt, len(r.events)) for r in requests]
-    advance = advance_statement(dialect.jsonb)
-    params = COUNTS.params(rows, jsonb=dialect.jsonb)
+    advance = advance_statement(dialect.carriage)
+    params = COUNTS.params(rows, carriage=dialect.carriage)
     return {row.id: row.last_event_id for row in await conn.execute(advance, params)}
 
 
 @functools.cache
-def advance_statement(jsonb: bool) -> sa.Update:
-    counts = COUNTS.cte(jsonb)
+def advance_statement(carriage: Carriage) -> sa.Update:
+    counts = COUNTS.cte(carriage)
     return (
         sa.update(invocations)
         .where(

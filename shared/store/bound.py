@@ -19,18 +19,20 @@ bound parameters, a parameter per value, each passing through SQLAlchemy's bindi
 sixth of a store transaction's CPU in ``tether dev``); PostgreSQL must not get that form either:
 it plans a ``UNION ALL`` of 128 one-row ``SELECT``s in ~28 ms.
 
-A JSON column's values travel as JSON inside PostgreSQL's batch: PostgreSQL parses the batch
-once and takes each one out as ``jsonb`` (``->``), and a value encoded already
+A JSON column's values travel as JSON inside the batch (:class:`Carriage`): the database parses
+the batch once and takes each one out as JSON (``->``: PostgreSQL's gives ``jsonb``, SQLite's
+the value's text as it stands in the batch), and a value encoded already
 (:class:`~tether.jsonvalue.JsonText`) is spliced into the batch's text as it is. Until
-2026-12-07 they travelled as strings holding their text, as they still do in SQLite's: the
-client escaped each value's text again inside the batch's (a 67 kB conversation: ~0.4 ms, 14 %
-of its accept's CPU) and PostgreSQL read it twice, as a string and then as JSON (6 % of its
-insert). SQLite's ``json_extract`` would give a JSON string or boolean back as a plain value, and
-``->``, which gives every value as JSON, needs SQLite 3.38.
+2026-12-07 they travelled as strings holding their text, as they still do on a SQLite older than
+3.38, which has no ``->`` (its ``json_extract`` gives a JSON string or boolean back as a plain
+value): the client escaped each value's text again inside the batch's (a 67 kB conversation:
+~0.4 ms, 14 % of its accept's CPU on PostgreSQL) and the database read it twice, as a string and
+then as JSON (6 % of PostgreSQL's insert).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,6 +42,25 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from tether.jsonvalue import JsonText, dumps
+
+
+class Carriage(enum.Enum):
+    """How a database takes a batch apart (its dialect's :attr:`~.dialect.Dialect.carriage`)."""
+
+    JSONB = "jsonb"
+    """PostgreSQL: ``jsonb_array_elements``, each value ``->>`` as text cast to its column's
+    type, a JSON column's ``->`` as ``jsonb``."""
+    SQLITE_JSON = "sqlite-json"
+    """SQLite 3.38 and newer: ``json_each``, each value ``json_extract``, a JSON column's
+    ``->`` as its JSON text."""
+    SQLITE_TEXT = "sqlite-text"
+    """Older SQLite: ``json_each`` and ``json_extract``; a JSON column's value travels as a
+    string holding its text."""
+
+    @property
+    def json_values(self) -> bool:
+        """Whether a JSON column's value travels as JSON (spliced as it is when encoded)."""
+        return self is not Carriage.SQLITE_TEXT
 
 
 def padded(count: int) -> int:
@@ -55,17 +76,14 @@ class BoundBatch:
     name: str
     columns: tuple[sa.ColumnClause[Any], ...]
 
-    def cte(self, jsonb: bool, *, positions: bool = False) -> sa.CTE:
-        """The batch's rows (``jsonb``: unpacked by PostgreSQL's functions, else SQLite's);
-        with ``positions``, also each row's place in the batch (``position``, ascending in the
-        order given) to order by."""
+    def cte(self, carriage: Carriage, *, positions: bool = False) -> sa.CTE:
+        """The batch's rows, taken apart as ``carriage`` says; with ``positions``, also each
+        row's place in the batch (``position``, ascending in the order given) to order by."""
         batch = sa.bindparam(self.name, type_=sa.Text)
-        if not jsonb:
+        if carriage is not Carriage.JSONB:
             rows = sa.func.json_each(batch).table_valued("value", "key")
             values = [
-                sa.type_coerce(
-                    sa.func.json_extract(rows.c.value, sa.literal_column(f"'$[{i}]'")), c.type
-                ).label(c.name)
+                _sqlite_value(rows.c.value, i, c, carriage).label(c.name)
                 for i, c in enumerate(self.columns)
             ]
             if positions:
@@ -84,14 +102,14 @@ class BoundBatch:
         counted = sa.bindparam(self._count_name, type_=sa.Integer)
         return sa.select(*values).select_from(rows).limit(counted).cte(self.name)
 
-    def params(self, rows: Sequence[Sequence[Any]], *, jsonb: bool) -> dict[str, Any]:
-        """The parameters for ``rows``, carried as :meth:`cte` with the same ``jsonb`` takes them
-        apart: refuses NUL and lone surrogates, as PostgreSQL would (SQLite's JSON would end a
-        string at an escaped NUL, a cut no parameter of its own would make)."""
+    def params(self, rows: Sequence[Sequence[Any]], *, carriage: Carriage) -> dict[str, Any]:
+        """The parameters for ``rows``, carried as :meth:`cte` with the same ``carriage`` takes
+        them apart: refuses NUL and lone surrogates, as PostgreSQL would (SQLite's JSON would end
+        a string at an escaped NUL, a cut no parameter of its own would make)."""
         count = len(rows)
         if not self._json_columns:
             text = dumps(rows)
-        elif jsonb:
+        elif carriage.json_values:
             text = self._spliced(rows) if self._holds_json_text(rows) else dumps(rows)
         else:
             text = dumps([self._with_json_text(row) for row in rows])
@@ -158,6 +176,22 @@ def _taken_out(
     if getattr(column.type, "none_as_null", False):
         return sa.type_coerce(sa.func.nullif(value, sa.literal_column("'null'::jsonb")), JSONB)
     return value
+
+
+def _sqlite_value(
+    row: sa.ColumnElement[Any], i: int, column: sa.ColumnClause[Any], carriage: Carriage
+) -> sa.ColumnElement[Any]:
+    """SQLite's value ``i`` of a batch's ``row``, as its column's type: a JSON column's as its
+    JSON text (``->``, SQL ``NULL`` for JSON ``null`` where the column says so) where the
+    ``carriage`` carries it as JSON; else as ``json_extract`` gives it (a JSON column's: the
+    string holding its text)."""
+    path: sa.ColumnElement[str] = sa.literal_column(f"'$[{i}]'")
+    if carriage is Carriage.SQLITE_TEXT or not isinstance(column.type, sa.JSON):
+        return sa.type_coerce(sa.func.json_extract(row, path), column.type)
+    text: sa.ColumnElement[Any] = row.op("->")(path)
+    if getattr(column.type, "none_as_null", False):
+        text = sa.func.nullif(text, sa.literal_column("'null'"))
+    return sa.type_coerce(text, column.type)
 
 
 def _typed(text: sa.ColumnElement[Any], column: sa.ColumnClause[Any]) -> sa.ColumnElement[Any]:

@@ -281,7 +281,7 @@ class Claims:
         if served:
             rows = [(t, allocation.passes[t]) for t in sorted(set(served))]
             await conn.execute(
-                self._store_passes, PASSES.params(rows, jsonb=self._db.dialect.jsonb)
+                self._store_passes, PASSES.params(rows, carriage=self._db.dialect.carriage)
             )
         if allocation.vtime != vtime:
             await conn.execute(self._store_clock, {"id": 1, "vtime": allocation.vtime})
@@ -291,7 +291,7 @@ class Claims:
         """The passes' upsert, one statement whatever their number (a row a statement, in a
         pipeline, was a quarter of a claim's CPU over 8 tenants), built once (building it on
         every claim was 1.5 % of ``tether dev``'s CPU under a burst)."""
-        batch = PASSES.cte(self._db.dialect.jsonb)
+        batch = PASSES.cte(self._db.dialect.carriage)
         rows = sa.select(batch.c.tenant, batch.c["pass"]).where(sa.true()).order_by(batch.c.tenant)
         insert = self._db.dialect.upsert(tenant_passes).from_select(["tenant", "pass"], rows)
         upsert: sa.Insert = insert.on_conflict_do_update(

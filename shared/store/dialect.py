@@ -6,14 +6,17 @@ database it runs on.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tether.store.bound import Carriage
 from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
 from tether.store.schema import invocations
@@ -48,9 +51,8 @@ class Dialect(ABC):
     writes_in_with: bool = False
     """Whether a statement's ``WITH`` may hold writes (``INSERT … RETURNING`` as a CTE): two
     writes in one round trip."""
-    jsonb: bool = False
-    """Whether a batch's rows are taken apart by PostgreSQL's ``jsonb`` functions, else by
-    SQLite's JSON functions (:class:`.bound.BoundBatch`)."""
+    carriage: Carriage
+    """How a batch's rows are taken apart (:class:`.bound.BoundBatch`)."""
     probes_listed_tenants: bool = False
     """Whether a claim from a process's tenant list reads only the listed tenants that still
     have queued work, one index probe each (:func:`.candidates.known_tenants`)."""
@@ -123,7 +125,7 @@ class Dialect(ABC):
 class PostgreSQL(Dialect):
     name = "postgresql"
     lateral = True
-    jsonb = True
+    carriage = Carriage.JSONB
     writes_in_with = True
     now = sa.literal_column("extract(epoch from clock_timestamp())::double precision", sa.Float)
     autocommits = True
@@ -194,6 +196,9 @@ class SQLite(Dialect):
     name = "sqlite"
     lateral = False
     probes_listed_tenants = True  # in-process: ~1 us a probe, against rounds of the heads
+    carriage = (
+        Carriage.SQLITE_JSON if sqlite3.sqlite_version_info >= (3, 38) else Carriage.SQLITE_TEXT
+    )
     now = sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
 
     def json_texts(self, param: str) -> str:
@@ -295,6 +300,20 @@ def _on_sqlite_connections(engine: AsyncEngine, pragmas: Sequence[str], *, begin
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (PostgreSQL(), SQLite())}
+
+
+@contextlib.contextmanager
+def sqlite_before_arrows() -> Iterator[None]:
+    """Stores opened within take batches apart as on a SQLite older than 3.38, which has no
+    ``->`` (:attr:`.bound.Carriage.SQLITE_TEXT`), whatever this one's version: for the tests
+    of that path and the benchmark's baseline."""
+    older = SQLite()
+    older.carriage = Carriage.SQLITE_TEXT
+    newer, DIALECTS[older.name] = DIALECTS[older.name], older
+    try:
+        yield
+    finally:
+        DIALECTS[older.name] = newer
 
 
 def dialect_named(name: str) -> Dialect:

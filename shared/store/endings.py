@@ -112,12 +112,12 @@ def _end_all(
         )
         for e in endings
     ]
-    return _end_statement(dialect), ENDS.params(rows, jsonb=dialect.jsonb)
+    return _end_statement(dialect), ENDS.params(rows, carriage=dialect.carriage)
 
 
 @functools.cache
 def _end_statement(dialect: Dialect) -> sa.Update | sa.Select[Any]:
-    ends = ENDS.cte(dialect.jsonb)
+    ends = ENDS.cte(dialect.carriage)
     attempt = sa.cast(ends.c.attempt, sa.Integer)  # a column all NULL may come out as text
     stale_after = sa.cast(ends.c.stale_after, sa.Float)
     end = (

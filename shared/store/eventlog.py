@@ -53,12 +53,14 @@ async def insert_events(
         for e in batch
     ]
     if rows:
-        await conn.execute(_insert_statement(dialect), EVENT_ROWS.params(rows, jsonb=dialect.jsonb))
+        await conn.execute(
+            _insert_statement(dialect), EVENT_ROWS.params(rows, carriage=dialect.carriage)
+        )
 
 
 @functools.cache
 def _insert_statement(dialect: Dialect) -> sa.Insert:
-    rows = EVENT_ROWS.cte(dialect.jsonb)
+    rows = EVENT_ROWS.cte(dialect.carriage)
     source = sa.select(
         rows.c.invocation_id,
         rows.c.cursor,

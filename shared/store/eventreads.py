@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from tether.events import Event
 from tether.jsonvalue import storable_text
-from tether.store.bound import BoundBatch
+from tether.store.bound import BoundBatch, Carriage
 from tether.store.engine import Database
 from tether.store.schema import Status, events, invocations
 
@@ -99,11 +99,11 @@ class EventReads:
         ids = list(spans)
         if not ids:
             return {}
-        jsonb = self._db.dialect.jsonb
+        carriage = self._db.dialect.carriage
         wanted = [(n, i, *spans[i]) for n, i in enumerate(ids)]
         async with self._db.connection() as conn:
             rows = (
-                await conn.execute(_pages_query(jsonb), WANTED.params(wanted, jsonb=jsonb))
+                await conn.execute(_pages_query(carriage), WANTED.params(wanted, carriage=carriage))
             ).all()
         found: dict[str, StreamPage] = {}
         for row in rows:
@@ -141,12 +141,12 @@ WANTED = BoundBatch(
 
 
 @functools.cache
-def _pages_query(jsonb: bool) -> sa.Select[Any]:
+def _pages_query(carriage: Carriage) -> sa.Select[Any]:
     """Any number of reads in one statement (:class:`.bound.BoundBatch`: one text whatever
     their number; it was a ``VALUES`` list with four parameters a read, padded to a power of
     two): each read's invocation row (owner, status, last cursor, seq) left-joined to its range
     of events."""
-    wanted = WANTED.cte(jsonb)
+    wanted = WANTED.cte(carriage)
     in_range = sa.and_(
         ev.invocation_id == wanted.c.id,
         ev.cursor > wanted.c.after_cursor,

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from tether.jsonvalue import InvalidJson, check_text, checked, encoded, storable_text
 from tether.outcomes import cancelled
 from tether.store.batching import write_batch
-from tether.store.bound import BoundBatch
+from tether.store.bound import BoundBatch, Carriage
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.endings import Ending, write_endings
@@ -83,7 +83,7 @@ class Invocations:
         dialect = self._db.dialect
         async with self._db.transaction() as conn:
             values = [_row(new) for new in batch]
-            new_rows = NEW_ROWS.params(values, jsonb=dialect.jsonb)  # may refuse
+            new_rows = NEW_ROWS.params(values, carriage=dialect.carriage)  # may refuse
             inserted = await conn.execute(_insert_statement(dialect), new_rows)
             created = {r.id: _queued(news[r.id], r.seq, r.created_at) for r in inserted}
             others = [new.id for new in batch if new.id not in created]
@@ -139,11 +139,11 @@ class Invocations:
         """Each id's invocation, in order, from one statement (None where there is none)."""
         if not invocation_ids:
             return []
-        jsonb = self._db.dialect.jsonb
+        carriage = self._db.dialect.carriage
         wanted = [(i,) for i in dict.fromkeys(invocation_ids) if storable_text(i)]  # else no row
         async with self._db.connection() as conn:
-            params = WANTED_IDS.params(wanted, jsonb=jsonb)
-            rows = (await conn.execute(_by_ids(jsonb), params)).mappings().all()
+            params = WANTED_IDS.params(wanted, carriage=carriage)
+            rows = (await conn.execute(_by_ids(carriage), params)).mappings().all()
         found = {row["id"]: Invocation.from_row(row) for row in rows}
         return [found.get(invocation_id) for invocation_id in invocation_ids]
 
@@ -291,11 +291,13 @@ WANTED_IDS = BoundBatch("wanted_ids", (sa.column("id", sa.Text),))
 
 
 @cache
-def _by_ids(jsonb: bool) -> sa.Select[Any]:
+def _by_ids(carriage: Carriage) -> sa.Select[Any]:
     """Invocations by id, the ids a bound batch (:class:`.bound.BoundBatch`): one text for any
     number of them, where an expanding ``IN`` was rendered anew on every execution (about 7 %
     of a read of five), and no padding."""
-    return sa.select(*INVOCATION_COLUMNS).where(inv.id.in_(sa.select(WANTED_IDS.cte(jsonb).c.id)))
+    return sa.select(*INVOCATION_COLUMNS).where(
+        inv.id.in_(sa.select(WANTED_IDS.cte(carriage).c.id))
+    )
 
 
 async def _get(conn: Connection, invocation_id: str) -> Invocation | None:
@@ -346,7 +348,7 @@ def _row(new: NewInvocation) -> tuple[object, ...]:
 def _insert_statement(dialect: Dialect) -> sa.Insert:
     """A batch of new invocations inserted in the order given (their ``seq``), an id already
     taken skipped; one text for every batch size (:class:`.bound.BoundBatch`)."""
-    rows = NEW_ROWS.cte(dialect.jsonb, positions=True)
+    rows = NEW_ROWS.cte(dialect.carriage, positions=True)
     values = [rows.c[name] for name in NEW_ROW_COLUMNS]
     source = (
         sa.select(*values, dialect.now, dialect.now)

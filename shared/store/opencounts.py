@@ -84,7 +84,9 @@ async def _upsert(conn: Connection, dialect: Dialect, changed: Mapping[Key, int]
     rows = sorted((scope, name, change) for (scope, name), change in changed.items())
     if not rows:
         return {}
-    result = await conn.execute(_add_statement(dialect), CHANGES.params(rows, jsonb=dialect.jsonb))
+    result = await conn.execute(
+        _add_statement(dialect), CHANGES.params(rows, carriage=dialect.carriage)
+    )
     return {(row.scope, row.name): int(row.open_count) for row in result}
 
 
@@ -249,7 +251,7 @@ def closed_in(dialect: Dialect, rows: sa.CTE) -> sa.CTE | None:
 
 @functools.cache
 def _add_statement(dialect: Dialect) -> sa.Insert:
-    batch = CHANGES.cte(dialect.jsonb)
+    batch = CHANGES.cte(dialect.carriage)
     change = sa.cast(batch.c.change, sa.BigInteger)
     rows = (
         sa.select(batch.c.scope, batch.c.name, change)

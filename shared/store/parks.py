@@ -24,6 +24,7 @@ from tether.events import RUN_WAITING, Event
 from tether.outcomes import waiting_data
 from tether.store.attempts import COUNTS, advance_statement
 from tether.store.batching import one, write_batch
+from tether.store.bound import Carriage
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
 from tether.store.engine import Database
@@ -88,7 +89,8 @@ class Parks:
             parked = {
                 row.id: row.last_event_id
                 for row in await conn.execute(
-                    _park_statement(dialect.jsonb), COUNTS.params(counts, jsonb=dialect.jsonb)
+                    _park_statement(dialect.carriage),
+                    COUNTS.params(counts, carriage=dialect.carriage),
                 )
             }
             refused = [r for r in free if r.invocation_id not in parked]
@@ -159,11 +161,11 @@ async def _insert_waits(
 
 
 @functools.cache
-def _park_statement(jsonb: bool) -> sa.Update:
+def _park_statement(carriage: Carriage) -> sa.Update:
     """Each row ``active → waiting`` under its attempt, its log advanced past its events,
     unless its cancel was requested."""
     return (
-        advance_statement(jsonb)
+        advance_statement(carriage)
         .where(inv.cancel_requested.is_(False))
         .values(status=Status.WAITING.value, worker=None)
     )

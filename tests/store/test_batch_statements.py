@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from tests.store.executed import Executed, statements
 from tether.outcomes import completed
 from tether.store.attempts import COUNTS, HEARTBEAT_CHUNK, advance_statement
+from tether.store.bound import Carriage
 from tether.store.endings import Ending, write_endings
 from tether.store.schema import NewInvocation, Status, invocations
 from tether.store.store import AppendRequest, Finished, FinishRequest, NewEvent, Store
@@ -193,8 +194,8 @@ async def test_a_small_batch_probes_its_rows_by_key_among_many_active(migrated_p
         async with store.engine.connect() as conn:
             await conn.exec_driver_sql("ANALYZE tether_invocations")
             ids = [(await conn.scalar(sa.text(f"SELECT md5('{g}')"))) for g in range(5)]
-            text = advance_statement(True).compile(dialect=conn.dialect)
-            params = COUNTS.params([(i, 1, 0) for i in ids], jsonb=True)
+            text = advance_statement(Carriage.JSONB).compile(dialect=conn.dialect)
+            params = COUNTS.params([(i, 1, 0) for i in ids], carriage=Carriage.JSONB)
             explained = await conn.exec_driver_sql(f"EXPLAIN {text}", params)
             plan = "\n".join(row[0] for row in explained)
         assert "tether_invocations_pkey" in plan and "Hash Join" not in plan, plan

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tether.store import pg_direct, plans
-from tether.store.bound import BoundBatch
+from tether.store.bound import BoundBatch, Carriage
 from tether.store.errors import StoreUnavailable, ValueRefused
 from tether.store.schema import (
     JsonValue,
@@ -33,7 +33,9 @@ from tether.store.schema import (
 from tether.store.store import AppendRequest, NewEvent, Store
 
 BATCH = BoundBatch("some_ids", (sa.column("id", sa.Text),))
-BY_IDS = sa.select(invocations).where(invocations.c.id.in_(sa.select(BATCH.cte(True).c.id)))
+BY_IDS = sa.select(invocations).where(
+    invocations.c.id.in_(sa.select(BATCH.cte(Carriage.JSONB).c.id))
+)
 EVENTS_OF = sa.select(events).where(events.c.invocation_id == sa.bindparam("invocation_id"))
 TOUCH = (
     sa.update(invocations)
@@ -80,7 +82,9 @@ async def both(store: Store, statement: Any, params: dict[str, Any] | None = Non
 
 async def test_rows_mappings_and_scalars_match_sqlalchemys(pg: Store) -> None:
     _, ids = await made(pg, 3)
-    direct, plain = await both(pg, BY_IDS, BATCH.params([(i,) for i in ids], jsonb=True))
+    direct, plain = await both(
+        pg, BY_IDS, BATCH.params([(i,) for i in ids], carriage=Carriage.JSONB)
+    )
     assert isinstance(direct, plans.Rows)
     got, want = direct.mappings().all(), plain.mappings().all()
     assert sorted(got, key=lambda r: r["id"]) == sorted(
@@ -107,7 +111,7 @@ async def test_row_counts_and_empty_results_match(pg: Store) -> None:
     owner, _ = await made(pg, 4)
     direct, plain = await both(pg, TOUCH, {"who": owner})
     assert direct.rowcount == plain.rowcount == 4
-    direct, plain = await both(pg, BY_IDS, BATCH.params([], jsonb=True))
+    direct, plain = await both(pg, BY_IDS, BATCH.params([], carriage=Carriage.JSONB))
     assert direct.all() == plain.all() == [] and direct.first() is None and direct.scalar() is None
     async with pg.db.transaction() as conn:
         assert await conn.scalar(sa.select(sa.literal(7))) == 7
@@ -221,7 +225,7 @@ async def test_a_statement_listener_sees_every_statement(pg: Store) -> None:
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
         async with pg.db.transaction() as conn:
-            result = await conn.execute(BY_IDS, BATCH.params([("x",)], jsonb=True))
+            result = await conn.execute(BY_IDS, BATCH.params([("x",)], carriage=Carriage.JSONB))
             assert not isinstance(result, plans.Rows)
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
@@ -315,7 +319,7 @@ async def test_options_that_change_a_run_take_sqlalchemys_path(pg: Store) -> Non
     async with pg.db.engine.connect() as sa_conn:
         await sa_conn.execution_options(schema_translate_map={None: "public"})
         conn = pg_direct.DirectConnection(sa_conn)
-        result = await conn.execute(BY_IDS, BATCH.params([("x",)], jsonb=True))
+        result = await conn.execute(BY_IDS, BATCH.params([("x",)], carriage=Carriage.JSONB))
         assert not isinstance(result, plans.Rows)
 
 

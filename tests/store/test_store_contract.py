@@ -27,6 +27,9 @@ from tether.store.store import (
     Superseded,
 )
 
+EVERY_STORE = pytest.mark.parametrize("store", ["sqlite", "sqlite-text", "postgres"], indirect=True)
+"""For tests of JSON values: also SQLite's batches as on a SQLite without ``->``."""
+
 
 def new(
     owner: str = "ann", session: str | None = None, input: Any = 1, h: str = "h"
@@ -227,6 +230,7 @@ async def test_a_late_beat_never_revives_a_handed_back_attempt(store: Store) -> 
     assert [s.invocation_id for s in await store.stale_attempts(5)] == [n.id]
 
 
+@EVERY_STORE
 async def test_json_values_round_trip(store: Store) -> None:
     value = {"text": "héllo \\u0000 literal", "n": [1, 2.5, None, True], "nested": {"k": "v"}}
     n = new(input=value)
@@ -268,6 +272,7 @@ async def test_a_batch_of_accepts_answers_each_request_in_order(store: Store) ->
     assert created == [True, True, False, True]  # the repeat found the first one's row
 
 
+@EVERY_STORE
 async def test_a_batch_keeps_every_value_and_its_order(store: Store) -> None:
     """One batch holds inputs of every JSON kind, sessions and none, priorities and user
     auth; each row reads back as sent, and the queue order (``seq``) is the batch's order."""
@@ -375,6 +380,7 @@ EVERY_KIND: list[Any] = [None, "null", "", False, True, 0, -2.5, 10**18, [], {},
 string ``"null"``, false, zero, empties)."""
 
 
+@EVERY_STORE
 async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> None:
     """Each output reads back as it was, with its text encoded already (as the runtime hands it)
     or not; None is no output either way (the column's SQL ``NULL``); the terminal event
@@ -405,6 +411,7 @@ async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> N
     assert nulls == 2  # None alone, plain and encoded
 
 
+@EVERY_STORE
 async def test_a_batch_of_appends_keeps_every_kind_of_event_data(store: Store) -> None:
     (a,) = await claimed(store, 1)
     data = [*EVERY_KIND, encoded({"k": "v"}), encoded(None)]

@@ -3,9 +3,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sqlite3
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from tether.jsonvalue import (
     InvalidJson,
@@ -18,7 +20,8 @@ from tether.jsonvalue import (
     loads,
     request_hash,
 )
-from tether.store.bound import BoundBatch
+from tether.store.bound import BoundBatch, Carriage
+from tether.store.dialect import SQLite
 
 
 @pytest.mark.parametrize(
@@ -148,8 +151,9 @@ def test_text_with_no_lone_surrogate_is_kept_ascii_or_not(value: object) -> None
 
 def test_a_batch_binds_an_encoded_value_as_it_is_and_encodes_the_rest() -> None:
     """What :func:`encoded` made is not encoded again: the same parameter as the value's. In
-    PostgreSQL's batch a JSON value is JSON in the row, in SQLite's a string holding its text;
-    None is SQL ``NULL`` in SQLite's where the column says so."""
+    PostgreSQL's batch and in SQLite's (3.38 and newer) a JSON value is JSON in the row, in
+    older SQLite's a string holding its text; None is SQL ``NULL`` in that one's where the column
+    says so."""
     batch = BoundBatch(
         "rows",
         (
@@ -163,10 +167,11 @@ def test_a_batch_binds_an_encoded_value_as_it_is_and_encodes_the_rest() -> None:
     rows = [("a", value, 1, None), ("b", [], 2, value), ("c", None, 3, "null")]
     ready = [("a", encoded(value), 1, encoded(None)), ("b", encoded([]), 2, encoded(value))]
     ready.append(("c", encoded(None), 3, encoded("null")))
-    for jsonb in (True, False):
-        assert batch.params(ready, jsonb=jsonb) == batch.params(rows, jsonb=jsonb)
-    assert loads(batch.params(rows, jsonb=True)["rows"]) == [list(r) for r in rows]
-    assert loads(batch.params(rows, jsonb=False)["rows"]) == [
+    for carriage in Carriage:
+        assert batch.params(ready, carriage=carriage) == batch.params(rows, carriage=carriage)
+    for carriage in (Carriage.JSONB, Carriage.SQLITE_JSON):
+        assert loads(batch.params(rows, carriage=carriage)["rows"]) == [list(r) for r in rows]
+    assert loads(batch.params(rows, carriage=Carriage.SQLITE_TEXT)["rows"]) == [
         ["a", dumps(value), 1, None],
         ["b", "[]", 2, dumps(value)],
         ["c", "null", 3, '"null"'],
@@ -174,3 +179,20 @@ def test_a_batch_binds_an_encoded_value_as_it_is_and_encodes_the_rest() -> None:
     assert isinstance(encoded(value), JsonText) and encoded(value) == dumps(value)
     with pytest.raises(InvalidJson, match="surrogate"):
         encoded({"k": "\udc00"})
+
+
+def test_sqlite_takes_a_json_value_out_as_json_where_it_has_arrows() -> None:
+    """SQLite 3.38 added ``->``, which gives a value of a batch as its JSON text; an older one
+    gets the value as a string holding its text, and ``json_extract`` gives that string back."""
+    expected = (
+        Carriage.SQLITE_JSON if sqlite3.sqlite_version_info >= (3, 38) else Carriage.SQLITE_TEXT
+    )
+    assert SQLite.carriage is expected
+    batch = BoundBatch("rows", (sa.column("id", sa.Text), sa.column("doc", sa.JSON)))
+
+    def sql(carriage: Carriage) -> str:
+        return str(sa.select(batch.cte(carriage)).compile(dialect=sqlite_dialect()))
+
+    assert "json_extract(anon_1.value, '$[0]') AS id" in sql(Carriage.SQLITE_JSON)
+    assert "anon_1.value -> '$[1]' AS doc" in sql(Carriage.SQLITE_JSON)
+    assert "json_extract(anon_1.value, '$[1]') AS doc" in sql(Carriage.SQLITE_TEXT)
