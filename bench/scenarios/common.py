@@ -96,6 +96,8 @@ class Sizes:
     embedded_batch: int = 30  # what tether dev's gathered accepts and finishes batch in a burst
     embedded_small_batch: int = 13  # what they batched before the flushes gathered
     embedded_rounds: int = 300
+    embedded_large_batch: int = 8  # tether dev's batches of 67 kB values (~0.5 MB each)
+    embedded_large_rounds: int = 40
     log_rounds: int = 200
     newcomers_listed: int = 256  # the tenants the peer's client cycles through
     newcomers_batch: int = 8
@@ -189,6 +191,7 @@ QUICK = Sizes(
     chatty_events=300,
     statements_rounds=10,
     embedded_rounds=10,
+    embedded_large_rounds=3,
     log_rounds=10,
     newcomers_listed=32,
     newcomers_rounds=5,
