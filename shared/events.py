@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from tether.jsonvalue import JsonText, dumps
 
 EVENT_TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 RESERVED_PREFIX = "run."
@@ -30,6 +32,9 @@ class Event:
     cursor: int
     type: str
     data: Any
+    text: JsonText | None = field(default=None, compare=False, repr=False)
+    """``data`` encoded already, where its writer had it so (a completed run's terminal event,
+    whose output the attempt checked): stored and published as it is, not encoded again."""
 
     @property
     def is_terminal(self) -> bool:
@@ -49,10 +54,15 @@ def user_event_type(event: Mapping[str, Any]) -> str:
 
 
 def encode_batch(batch: list[Event]) -> str:
-    """One pub/sub message for a batch of stored events."""
-    from tether.jsonvalue import dumps
+    """One pub/sub message for a batch of stored events (an event's ``text`` as it is)."""
+    if all(e.text is None for e in batch):
+        return dumps([[e.cursor, e.type, e.data] for e in batch])
+    return "[" + ",".join(map(_event_text, batch)) + "]"
 
-    return dumps([[e.cursor, e.type, e.data] for e in batch])
+
+def _event_text(event: Event) -> str:
+    data = dumps(event.data) if event.text is None else event.text
+    return f"[{event.cursor},{dumps(event.type)},{data}]"
 
 
 def decode_batch(message: str) -> list[Event]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # JSON always escapes a real NUL as \u0000; an even run of backslashes before it is literal text.
@@ -126,7 +127,8 @@ def _check_encoded(text: str) -> None:
 
 
 class JsonText(str):
-    """A value already encoded and checked, made by :func:`encoded` or :func:`checked` alone:
+    """A value already encoded and checked, made by :func:`encoded`, :func:`checked` or
+    :func:`object_text` alone:
     what binds it (a batch's JSON column, :mod:`tether.store.bound`) takes it as it is instead
     of encoding it again; ``null`` is SQL ``NULL`` in a column that stores ``None`` so
     (``none_as_null``), as ``None`` is. Never a value itself: inside a dict or list it would be
@@ -139,6 +141,19 @@ class JsonText(str):
 def encoded(value: Any) -> JsonText:
     """``value`` as :class:`JsonText`; refuses what :func:`dumps` refuses."""
     return JsonText(dumps(value))
+
+
+def object_text(fields: Mapping[str, Any]) -> JsonText:
+    """A JSON object of ``fields`` as :class:`JsonText`: a value that is ``JsonText`` already
+    written in as it is, every other one encoded (refused as :func:`dumps` refuses)."""
+    return JsonText(
+        "{"
+        + ",".join(
+            f"{dumps(key)}:{value if isinstance(value, JsonText) else dumps(value)}"
+            for key, value in fields.items()
+        )
+        + "}"
+    )
 
 
 def checked(text: str) -> JsonText:

@@ -19,7 +19,7 @@ from tether.events import (
     RUN_WAITING,
     Event,
 )
-from tether.jsonvalue import JsonText
+from tether.jsonvalue import JsonText, object_text
 from tether.status import Status
 
 
@@ -32,8 +32,9 @@ class Outcome:
     error_code: ErrorCode | None = None
     output_text: JsonText | None = field(default=None, compare=False)
     """``output`` encoded already (the attempt checked it so): the row's column binds it as it
-    is. The terminal event carries ``output`` itself, encoded at the finish: a value the handler
-    changed after returning it (from a task it left running) could differ between the two."""
+    is, and the terminal event is stored and published with it (:attr:`event_text`), so both
+    hold what the check encoded even if the handler changed the value after returning it (from
+    a task it left running)."""
 
     @property
     def stored_output(self) -> Any:
@@ -65,6 +66,14 @@ class Outcome:
         elif self.error_code is not None:
             data["error"] = {"code": self.error_code.value, "message": self.error_message}
         return data
+
+    @property
+    def event_text(self) -> JsonText | None:
+        """:attr:`event_data` encoded, its output the checked :attr:`output_text`, where there is
+        one: the terminal event is stored and published with the text the row stores."""
+        if self.output_text is None or self.status is not Status.COMPLETED:
+            return None
+        return object_text({"type": self.event_type, "output": self.output_text})
 
 
 def completed(output: Any, text: JsonText | None = None) -> Outcome:

@@ -53,7 +53,8 @@ class Ending:
 
     @property
     def events(self) -> list[NewEvent]:
-        return [*self.pending, NewEvent(self.outcome.event_type, self.outcome.event_data)]
+        outcome = self.outcome
+        return [*self.pending, NewEvent(outcome.event_type, outcome.event_data, outcome.event_text)]
 
 
 async def write_endings(

@@ -39,7 +39,7 @@ def advanced(count: int | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
 def numbered(last_event_id: int, new: Sequence[NewEvent]) -> list[Event]:
     """The events of a write that advanced the log to ``last_event_id``, with their cursors."""
     first = last_event_id - len(new) + 1
-    return [Event(first + i, event.type, event.data) for i, event in enumerate(new)]
+    return [Event(first + i, event.type, event.data, event.text) for i, event in enumerate(new)]
 
 
 async def insert_events(
@@ -48,7 +48,7 @@ async def insert_events(
     """Store numbered events, by invocation id, in one statement whose text is the same for
     every batch (:class:`.bound.BoundBatch`)."""
     rows = [
-        (invocation_id, e.cursor, e.type, e.data)
+        (invocation_id, e.cursor, e.type, e.data if e.text is None else e.text)
         for invocation_id, batch in logged.items()
         for e in batch
     ]

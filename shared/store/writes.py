@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether.events import Event
+from tether.jsonvalue import JsonText
 from tether.outcomes import Outcome
 from tether.store.schema import Invocation
 
@@ -17,6 +18,8 @@ class NewEvent:
 
     type: str
     data: Any
+    text: JsonText | None = field(default=None, compare=False, repr=False)
+    """``data`` encoded already (:attr:`tether.events.Event.text`)."""
 
 
 @dataclass(frozen=True, slots=True)

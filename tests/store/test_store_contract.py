@@ -384,7 +384,7 @@ string ``"null"``, false, zero, empties)."""
 async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> None:
     """Each output reads back as it was, with its text encoded already (as the runtime hands it)
     or not; None is no output either way (the column's SQL ``NULL``); the terminal event
-    carries the value."""
+    carries the value, stored from that text where there is one."""
     plain = await claimed(store, len(EVERY_KIND))
     ready = await claimed(store, len(EVERY_KIND))
     kinds = list(zip(plain + ready, EVERY_KIND * 2, strict=True))
@@ -395,6 +395,8 @@ async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> N
     assert [r.events[-1].data["output"] for r in results if isinstance(r, Finished)] == [
         v for _, v in kinds
     ]
+    texts = [r.events[-1].text for r in results if isinstance(r, Finished)]
+    assert [t is not None for t in texts] == [i in ready for i, _ in kinds]  # stored as it is
     for ids in (plain, ready):
         outputs = [(await store.get(i)) for i in ids]
         assert [o.output if o else "gone" for o in outputs] == EVERY_KIND
