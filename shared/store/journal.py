@@ -10,6 +10,7 @@ of them wins and exactly one resumed attempt is claimed. Times come from the dat
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -197,10 +198,12 @@ class Journal:
             )
         return InputAnswer.RESUMED
 
-    async def fire_due(self, limit: int = 500) -> list[str]:
-        """Resolve every due timer of a parked invocation (a sleep has elapsed, an input wait
-        timed out) and queue those invocations again; returns their ids."""
-        due = (
+    @functools.cached_property
+    def _due(self) -> sa.Select[Any]:
+        """The due timers of parked invocations, soonest first, ``:limit`` of them, locked: one
+        statement for every pass (each node's, every ``timers.timer_poll``), so it runs as a
+        plan of its own (:mod:`.plans`) instead of being compiled anew each time."""
+        return (
             sa.select(waits.c.invocation_id, waits.c.name)
             .join(invocations, inv.id == waits.c.invocation_id)
             .where(
@@ -209,11 +212,15 @@ class Journal:
                 status_is(inv.status, Status.WAITING),
             )
             .order_by(waits.c.wake_at)
-            .limit(limit)
+            .limit(sa.bindparam("limit", type_=sa.Integer))
+            .with_for_update(of=waits, skip_locked=True)  # (SQLite: one writer anyway)
         )
-        due = due.with_for_update(of=waits, skip_locked=True)  # (SQLite: one writer anyway)
+
+    async def fire_due(self, limit: int = 500) -> list[str]:
+        """Resolve every due timer of a parked invocation (a sleep has elapsed, an input wait
+        timed out) and queue those invocations again; returns their ids."""
         async with self._db.transaction() as conn:
-            rows = (await conn.execute(due)).all()
+            rows = (await conn.execute(self._due, {"limit": limit})).all()
             if not rows:
                 return []
             keys = [(r.invocation_id, r.name) for r in rows]

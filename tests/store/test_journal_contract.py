@@ -112,6 +112,19 @@ async def test_input_for_a_wait_the_invocation_is_not_parked_on_is_refused(store
     assert not (await store.journal.load(claim.invocation_id)).waits["w"].resolved
 
 
+async def test_a_timer_pass_resumes_at_most_its_limit_soonest_first(store: Store) -> None:
+    """Every pass runs one statement (built once, its limit a parameter): each pass here takes
+    the next soonest, the later passes on a plan of its own (``tether.store.plans``)."""
+    sleepers = [
+        await parked(store, NewWait("sleep#1", WaitKind.SLEEP, {}, 30 + n)) for n in range(3)
+    ]
+    for claim in sleepers:
+        await make_due(store, claim.invocation_id)
+    for claim in sleepers:
+        assert await store.journal.fire_due(limit=1) == [claim.invocation_id]
+    assert await store.journal.fire_due(limit=1) == []
+
+
 async def test_due_timers_resume_the_invocation_and_time_out_input_waits(store: Store) -> None:
     sleeper = await parked(store, NewWait("sleep#1", WaitKind.SLEEP, {}, 30))
     waiter = await parked(store, input_wait(timeout=30))
