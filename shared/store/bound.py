@@ -2,7 +2,8 @@
 
 A batch is one JSON array of rows, each row an array of its values, taken apart by the database
 in C: PostgreSQL's ``jsonb_array_elements`` and ``->>`` (each value cast to its column's type;
-``->`` for a JSON column's, below), SQLite's ``json_each`` and ``json_extract``. The statement's
+``->`` for a JSON column's, below), SQLite's ``json_each`` and ``json_extract`` (``->`` for a
+JSON column's from SQLite 3.38). The statement's
 text is the same for every batch, so SQLAlchemy compiles it once and psycopg prepares it once it
 has seen it five times, and a batch binds the same two parameters whatever its size: the rows,
 and their count (PostgreSQL's statement holds it as a ``LIMIT`` that keeps every row, for the
@@ -26,8 +27,11 @@ the value's text as it stands in the batch), and a value encoded already
 2026-12-07 they travelled as strings holding their text, as they still do on a SQLite older than
 3.38, which has no ``->`` (its ``json_extract`` gives a JSON string or boolean back as a plain
 value): the client escaped each value's text again inside the batch's (a 67 kB conversation:
-~0.4 ms, 14 % of its accept's CPU on PostgreSQL) and the database read it twice, as a string and
-then as JSON (6 % of PostgreSQL's insert).
+~0.4 ms, 14 % of its accept's CPU on PostgreSQL) and the database un-escaped it again (PostgreSQL
+then parsed it as JSON a second time: 6 % of its insert). SQLite's ``json_each`` parses a value
+carried as JSON to its depth, which is bounded (1,000 levels from SQLite 3.45, 2,000 before): a
+value nested deeper is refused as a value (:mod:`.errors`), and :mod:`.batching` writes the rest
+of its batch without it.
 """
 
 from __future__ import annotations

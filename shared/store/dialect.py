@@ -302,18 +302,23 @@ def _on_sqlite_connections(engine: AsyncEngine, pragmas: Sequence[str], *, begin
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (PostgreSQL(), SQLite())}
 
 
+_BEFORE_ARROWS = SQLite()
+_BEFORE_ARROWS.carriage = Carriage.SQLITE_TEXT
+
+
 @contextlib.contextmanager
 def sqlite_before_arrows() -> Iterator[None]:
     """Stores opened within take batches apart as on a SQLite older than 3.38, which has no
     ``->`` (:attr:`.bound.Carriage.SQLITE_TEXT`), whatever this one's version: for the tests
-    of that path and the benchmark's baseline."""
-    older = SQLite()
-    older.carriage = Carriage.SQLITE_TEXT
-    newer, DIALECTS[older.name] = DIALECTS[older.name], older
+    of that path and the benchmark's baseline. A store takes its dialect as it opens, so
+    only what opens a store meanwhile is affected (not a store's :meth:`~.store.Store.sibling`
+    opened later); not for use while another task or thread opens one."""
+    name = _BEFORE_ARROWS.name
+    newer, DIALECTS[name] = DIALECTS[name], _BEFORE_ARROWS
     try:
         yield
     finally:
-        DIALECTS[older.name] = newer
+        DIALECTS[name] = newer
 
 
 def dialect_named(name: str) -> Dialect:

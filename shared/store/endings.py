@@ -52,6 +52,11 @@ class Ending:
         )
 
     @property
+    def event_count(self) -> int:
+        """How many events the ending appends: what it buffered, then the terminal one."""
+        return len(self.pending) + 1
+
+    @property
     def events(self) -> list[NewEvent]:
         outcome = self.outcome
         return [*self.pending, NewEvent(outcome.event_type, outcome.event_data, outcome.event_text)]
@@ -109,7 +114,7 @@ def _end_all(
             e.outcome.stored_output,
             e.outcome.code,
             e.outcome.error_message,
-            len(e.events),
+            e.event_count,
         )
         for e in endings
     ]

@@ -124,6 +124,10 @@ def _from_dbapi(exc: sa.exc.DBAPIError) -> StoreError:
         return ValueRefused(logged, REFUSED_MESSAGE)
     if isinstance(exc, sa.exc.OperationalError) and "no such table" in str(driver_error):
         return SchemaMissing(logged)  # SQLite's way of saying it
+    if isinstance(exc, sa.exc.OperationalError) and "malformed JSON" in str(driver_error):
+        # a batch's value SQLite's JSON functions cannot parse: nested past their depth limit
+        # (1,000 levels from SQLite 3.45, 2,000 before), which Python can encode from 3.12
+        return ValueRefused(logged, REFUSED_MESSAGE)
     if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
         return StoreUnavailable(logged)
     return StoreError(logged)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tether.store.bound import Carriage
 from tether.store.dialect import sqlite_before_arrows
 from tether.store.store import Store
 
@@ -31,6 +32,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param in ("sqlite", "sqlite-text"):
         with sqlite_before_arrows() if request.param == "sqlite-text" else nullcontext():
             s = Store.embedded(str(tmp_path / "store.db"))
+        if request.param == "sqlite-text":
+            assert s.db.dialect.carriage is Carriage.SQLITE_TEXT
         await s.migrate()
     else:
         s = await emptied_postgres(request.getfixturevalue("migrated_pg"))

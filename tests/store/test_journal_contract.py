@@ -113,8 +113,9 @@ async def test_input_for_a_wait_the_invocation_is_not_parked_on_is_refused(store
 
 
 async def test_a_timer_pass_resumes_at_most_its_limit_soonest_first(store: Store) -> None:
-    """Every pass runs one statement (built once, its limit a parameter): each pass here takes
-    the next soonest, the later passes on a plan of its own (``tether.store.plans``)."""
+    """Every pass runs one statement, built once with its limit a parameter: each pass here
+    takes the next soonest (on PostgreSQL the later ones run it as a plan of its own,
+    ``tether.store.plans``, which compiles a statement the second time it sees it)."""
     sleepers = [
         await parked(store, NewWait("sleep#1", WaitKind.SLEEP, {}, 30 + n)) for n in range(3)
     ]

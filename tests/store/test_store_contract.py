@@ -12,8 +12,9 @@ import sqlalchemy as sa
 
 from tether.errors import ErrorCode
 from tether.events import RUN_COMPLETED, Event
-from tether.jsonvalue import encoded
+from tether.jsonvalue import JsonText, encoded
 from tether.outcomes import cancelled, completed, failed
+from tether.store.errors import ValueRefused
 from tether.store.schema import INVOCATION_COLUMNS, Claim, NewInvocation, Status, invocations
 from tether.store.store import (
     Accepted,
@@ -375,9 +376,13 @@ async def test_a_batch_of_finishes_ends_each_attempt_once(store: Store) -> None:
     assert done is not None and done.output == "a"
 
 
-EVERY_KIND: list[Any] = [None, "null", "", False, True, 0, -2.5, 10**18, [], {}, {"a": [None]}]
+EVERY_KIND: list[Any] = [
+    *(None, "null", "", False, True, 0, -2.5, 10**18, 10**20, 1e16, 1e-7, -0.0, [], {}),
+    *({"a": [None]}, 'q"uote \\ new\nline', "\u2028 \u00e9 \U0001f600"),
+]
 """A JSON value of every kind, and the ones a careless carriage would turn into another (the
-string ``"null"``, false, zero, empties)."""
+string ``"null"``, false, zero, empties, numbers past 64 bits or in exponent form, strings of
+escapes and characters past ASCII)."""
 
 
 @EVERY_STORE
@@ -411,6 +416,21 @@ async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> N
             .where(invocations.c.id.in_(plain + ready), invocations.c.output.is_(None))
         )
     assert nulls == 2  # None alone, plain and encoded
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_an_output_sqlite_cannot_parse_fails_its_finish_alone(store: Store) -> None:
+    """SQLite's JSON functions parse a batch's values (``->``) to a depth of 1,000 (2,000 before
+    3.45), which Python encodes from 3.12: that finish is refused as a value, the rest of its
+    batch is written."""
+    deep, fine = await claimed(store, 2)
+    too_deep = JsonText("[" * 2100 + "]" * 2100)
+    results = await store.finish_many(
+        [FinishRequest(deep, 1, completed([], too_deep)), FinishRequest(fine, 1, completed(1))]
+    )
+    assert isinstance(results[0], ValueRefused) and isinstance(results[1], Finished)
+    found = await store.get(fine)
+    assert found is not None and found.output == 1
 
 
 @EVERY_STORE
