@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import NoQueue, run_to_end
+from tests.store.rows import claimed, new
 from tether import AgentApp, InvocationContext
 from tether.errors import ErrorCode
 from tether.outcomes import completed, failed
@@ -32,10 +33,6 @@ from tether.store.store import (
 from tether.worker.runtime import Runtime
 
 HALF_AN_EMOJI = "\ud83d"
-
-
-def new(owner: str = "ann", session: str | None = None, input: Any = 1) -> NewInvocation:
-    return NewInvocation(str(uuid.uuid4()), owner, session, input, "h")
 
 
 def good_and_bad(bad: Sequence[NewInvocation]) -> tuple[list[NewInvocation], set[str]]:
@@ -121,14 +118,6 @@ async def test_a_nul_in_a_batch_is_refused_not_cut_short(
     assert isinstance(results[1], ValueRefused), results
     assert all(isinstance(r, Accepted) for r in (results[0], results[2])), results
     assert await store.get(prefix) is None
-
-
-async def claimed(store: Store, count: int) -> list[str]:
-    made = [new() for _ in range(count)]
-    for n in made:
-        await store.accept(n)
-        assert await store.claim(n.id, "w") is not None
-    return [n.id for n in made]
 
 
 async def test_twenty_finishes_beside_an_unstorable_output_land_and_only_it_is_refused(
