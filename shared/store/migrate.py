@@ -36,7 +36,30 @@ class Migration:
             for ln in self.path.read_text(encoding="utf-8").splitlines()
             if not ln.strip().startswith("--")
         ]
-        return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+        return split_statements("\n".join(lines))
+
+
+DOLLAR_QUOTE = re.compile(r"\$(?:[A-Za-z_][A-Za-z_0-9]*)?\$")
+
+
+def split_statements(sql: str) -> list[str]:
+    """``sql``'s statements: split at each ``;`` outside a dollar-quoted body (PostgreSQL's
+    ``DO $$ … $$``, whose own statements end in ``;`` too)."""
+    statements: list[str] = []
+    start = pos = 0
+    while pos < len(sql):
+        if sql[pos] == ";":
+            statements.append(sql[start:pos])
+            start = pos = pos + 1
+            continue
+        quote = DOLLAR_QUOTE.match(sql, pos)
+        if quote is None:
+            pos += 1
+            continue
+        end = sql.find(quote.group(), quote.end())
+        pos = len(sql) if end < 0 else end + len(quote.group())  # unclosed: the rest is its body
+    statements.append(sql[start:])
+    return [s.strip() for s in statements if s.strip()]
 
 
 def migrations_dir() -> Path:

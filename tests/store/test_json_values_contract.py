@@ -141,3 +141,21 @@ async def test_a_batch_of_appends_keeps_every_kind_of_event_data(store: Store) -
     appended = await store.append(AppendRequest(a, 1, [NewEvent("d", v) for v in data]))
     stored = await store.events_after(a, appended[0].cursor - 1)
     assert [e.data for e in stored] == [*EVERY_KIND, {"k": "v"}, None]
+
+
+@EVERY_STORE
+async def test_a_large_value_round_trips_through_input_output_and_event(store: Store) -> None:
+    """Past the ~2 kB where PostgreSQL compresses a value (with lz4 where it has it: migration
+    0013): a conversation as the input, the output and the terminal event."""
+    value = {
+        "messages": [{"role": "user", "content": f"message {n} " + "x" * 300} for n in range(120)]
+    }
+    n = new(input=value)
+    await store.accept(n)
+    claim = await store.claim(n.id, "w")
+    assert claim is not None and claim.input == value
+    [done] = await store.finish_many([FinishRequest(n.id, 1, completed(value, encoded(value)))])
+    assert isinstance(done, Finished)
+    found = await store.get(n.id)
+    assert found is not None and found.output == value
+    assert (await store.events_after(n.id, 1))[-1].data == {"type": RUN_COMPLETED, "output": value}

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tether.store.migrate import FILE_NAME, applied_versions, find_migrations, migrations_dir
+from tether.store.migrate import (
+    FILE_NAME,
+    applied_versions,
+    find_migrations,
+    migrations_dir,
+    split_statements,
+)
 from tether.store.schema import metadata
 from tether.store.store import Store
 
@@ -57,5 +63,67 @@ async def test_migrations_yield_the_expected_tables_and_columns(
         # an index on heartbeat_at would make every beat write all of the row's index entries
         # anew (on PostgreSQL no update of an indexed column is HOT): migration 0010
         assert beaten == []
+    finally:
+        await store.close()
+
+
+def test_a_dollar_quoted_body_is_one_statement_with_its_semicolons() -> None:
+    sql = (
+        "CREATE TABLE a (x int);\n"
+        "DO $$ BEGIN IF true THEN ALTER TABLE a ADD y int; END IF; END $$;\n"
+        "DO $body$ BEGIN PERFORM 1; END $body$;\n"
+        "SELECT '$ alone;' AS s;"
+    )
+    assert split_statements(sql) == [
+        "CREATE TABLE a (x int)",
+        "DO $$ BEGIN IF true THEN ALTER TABLE a ADD y int; END IF; END $$",
+        "DO $body$ BEGIN PERFORM 1; END $body$",
+        "SELECT '$ alone",  # quotes are not parsed: a ';' inside one still splits (none does)
+        "' AS s",
+    ]
+    assert split_statements("DO $$ unclosed; body") == ["DO $$ unclosed; body"]
+    assert split_statements("  ;\n; ") == []
+
+
+LZ4_COLUMNS = {
+    ("tether_invocations", "input"),
+    ("tether_invocations", "output"),
+    ("tether_invocations", "checkpoint"),
+    ("tether_events", "data"),
+    ("tether_steps", "result"),
+    ("tether_waits", "details"),
+    ("tether_waits", "value"),
+    ("tether_thread_messages", "content"),
+}
+
+
+async def test_large_values_are_compressed_with_lz4_where_the_server_has_it(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Migration 0013: every column that holds an agent's large values, and no other."""
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    request.addfinalizer(lambda: drop_database(url))
+    store = Store.postgres(url, pool_size=1)
+    try:
+        await store.migrate()
+        async with store.engine.connect() as conn:
+            has_lz4 = await conn.scalar(
+                sa.text(
+                    "SELECT coalesce(bool_or('lz4' = ANY (enumvals)), false) FROM pg_settings "
+                    "WHERE name = 'default_toast_compression'"
+                )
+            )
+            rows = await conn.execute(
+                sa.text(
+                    "SELECT c.relname, a.attname FROM pg_attribute a "
+                    "JOIN pg_class c ON c.oid = a.attrelid "
+                    "WHERE c.relname LIKE 'tether_%' AND a.attcompression = 'l'"
+                )
+            )
+            compressed = {(r.relname, r.attname) for r in rows}
+        assert compressed == (LZ4_COLUMNS if has_lz4 else set())
     finally:
         await store.close()

@@ -1,0 +1,2 @@
+-- PostgreSQL's 0013 compresses large values with lz4; SQLite stores values as they are: nothing
+-- to do here but keep the two dialects' versions in step.
