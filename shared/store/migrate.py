@@ -108,8 +108,10 @@ async def migrate(engine: AsyncEngine) -> list[str]:
             )
             if done:
                 continue
-            for statement in migration.statements():
-                await conn.exec_driver_sql(statement)
+            for statement in migration.statements():  # as written: no parameters, so a `%`
+                await conn.exec_driver_sql(  # (a DO block's RAISE) is no placeholder
+                    statement, execution_options={"no_parameters": True}
+                )
             await conn.execute(
                 sa.text(
                     f"INSERT INTO {LEDGER} (version, name, applied_at) "

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from tether.store.migrate import (
     FILE_NAME,
+    MIGRATIONS_ENV,
     applied_versions,
     find_migrations,
     migrations_dir,
@@ -125,5 +126,30 @@ async def test_large_values_are_compressed_with_lz4_where_the_server_has_it(
             )
             compressed = {(r.relname, r.attname) for r in rows}
         assert compressed == (LZ4_COLUMNS if has_lz4 else set())
+    finally:
+        await store.close()
+
+
+async def test_a_do_block_with_semicolons_and_a_percent_runs_as_one_statement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A migration is run as written: a ``DO`` body whole, and ``%`` no parameter placeholder."""
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    folder = tmp_path / "postgresql"
+    folder.mkdir()
+    (folder / "0001_block.sql").write_text(
+        "CREATE TABLE probe (n int);\n"
+        "DO $$\nBEGIN\n  RAISE NOTICE 'at %', 1;\n  INSERT INTO probe VALUES (7);\nEND\n$$;\n"
+    )
+    monkeypatch.setenv(MIGRATIONS_ENV, str(tmp_path))
+    url = create_database()
+    request.addfinalizer(lambda: drop_database(url))
+    store = Store.postgres(url, pool_size=1)
+    try:
+        assert await store.migrate() == ["0001"]
+        async with store.engine.connect() as conn:
+            assert await conn.scalar(sa.text("SELECT n FROM probe")) == 7
     finally:
         await store.close()
