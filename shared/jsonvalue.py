@@ -128,9 +128,9 @@ def _check_encoded(text: str) -> None:
 
 class JsonText(str):
     """A value already encoded and checked, made by :func:`encoded`, :func:`checked` or
-    :func:`object_text` alone:
-    what binds it (a batch's JSON column, :mod:`tether.store.bound`) takes it as it is instead
-    of encoding it again; ``null`` is SQL ``NULL`` in a column that stores ``None`` so
+    :func:`object_text` alone: what binds it (a batch's JSON column, :mod:`tether.store.bound`;
+    an event's ``text``, :func:`tether.events.encode_batch`) takes it as it is instead of
+    encoding it again; ``null`` is SQL ``NULL`` in a column that stores ``None`` so
     (``none_as_null``), as ``None`` is. Never a value itself: inside a dict or list it would be
     encoded as a JSON string."""
 
