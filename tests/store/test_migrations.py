@@ -86,6 +86,10 @@ def test_a_dollar_quoted_body_is_one_statement_with_its_semicolons() -> None:
     assert split_statements("  ;\n; ") == []
 
 
+HAS_LZ4 = sa.text(
+    "SELECT coalesce(bool_or('lz4' = ANY (enumvals)), false) FROM pg_settings "
+    "WHERE name = 'default_toast_compression'"
+)
 LZ4_COLUMNS = {
     ("tether_invocations", "input"),
     ("tether_invocations", "output"),
@@ -111,12 +115,7 @@ async def test_large_values_are_compressed_with_lz4_where_the_server_has_it(
     try:
         await store.migrate()
         async with store.engine.connect() as conn:
-            has_lz4 = await conn.scalar(
-                sa.text(
-                    "SELECT coalesce(bool_or('lz4' = ANY (enumvals)), false) FROM pg_settings "
-                    "WHERE name = 'default_toast_compression'"
-                )
-            )
+            has_lz4 = await conn.scalar(HAS_LZ4)
             rows = await conn.execute(
                 sa.text(
                     "SELECT c.relname, a.attname FROM pg_attribute a "
@@ -126,6 +125,50 @@ async def test_large_values_are_compressed_with_lz4_where_the_server_has_it(
             )
             compressed = {(r.relname, r.attname) for r in rows}
         assert compressed == (LZ4_COLUMNS if has_lz4 else set())
+    finally:
+        await store.close()
+
+
+async def test_without_lz4_migration_0013_leaves_every_column_as_it_was(
+    request: pytest.FixtureRequest,
+) -> None:
+    """0013's other branch, on this server: a ``pg_settings`` that lists no lz4 (a view put
+    before ``pg_catalog`` on the search path, as on a server built without it) leaves every
+    column's compression as it was; the real one sets them again."""
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    request.addfinalizer(lambda: drop_database(url))
+    store = Store.postgres(url, pool_size=1)
+    (toast,) = [m for m in find_migrations("postgresql") if m.version == "0013"]
+    lz4 = sa.text(
+        "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "WHERE c.relname LIKE 'tether_%' AND a.attcompression = 'l'"
+    )
+    try:
+        await store.migrate()
+        async with store.engine.begin() as conn:
+            for table, column in sorted(LZ4_COLUMNS):
+                await conn.execute(
+                    sa.text(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION default")
+                )
+            await conn.execute(sa.text("CREATE SCHEMA without_lz4"))
+            await conn.execute(
+                sa.text(
+                    "CREATE VIEW without_lz4.pg_settings AS SELECT name, "
+                    "array_remove(enumvals, 'lz4') AS enumvals FROM pg_catalog.pg_settings"
+                )
+            )
+            await conn.execute(sa.text("SET LOCAL search_path = without_lz4, pg_catalog, public"))
+            for statement in toast.statements():
+                await conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
+            assert {tuple(r) for r in await conn.execute(lz4)} == set()
+        async with store.engine.begin() as conn:  # search_path back to the default
+            for statement in toast.statements():
+                await conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
+            expected = LZ4_COLUMNS if await conn.scalar(HAS_LZ4) else set()
+            assert {tuple(r) for r in await conn.execute(lz4)} == expected
     finally:
         await store.close()
 
