@@ -3,6 +3,11 @@
 A write advances the row's ``last_event_id`` by the number of events it appends (under the
 writer's fence, in the same statement) and the events take the cursors up to the new value, so
 the log continues across attempts with no gap and no duplicate.
+
+A completed run's terminal event is stored without its output, which the invocation's row holds
+already (the ending writes both in one statement's transaction): a large output is stored, parsed
+and compressed once, not twice. Every read of the log puts it back from the row
+(:func:`restored`), so a reader gets the event as it was published.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tether.events import Event
+from tether.events import RUN_COMPLETED, Event
 from tether.store.bound import BoundBatch
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect
@@ -29,6 +34,10 @@ EVENT_ROWS = BoundBatch(
         sa.column("data", JsonValue),
     ),
 )
+
+
+STORED_COMPLETION = {"type": RUN_COMPLETED}
+"""What a ``run.completed`` event's row holds: its output is the invocation's."""
 
 
 def advanced(count: int | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
@@ -48,7 +57,7 @@ async def insert_events(
     """Store numbered events, by invocation id, in one statement whose text is the same for
     every batch (:class:`.bound.BoundBatch`)."""
     rows = [
-        (invocation_id, e.cursor, e.type, e.data if e.text is None else e.text)
+        (invocation_id, e.cursor, e.type, _stored_data(e))
         for invocation_id, batch in logged.items()
         for e in batch
     ]
@@ -56,6 +65,29 @@ async def insert_events(
         await conn.execute(
             _insert_statement(dialect), EVENT_ROWS.params(rows, carriage=dialect.carriage)
         )
+
+
+def _stored_data(event: Event) -> Any:
+    if event.type == RUN_COMPLETED:
+        return STORED_COMPLETION
+    return event.data if event.text is None else event.text
+
+
+def restored(event_type: str, data: Any, output: Any) -> Any:
+    """A stored event's payload as it was published: a ``run.completed`` row's with the output
+    of its invocation's row (``output``) put back. A row stored with its output (before
+    2026-12-07) keeps its own."""
+    if event_type == RUN_COMPLETED and isinstance(data, dict) and "output" not in data:
+        return {**data, "output": output}
+    return data
+
+
+def output_of_completion(
+    event_type: sa.ColumnElement[str], output: sa.ColumnElement[Any]
+) -> sa.ColumnElement[Any]:
+    """The column a read of the log selects beside each event for :func:`restored`: the
+    invocation's ``output`` for a ``run.completed`` row (read only for those), NULL for others."""
+    return sa.case((event_type == RUN_COMPLETED, output)).label("completed_output")
 
 
 @functools.cache

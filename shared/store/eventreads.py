@@ -26,6 +26,7 @@ from tether.events import Event
 from tether.jsonvalue import storable_text
 from tether.store.bound import BoundBatch, Carriage
 from tether.store.engine import Database
+from tether.store.eventlog import output_of_completion, restored
 from tether.store.schema import Status, events, invocations
 
 inv = invocations.c
@@ -69,15 +70,16 @@ class EventReads:
         self._db = db
 
     async def events_after(self, invocation_id: str, after: int, limit: int = 1000) -> list[Event]:
+        output = sa.select(inv.output).where(inv.id == ev.invocation_id).scalar_subquery()
         query = (
-            sa.select(ev.cursor, ev.type, ev.data)
+            sa.select(ev.cursor, ev.type, ev.data, output_of_completion(ev.type, output))
             .where(ev.invocation_id == invocation_id, ev.cursor > after)
             .order_by(ev.cursor)
             .limit(limit)
         )
         async with self._db.connection() as conn:
             rows = (await conn.execute(query)).all()
-        return [Event(r.cursor, r.type, r.data) for r in rows]
+        return [_event(r) for r in rows]
 
     async def read_streams(self, reads: Sequence[StreamRead]) -> list[StreamPage | None]:
         """One page per read, in order, in one statement; None where the invocation does not
@@ -113,8 +115,12 @@ class EventReads:
                 page = StreamPage(row.owner, Status(row.status), row.last_event_id, row.seq, [])
                 found[invocation_id] = page
             if row.cursor is not None:
-                page.events.append(Event(row.cursor, row.type, row.data))
+                page.events.append(_event(row))
         return found
+
+
+def _event(row: sa.Row[Any]) -> Event:
+    return Event(row.cursor, row.type, restored(row.type, row.data, row.completed_output))
 
 
 def _page_of(span: StreamPage | None, read: StreamRead) -> StreamPage | None:
@@ -162,6 +168,7 @@ def _pages_query(carriage: Carriage) -> sa.Select[Any]:
             ev.cursor,
             ev.type,
             ev.data,
+            output_of_completion(ev.type, inv.output),
         )
         .select_from(wanted.join(invocations, inv.id == wanted.c.id).outerjoin(events, in_range))
         .order_by(wanted.c.n, ev.cursor)
