@@ -45,9 +45,11 @@ OLD = 8 * 86400  # the bulk-inserted invocations finished this many seconds ago
 CHUNK = 1000  # old invocations per INSERT statement
 STALL = 1.0  # a gap between ticks (s) past which the run keeps its process logs
 REPLAY_SQL = (
-    "SELECT cursor, type, data FROM tether_events WHERE invocation_id = %s AND cursor > %s"
-    " ORDER BY cursor LIMIT 1000"
-)  # the statement Store.events_after sends
+    "SELECT e.cursor, e.type, e.data, CASE WHEN e.type = 'run.completed' THEN"
+    " (SELECT i.output FROM tether_invocations i WHERE i.id = e.invocation_id) END"
+    " FROM tether_events e WHERE e.invocation_id = %s AND e.cursor > %s"
+    " ORDER BY e.cursor LIMIT 1000"
+)  # the statement Store.events_after sends (a completed run's output from its row)
 
 
 @dataclass

@@ -68,6 +68,8 @@ async def insert_events(
 
 
 def _stored_data(event: Event) -> Any:
+    """What an event's row holds: its data, but a ``run.completed``'s, which only an ending
+    writes (a handler's event may not take a ``run.`` type: ``user_event_type``)."""
     if event.type == RUN_COMPLETED:
         return STORED_COMPLETION
     return event.data if event.text is None else event.text

@@ -37,10 +37,16 @@ async def stored_rows(store: Store, invocation_id: str) -> list[tuple[str, Any]]
 
 
 async def both_reads(store: Store, invocation_id: str, after: int) -> tuple[Event, ...]:
-    """The last event as ``events_after`` and as ``read_streams`` give it (asserted equal)."""
+    """The events after ``after`` as ``events_after`` gives them and as ``read_streams`` does,
+    alone and in one statement with another invocation's read (asserted equal)."""
     logged = await store.events_after(invocation_id, after)
     [page] = await store.read_streams([StreamRead(invocation_id, after, 100)])
     assert page is not None and page.events == logged
+    (other,) = await claimed(store, 1)
+    pages = await store.read_streams(
+        [StreamRead(other, 0, 100), StreamRead(invocation_id, after, 100)]
+    )
+    assert pages[1] is not None and pages[1].events == logged
     return tuple(logged)
 
 
@@ -48,16 +54,19 @@ async def both_reads(store: Store, invocation_id: str, after: int) -> tuple[Even
 async def test_the_terminal_events_row_holds_no_output_and_reads_give_it_back(
     store: Store,
 ) -> None:
-    """Every kind of output, encoded already or not; each read runs a few times, so that on its
-    later runs it goes through the store's compiled plan, first read where no row was terminal."""
-    ids = await claimed(store, 2 * len(EVERY_KIND))
-    for invocation_id in ids:  # the reads' first runs: a page with no run.completed
+    """Every kind of output, encoded already (as the runtime hands it) or not; the stream's read
+    runs many times, so through the store's compiled plan too, some of them on pages with no
+    ``run.completed``."""
+    plain = await claimed(store, len(EVERY_KIND))
+    ready = await claimed(store, len(EVERY_KIND))
+    ids = plain + ready
+    for invocation_id in ids:  # pages with no run.completed
         assert [e.type for e in await both_reads(store, invocation_id, 0)] == ["run.started"]
     outputs = EVERY_KIND * 2
     results = await store.finish_many(
         [
-            FinishRequest(i, 1, completed(v, encoded(v) if n % 2 else None))
-            for n, (i, v) in enumerate(zip(ids, outputs, strict=True))
+            FinishRequest(i, 1, completed(v, encoded(v) if i in ready else None))
+            for i, v in zip(ids, outputs, strict=True)
         ]
     )
     assert all(isinstance(r, Finished) for r in results)
