@@ -36,10 +36,6 @@ EVENT_ROWS = BoundBatch(
 )
 
 
-STORED_COMPLETION = {"type": RUN_COMPLETED}
-"""What a ``run.completed`` event's row holds: its output is the invocation's."""
-
-
 def advanced(count: int | sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     """``last_event_id`` moved past ``count`` new events (a number or a column)."""
     return invocations.c.last_event_id + count
@@ -68,10 +64,10 @@ async def insert_events(
 
 
 def _stored_data(event: Event) -> Any:
-    """What an event's row holds: its data, but a ``run.completed``'s, which only an ending
-    writes (a handler's event may not take a ``run.`` type: ``user_event_type``)."""
-    if event.type == RUN_COMPLETED:
-        return STORED_COMPLETION
+    """What an event's row holds: its data, a ``run.completed``'s without the output (only an
+    ending writes one: a handler's event may not take a ``run.`` type, ``user_event_type``)."""
+    if event.type == RUN_COMPLETED and isinstance(event.data, dict):
+        return {key: value for key, value in event.data.items() if key != "output"}
     return event.data if event.text is None else event.text
 
 
