@@ -34,7 +34,8 @@ class Event:
     data: Any
     text: JsonText | None = field(default=None, compare=False, repr=False)
     """``data`` encoded already, where its writer had it so (a completed run's terminal event,
-    whose output the attempt checked): stored and published as it is, not encoded again."""
+    whose output the attempt checked): published as it is, not encoded again. The event's row
+    leaves that output to the invocation's row (:mod:`tether.store.eventlog`)."""
 
     @property
     def is_terminal(self) -> bool:

@@ -32,9 +32,9 @@ class Outcome:
     error_code: ErrorCode | None = None
     output_text: JsonText | None = field(default=None, compare=False)
     """``output`` encoded already (the attempt checked it so): the row's column binds it as it
-    is, and the terminal event is stored and published with it (:attr:`event_text`), so both
-    hold what the check encoded even if the handler changed the value after returning it (from
-    a task it left running)."""
+    is, and the terminal event is published with it (:attr:`event_text`; its stored row takes
+    the output from the invocation's), so both hold what the check encoded even if the handler
+    changed the value after returning it (from a task it left running)."""
 
     @property
     def stored_output(self) -> Any:
@@ -70,7 +70,7 @@ class Outcome:
     @property
     def event_text(self) -> JsonText | None:
         """:attr:`event_data` encoded, its output the checked :attr:`output_text`, where there is
-        one: the terminal event is stored and published with the text the row stores."""
+        one: the terminal event is published with the text the row stores."""
         if self.output_text is None or self.status is not Status.COMPLETED:
             return None
         return object_text({"type": self.event_type, "output": self.output_text})

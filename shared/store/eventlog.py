@@ -65,10 +65,12 @@ async def insert_events(
 
 def _stored_data(event: Event) -> Any:
     """What an event's row holds: its data, a ``run.completed``'s without the output (only an
-    ending writes one: a handler's event may not take a ``run.`` type, ``user_event_type``)."""
+    ending writes one: a handler's event may not take a ``run.`` type, ``user_event_type``).
+    An event's :attr:`~tether.events.Event.text` is for its publish alone: only a completed
+    run's has one, and its row leaves the output out."""
     if event.type == RUN_COMPLETED and isinstance(event.data, dict):
         return {key: value for key, value in event.data.items() if key != "output"}
-    return event.data if event.text is None else event.text
+    return event.data
 
 
 def restored(event_type: str, data: Any, output: Any) -> Any:

@@ -90,7 +90,8 @@ escapes and characters past ASCII)."""
 async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> None:
     """Each output reads back as it was, with its text encoded already (as the runtime hands it)
     or not; None is no output either way (the column's SQL ``NULL``); the terminal event
-    carries the value, stored from that text where there is one."""
+    carries the value, published with that text where there is one and read back with the
+    row's."""
     plain = await claimed(store, len(EVERY_KIND))
     ready = await claimed(store, len(EVERY_KIND))
     kinds = list(zip(plain + ready, EVERY_KIND * 2, strict=True))
@@ -102,7 +103,7 @@ async def test_a_batch_of_finishes_keeps_every_kind_of_output(store: Store) -> N
         v for _, v in kinds
     ]
     texts = [r.events[-1].text for r in results if isinstance(r, Finished)]
-    assert [t is not None for t in texts] == [i in ready for i, _ in kinds]  # stored as it is
+    assert [t is not None for t in texts] == [i in ready for i, _ in kinds]  # published so
     for ids in (plain, ready):
         outputs = [(await store.get(i)) for i in ids]
         assert [o.output if o else "gone" for o in outputs] == EVERY_KIND

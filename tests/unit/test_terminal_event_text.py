@@ -1,5 +1,6 @@
-"""A completed run's terminal event carries the output text the attempt's check encoded: stored
-and published as it is, never encoded again, and read back as the same event."""
+"""A completed run's terminal event carries the output text the attempt's check encoded:
+published as it is, never encoded again, and read back as the same event (its stored row takes
+the output from the invocation's row, which stores that text)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ def test_only_a_checked_output_gives_the_terminal_event_a_text() -> None:
 
 
 def test_a_batch_publishes_an_events_text_as_it_is() -> None:
-    """The text wins over the value: it is what the store holds (the check's encoding), where
-    the value is the handler's object, which it may have changed since."""
+    """The text wins over the value: it is what the invocation's row holds (the check's
+    encoding), where the value is the handler's object, which it may have changed since."""
     stored = JsonText('{"type":"run.completed","output":{"v":1}}')
     batch = [
         Event(1, "run.started", {"attempt": 1}),
