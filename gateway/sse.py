@@ -233,7 +233,10 @@ class EventStream:
         size = 0
         framed = frames is not None and self.encode is frame
         for n, event in enumerate(batch):
-            if event.cursor <= self.last_sent or self.done:
+            if self.done:
+                break
+            if event.cursor <= self.last_sent:  # sent already, or the reader's cursor is past
+                self.done = event.is_terminal  # it: a run that ended there has nothing more
                 continue
             data = frames[n] if framed and frames is not None else self.encode(event)
             self.largest_frame = max(self.largest_frame, len(data))

@@ -82,3 +82,15 @@ async def test_a_reader_past_the_end_of_a_finished_run_gets_an_empty_stream(api:
     _, full = await api.stream({"id": invocation_id, "input": {"emit": 2}})
     assert await api.events(invocation_id, after=len(full)) == []
     assert await api.events(invocation_id, after=len(full) + 50) == []
+
+
+async def test_a_reader_past_the_end_of_a_live_run_is_closed_when_the_run_ends(api: Api) -> None:
+    invocation_id = new_id()
+    body = {"id": invocation_id, "input": {"emit": 4, "emit_sleep": 0.3}, "background": True}
+    assert (await api.post(body))[0] == 202
+    url = f"{api.base}/api/invocations/{invocation_id}/events"
+    async with api.session.get(url, params={"after": "100"}, headers=api.headers) as r:
+        assert r.status == 200
+        text = await r.text()  # ends with the run, before the first keep-alive comment
+    assert text == ""
+    assert (await api.get(invocation_id))[1]["status"] == "completed"
