@@ -27,6 +27,16 @@ ON_BUDGET = ("fail", "park")
 MAX_NAME = 200
 
 
+MIN_WEIGHT = 1e-6
+"""The smallest weight: each claim of a tenant's work advances its pass by ``1 / weight``
+(:mod:`.fairness`), which must stay a number the claims can add to and store; below it a weight
+such as ``5e-324`` made that step infinite and stalled every tenant's claims."""
+MIN_RATE = 1e-6
+"""The slowest accept rate, about one accept in 11.6 days: a refused accept's ``Retry-After``
+is ``(1 - tokens) / rate`` seconds (:mod:`.buckets`), a whole number of seconds that must stay
+one."""
+
+
 class LimitInvalid(ValueError):
     """A limit no tenant may have; its message names the field and why."""
 
@@ -57,12 +67,12 @@ class TenantLimits:
     """``fail`` ends a run past a budget (``budget_exceeded``); ``park`` makes it wait."""
 
     def __post_init__(self) -> None:
-        _check_positive("weight", self.weight)
+        _check_positive("weight", self.weight, least=MIN_WEIGHT)
         for name in ("max_active", "max_queued", "tokens_per_invocation", "tokens_per_period"):
             _check_count(name, getattr(self, name))
         _check_count("burst", self.burst, least=1)
         if self.rate is not None:
-            _check_positive("rate", self.rate)
+            _check_positive("rate", self.rate, least=MIN_RATE)
         if self.cost_per_period is not None:
             _check_positive("cost_per_period", self.cost_per_period, zero=True)
         _check_positive("budget_period", self.budget_period)
@@ -97,11 +107,13 @@ def check_tenant_name(tenant: str) -> str:
     return tenant
 
 
-def _check_positive(name: str, value: float, *, zero: bool = False) -> None:
+def _check_positive(name: str, value: float, *, zero: bool = False, least: float = 0.0) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise LimitInvalid(f"{name} must be a finite number")
     if value < 0 or (value == 0 and not zero):
         raise LimitInvalid(f"{name} must be {'at least 0' if zero else 'above 0'}")
+    if value < least:
+        raise LimitInvalid(f"{name} must be at least {least:g}")
 
 
 def _check_count(name: str, value: int | None, *, least: int = 0) -> None:
@@ -245,6 +257,10 @@ def limits_from(row: Mapping[str, Any] | sa.RowMapping) -> TenantLimits:
         values[name] = None if values[name] is None else int(values[name])
     for name in ("weight", "budget_period"):
         values[name] = float(values[name])
+    # a row written before the bounds may hold less: read as the bound, as it now must be set
+    values["weight"] = max(values["weight"], MIN_WEIGHT)
+    if values["rate"] is not None:
+        values["rate"] = max(float(values["rate"]), MIN_RATE)
     return TenantLimits(**values)
 
 

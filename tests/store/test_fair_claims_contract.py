@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import uuid
 
+import sqlalchemy as sa
+
 from tether.outcomes import completed
 from tether.store.candidates import RESCAN, QueuedTenants
-from tether.store.schema import Claim, NewInvocation
+from tether.store.schema import Claim, NewInvocation, tenants
 from tether.store.store import FinishRequest, Store
+from tether.store.tenants import MIN_WEIGHT, TenantLimits
 
 
 def new(
@@ -111,6 +114,33 @@ async def test_equally_loaded_tenants_alternate_by_weight_one_claim_at_a_time(
         order.append(claim.tenant)
         await finish(store, claim)  # nothing runs between claims: only the passes decide
     assert order == ["a", "b", "b", "b"] * 3
+
+
+async def test_the_smallest_weight_still_lets_every_tenant_be_claimed(store: Store) -> None:
+    await store.tenants.set("a", {"weight": MIN_WEIGHT})
+    await queued(store, "a", 5)
+    await queued(store, "b", 5)
+    order = []
+    for _ in range(10):  # each of a's claims moves its pass a million ahead: it stays a number
+        [claim] = await store.claim_next(1, "w")
+        order.append(claim.tenant)
+        await finish(store, claim)
+    assert order == ["a", "b", "b", "b", "b", "b", "a", "a", "a", "a"]
+
+
+async def test_a_weight_stored_below_the_bound_is_read_as_the_bound(store: Store) -> None:
+    async with store.db.transaction() as conn:  # as a version before the bound could write it
+        await conn.execute(
+            sa.insert(tenants).values(
+                {**TenantLimits().to_json(), "tenant": "a", "weight": 5e-324, "updated_at": 0.0}
+            )
+        )
+    row = await store.tenants.row("a")
+    assert row is not None and row.limits.weight == MIN_WEIGHT
+    await queued(store, "a", 2)
+    await queued(store, "b", 2)
+    claims = await store.claim_next(4, "w")
+    assert sorted(tenants_of(claims)) == ["a", "a", "b", "b"]
 
 
 async def test_a_tenant_back_from_an_empty_queue_banks_no_credit(store: Store) -> None:

@@ -42,10 +42,14 @@ async def test_null_lifts_a_limit(store: Store) -> None:
     [
         {"weight": 0},
         {"weight": float("nan")},
+        {"weight": 5e-324},  # 1 / weight is infinite: the claims' passes could not advance
+        {"weight": 1e-7},
         {"max_active": -1},
         {"max_active": 1.5},
         {"burst": 0},
         {"rate": 0},
+        {"rate": 1e-320},  # Retry-After, (1 - tokens) / rate, past any whole number
+        {"rate": 1e-7},
         {"on_budget": "shrug"},
         {"colour": "red"},
         {"max_queued": True},

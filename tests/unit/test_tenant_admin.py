@@ -51,7 +51,9 @@ async def test_dev_with_no_authentication_makes_its_one_user_admin(
         ({"max_active": -1}, "max_active"),
         ({"max_active": 1.5}, "max_active"),
         ({"weight": 0}, "weight"),
+        ({"weight": 5e-324}, "weight"),  # accepted once, then every tenant's claims stalled
         ({"rate": "fast"}, "rate"),
+        ({"rate": 1e-320}, "rate"),  # accepted once, then the tenant's accepts were 500s
         ({"on_budget": "shrug"}, "on_budget"),
         ({"colour": "red"}, "colour"),
         ({"weight": None}, "weight"),
