@@ -125,7 +125,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     )
 
 
-@routes.get("/api/agents/chat/{id}")
+@routes.get("/api/agents/chat/{id}", allow_head=False)  # a stream has no HEAD
 async def follow_chat(request: web.Request) -> web.StreamResponse:
     """The same Responses stream again, after ``Last-Event-ID`` (or ``?after=``)."""
     owner = request.app[AUTH].owner(request)

@@ -271,7 +271,7 @@ async def get_invocation(request: web.Request) -> web.Response:
     return json_response(await status_document(request, await owned_invocation(request)))
 
 
-@routes.get("/api/invocations/{id}/events")
+@routes.get("/api/invocations/{id}/events", allow_head=False)  # a stream has no HEAD
 async def get_events(request: web.Request) -> web.StreamResponse:
     """Ownership is checked by the stream's first read (one statement: owner, status, events)."""
     owner, invocation_id = caller_and_id(request)

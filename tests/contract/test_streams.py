@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.client import Api, SseEvent, assert_clean_log, new_id
+from tests.rawhttp import RawConnection, request
 
 
 async def test_replay_after_every_cursor_of_a_finished_run(api: Api) -> None:
@@ -94,3 +95,21 @@ async def test_a_reader_past_the_end_of_a_live_run_is_closed_when_the_run_ends(a
         text = await r.text()  # ends with the run, before the first keep-alive comment
     assert text == ""
     assert (await api.get(invocation_id))[1]["status"] == "completed"
+
+
+async def test_a_head_request_for_a_stream_is_405_and_the_connection_stays_usable(
+    api: Api,
+) -> None:
+    invocation_id = new_id()
+    _, full = await api.stream({"id": invocation_id, "input": {"emit": 2}})
+    connection = await RawConnection.open(api.base)
+    try:
+        path = f"/api/invocations/{invocation_id}/events"
+        await connection.send(request("HEAD", path, api.headers))
+        head = await connection.read_head()
+        assert head.status == 405 and head.headers["allow"] == "GET"
+        assert connection.received == b""  # no body: the stored events were written as one once
+        await connection.send(request("GET", "/healthz"))
+        assert (await connection.read_head()).status == 200
+    finally:
+        connection.close()
