@@ -41,6 +41,7 @@ from tether.gateway.routes import routes
 from tether.gateway.stream_reads import StreamReads
 from tether.gateway.tenancy import resolve_tenancy
 from tether.gateway.tenant_limits import OpenCountsCache
+from tether.gateway.unparsed import install as install_unparsed_answers
 from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
@@ -148,6 +149,7 @@ def create_app(
 ) -> web.Application:
     """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
     composition root runs a worker node beside it and hands both the same services."""
+    install_unparsed_answers()
     json_posts = {
         r.handler
         for table in (routes, input_routes, agent_routes, admin_routes)
