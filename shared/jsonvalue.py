@@ -37,6 +37,7 @@ def _has_surrogate(text: str) -> bool:
 
 NUL_MESSAGE = "NUL characters (\\u0000) are not allowed"
 SURROGATE_MESSAGE = "lone surrogates (\\ud800-\\udfff, half of a character) are not allowed"
+DIGITS_MESSAGE = "integers of more than 4300 digits are not supported"
 
 
 class InvalidJson(ValueError):
@@ -78,8 +79,11 @@ def loads(text: str | bytes) -> Any:
         raise
     except RecursionError:
         raise InvalidJson("JSON is nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidJson("body is not valid JSON") from exc
+    except ValueError as exc:  # valid JSON Python will not convert: an integer past its limit
+        message = DIGITS_MESSAGE if "digits" in str(exc) else "body is not valid JSON"
+        raise InvalidJson(message) from exc
     if _may_spell_unstorable(text):
         dumps(value)  # NUL and surrogate checks
     return value
@@ -188,7 +192,7 @@ def _value_error_message(exc: ValueError) -> str:
     if "Circular reference" in reason:
         return "value contains a circular reference"
     if "digits" in reason:
-        return "integers of more than 4300 digits are not supported"
+        return DIGITS_MESSAGE
     return "NaN and Infinity are not valid JSON"
 
 

@@ -92,6 +92,14 @@ def test_dumps_refuses_integers_python_will_not_print() -> None:
         dumps([10**5000])
 
 
+def test_loads_says_an_integer_past_pythons_digits_is_too_long_not_invalid() -> None:
+    assert loads("1" * 4300) == int("1" * 4300)
+    with pytest.raises(InvalidJson, match="more than 4300 digits"):
+        loads("[" + "1" * 4301 + "]")  # valid JSON, which Python will not convert
+    with pytest.raises(InvalidJson, match="not valid JSON"):
+        loads("[1,")
+
+
 def test_a_whole_emoji_is_fine_whichever_way_json_spells_it() -> None:
     assert loads('"\\ud83d\\ude00"') == "\U0001f600" == loads('"\U0001f600"')
     assert dumps("\U0001f600") == '"\U0001f600"'
