@@ -52,7 +52,11 @@ class ResponsesItem(BaseModel):
     model_config = LENIENT
 
     role: Literal["user", "assistant", "system"] | None = None
-    content: Text | list[Any] | None = Field(None, max_length=MAX_MESSAGE_CHARS)
+    content: (
+        Annotated[Text, Field(max_length=MAX_MESSAGE_CHARS)]
+        | Annotated[list[Any], Field(max_length=MAX_ITEMS)]
+        | None
+    ) = None
     type: StrictStr | None = None
 
 

@@ -5,6 +5,7 @@ Each refusal is a clear 4xx in the one error shape, raised before anything is st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
@@ -99,11 +100,26 @@ def validated(model: type[M], data: Any, what: str = "body") -> M:
 
 
 def validation_message(exc: ValidationError) -> str:
-    parts = []
+    parts: list[str] = []
     for err in exc.errors(include_input=False, include_url=False, include_context=False):
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{where}: {err['msg']}")
+        where = ".".join(str(p) for p in err["loc"] if _names_a_place(p)) or "body"
+        part = f"{where}: {err['msg']}"
+        if part not in parts:
+            parts.append(part)
     return "; ".join(parts)
+
+
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "bytes", "list", "dict"})
+
+
+def _names_a_place(part: str | int) -> bool:
+    """Whether a part of pydantic's error location is a field or an index, not the name it
+    gives a union's member (``function-after[...]`` spells out validators, their addresses
+    included; ``str``, ``list[ResponsesItem]``)."""
+    if isinstance(part, int):
+        return True
+    return FIELD_NAME.fullmatch(part) is not None and part not in UNION_TAGS
 
 
 def cursor(raw: str, name: str) -> int:
