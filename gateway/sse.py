@@ -50,7 +50,7 @@ REPLAY_PAGE = 1000
 FIRST_PAGE = 16
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
-    "Cache-Control": "no-cache",
+    "Cache-Control": "no-cache, no-transform",  # no proxy may buffer or compress a stream
     "X-Accel-Buffering": "no",
     "Connection": "keep-alive",
 }

@@ -58,7 +58,7 @@ async def test_background_answers_202_at_once_and_wins_over_stream(api: Api) -> 
 async def test_stream_mode_sends_every_event_then_closes(api: Api) -> None:
     response, events = await api.stream({"id": new_id(), "input": {"emit": 5}})
     assert response.status == 200
-    assert response.headers["Cache-Control"] == "no-cache"
+    assert response.headers["Cache-Control"] == "no-cache, no-transform"
     assert response.headers["X-Accel-Buffering"] == "no"
     assert_clean_log(events)
     assert [e.type for e in events] == ["run.started"] + ["tick"] * 5 + ["run.completed"]

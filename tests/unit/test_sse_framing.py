@@ -39,7 +39,7 @@ async def test_streams_declare_utf8_event_stream_and_carry_escaped_data(
     r = await client.post("/api/invocations", json=body)
     assert r.status == 200
     assert r.headers["Content-Type"] == "text/event-stream; charset=utf-8"
-    assert r.headers["Cache-Control"] == "no-cache"
+    assert r.headers["Cache-Control"] == "no-cache, no-transform"
     text = (await r.read()).decode()
     ids = [line for line in text.splitlines() if line.startswith("id:")]
     assert ids == ["id: 1", "id: 2"]  # run.started, run.completed: nothing forged
