@@ -14,6 +14,8 @@ from tether.agents.approvals import PENDING
 from tether.agents.types import AgentEvent
 
 _MISSING = object()
+ITEM_IDS = uuid.UUID("3f1c1f5e-6f0b-4b36-9a55-2f3d1b0c7a11")
+"""The namespace of the output items' ids (:meth:`ResponsesTranslator._item_id`)."""
 _PASSTHROUGH = {
     "thinking": ("appkit.thinking", ("content",)),
     "metadata": ("appkit.metadata", ("data",)),
@@ -55,22 +57,22 @@ class ResponsesTranslator:
         if kind == "tool_call":
             args = event.get("args")
             return self._item(
+                "fc",
                 {
                     "type": "function_call",
-                    "id": f"fc_{uuid.uuid4().hex}",
                     "call_id": event.get("callId"),
                     "name": event.get("name"),
                     "arguments": args if isinstance(args, str) else _compact(args),
-                }
+                },
             )
         if kind == "tool_result":
             return self._item(
+                "fc_output",
                 {
                     "type": "function_call_output",
-                    "id": f"fc_output_{uuid.uuid4().hex}",
                     "call_id": event.get("callId"),
                     "output": _output(event),
-                }
+                },
             )
         if kind in _PASSTHROUGH:
             name, keys = _PASSTHROUGH[kind]
@@ -104,7 +106,8 @@ class ResponsesTranslator:
     def _open(self) -> tuple[_OpenMessage, list[dict[str, Any]]]:
         if self._message is not None:
             return self._message, []
-        self._message = _OpenMessage(f"msg_{uuid.uuid4().hex}", self._claim())
+        index = self._claim()
+        self._message = _OpenMessage(self._item_id("msg", index), index)
         added = self._out(
             {
                 "type": "response.output_item.added",
@@ -119,6 +122,13 @@ class ResponsesTranslator:
             }
         )
         return self._message, [added]
+
+    def _item_id(self, prefix: str, index: int) -> str:
+        """The id of the item at ``index``: the same in every stream of one invocation (a client
+        that reconnects meets the ids it saw), random without one (a translator of its own)."""
+        if self.stream_id is None:
+            return f"{prefix}_{uuid.uuid4().hex}"
+        return f"{prefix}_{uuid.uuid5(ITEM_IDS, f'{self.stream_id}/{index}').hex}"
 
     def _claim(self) -> int:
         index = self._next_index
@@ -166,9 +176,10 @@ class ResponsesTranslator:
             )
         ]
 
-    def _item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+    def _item(self, prefix: str, item: dict[str, Any]) -> list[dict[str, Any]]:
         out = self._close()
         index = self._claim()
+        item = {"type": item["type"], "id": self._item_id(prefix, index), **item}
         out.append(
             self._out({"type": "response.output_item.added", "output_index": index, "item": item})
         )

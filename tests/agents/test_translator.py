@@ -176,3 +176,19 @@ def test_an_approval_request_becomes_appkit_approval_pending_and_its_decision_is
             "sequence_number": 0,
         }
     ]
+
+
+def test_every_stream_of_one_invocation_names_its_items_alike() -> None:
+    """A client that reconnects (a new translator over the same events) meets the item ids it
+    saw; another invocation's items are named otherwise."""
+    events: list[AgentEvent] = [DELTA, CALL, RESULT, DELTA, {"type": "message", "content": "Hi"}]
+
+    def stream(invocation_id: str) -> list[dict[str, Any]]:
+        translator = ResponsesTranslator(invocation_id)
+        return [e for event in events for e in translator.translate(event)]
+
+    first, again, other = stream("inv-1"), stream("inv-1"), stream("inv-2")
+    assert first == again
+    ids = {e["item"]["id"] for e in first if "item" in e}
+    assert len(ids) == 4 and {i.split("_")[0] for i in ids} == {"msg", "fc"}
+    assert ids.isdisjoint({e["item"]["id"] for e in other if "item" in e})
