@@ -60,8 +60,10 @@ def choose_skill(
 
 
 def forced_skill_addendum(agent: str, catalog: SkillCatalog | None, name: str) -> str | None:
-    """The system-prompt addendum for a forced skill, or None (no catalog, or no such skill)."""
+    """The system-prompt addendum for a forced skill, or None (no catalog, or no such skill:
+    either is logged)."""
     if catalog is None:
+        log.warning("Agent '%s': ignoring the requested skill: the agent has no skills", agent)
         return None
     try:
         skill = catalog.resolve(name)
