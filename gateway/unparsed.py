@@ -7,7 +7,8 @@ before any route or middleware runs: with a ``text/plain`` 400 that repeats the 
 bytes. :func:`install` replaces that answer (``RequestHandler.handle_error``, which aiohttp calls
 for these faults and for an error no middleware answered) with the JSON error every other refusal
 has, naming the kind of fault and never the bytes sent, still closing the connection, and one
-WARNING line with the status, the fault's class and the peer. A client that speaks something
+WARNING line with the status, the fault's class and the peer (a 5xx, the server's own fault,
+keeps its traceback, which quotes no request). A client that speaks something
 else than HTTP to the port (a bad method in a connection's first request) is logged at DEBUG, as
 aiohttp does.
 """
@@ -54,8 +55,8 @@ def handle_error(
     """``RequestHandler.handle_error`` (module doc); ``message``, aiohttp's text of the fault,
     is not used: it quotes the request."""
     fault = type(exc).__name__ if exc is not None else "none"
-    if status >= 500:
-        log.error("%s answered %d by the server (%s)", request.remote, status, fault)
+    if status >= 500:  # a fault of the server's, around the error middleware: its traceback
+        log.error("%s answered %d by the server (%s)", request.remote, status, fault, exc_info=exc)
     elif isinstance(exc, faults.BadHttpMethod) and getattr(self, "_request_count", 0) == 1:
         log.debug("%s sent something that is not HTTP (%s)", request.remote, fault)
     else:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +38,7 @@ def _has_surrogate(text: str) -> bool:
 
 NUL_MESSAGE = "NUL characters (\\u0000) are not allowed"
 SURROGATE_MESSAGE = "lone surrogates (\\ud800-\\udfff, half of a character) are not allowed"
-DIGITS_MESSAGE = "integers of more than 4300 digits are not supported"
+DIGITS_MESSAGE = f"integers of more than {sys.get_int_max_str_digits()} digits are not supported"
 
 
 class InvalidJson(ValueError):

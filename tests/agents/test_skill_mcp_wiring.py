@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from tests.agents.agent_server import ALICE, Counter, serve
 from tests.agents.conftest import FakeSink
 from tests.agents.mcp_fixtures import McpTestServer
@@ -58,6 +60,19 @@ async def test_a_chat_turn_can_force_a_skill_and_info_lists_the_skills(
         "/api/agents/chat", json={"message": "x", "skill": "no spaces"}, headers=ALICE
     )
     assert bad.status == 422
+
+
+async def test_a_skill_forced_on_an_agent_without_skills_is_logged_and_ignored(
+    aiohttp_client: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    counter = Counter()
+    plain = create_agent("chat", "Chat.", model=counter, default=True)
+    registry = AgentRegistry({"chat": plain}, default_agent="chat")
+    client = await serve(aiohttp_client, tmp_path, build_agent_app(registry))
+    r = await client.post("/api/agents/chat", json={"message": "hi", "skill": "pdf"}, headers=ALICE)
+    assert r.status == 200 and "response.completed" in await r.text()
+    assert "Agent 'chat': ignoring the requested skill: the agent has no skills" in caplog.text
+    assert counter.requests[-1].messages[-1].content == "hi"
 
 
 def user_auth(token: str) -> WorkspaceAuth:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.inprocess import served
 from tests.rawhttp import RawConnection
+from tether.gateway.unparsed import install
 
 SECRET = "SECRET-TOKEN-123"
 MALFORMED = [
@@ -61,3 +64,21 @@ async def test_bytes_that_are_not_http_on_a_new_connection_are_logged_quietly(
             connection.close()
     assert head.status == 400
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "HTTP" in r.message]
+
+
+async def test_a_fault_no_middleware_answered_is_a_json_500_logged_with_its_traceback(
+    aiohttp_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    install()
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError(SECRET)
+
+    app = web.Application()
+    app.router.add_get("/broken", broken)
+    client = await aiohttp_client(app)
+    r = await client.get("/broken")
+    assert r.status == 500 and SECRET not in await r.text()
+    assert (await r.json())["error"]["code"] == "invocation_failed"
+    [record] = [r for r in caplog.records if r.name == "tether.gateway.unparsed"]
+    assert record.levelno == logging.ERROR and record.exc_info is not None

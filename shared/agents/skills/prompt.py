@@ -17,8 +17,11 @@ from tether.agents.steps import StepLog
 
 
 def skills_prompt(agent: str, catalog: SkillCatalog | None, forced: str | None) -> str:
-    """The catalog block, then the forced skill's addendum (if it resolves)."""
+    """The catalog block, then the forced skill's addendum (if it resolves; a forced skill that
+    does not, or an agent without skills, is logged and ignored)."""
     if catalog is None:
+        if forced is not None:
+            forced_skill_addendum(agent, catalog, forced)  # says that it is ignored
         return ""
     parts = [render_skill_catalog(catalog)]
     if forced is not None:
@@ -33,7 +36,7 @@ async def recorded_skills_prompt(
 ) -> str:
     """:func:`skills_prompt`, as the run's durable step ``step`` (none without a catalog)."""
     if catalog is None:
-        return ""
+        return skills_prompt(agent, catalog, forced)
 
     async def build() -> dict[str, Any]:
         return {"text": skills_prompt(agent, catalog, forced)}
