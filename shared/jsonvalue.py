@@ -38,6 +38,7 @@ def _has_surrogate(text: str) -> bool:
 
 NUL_MESSAGE = "NUL characters (\\u0000) are not allowed"
 SURROGATE_MESSAGE = "lone surrogates (\\ud800-\\udfff, half of a character) are not allowed"
+NOT_JSON = "body is not valid JSON"
 DIGITS_MESSAGE = f"integers of more than {sys.get_int_max_str_digits()} digits are not supported"
 
 
@@ -81,10 +82,9 @@ def loads(text: str | bytes) -> Any:
     except RecursionError:
         raise InvalidJson("JSON is nested too deeply") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidJson("body is not valid JSON") from exc
+        raise InvalidJson(NOT_JSON) from exc
     except ValueError as exc:  # valid JSON Python will not convert: an integer past its limit
-        message = DIGITS_MESSAGE if "digits" in str(exc) else "body is not valid JSON"
-        raise InvalidJson(message) from exc
+        raise InvalidJson(DIGITS_MESSAGE if _too_many_digits(exc) else NOT_JSON) from exc
     if _may_spell_unstorable(text):
         dumps(value)  # NUL and surrogate checks
     return value
@@ -187,12 +187,17 @@ def storable_text(text: str) -> bool:
     return True
 
 
+def _too_many_digits(exc: ValueError) -> bool:
+    """Python's refusal of an integer past ``sys.get_int_max_str_digits()`` digits."""
+    return "digits" in str(exc)
+
+
 def _value_error_message(exc: ValueError) -> str:
     """Python's reason, in our own words (its text is not for clients)."""
     reason = str(exc)
     if "Circular reference" in reason:
         return "value contains a circular reference"
-    if "digits" in reason:
+    if _too_many_digits(exc):
         return DIGITS_MESSAGE
     return "NaN and Infinity are not valid JSON"
 

@@ -110,10 +110,9 @@ def check_tenant_name(tenant: str) -> str:
 def _check_positive(name: str, value: float, *, zero: bool = False, least: float = 0.0) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise LimitInvalid(f"{name} must be a finite number")
-    if value < 0 or (value == 0 and not zero):
-        raise LimitInvalid(f"{name} must be {'at least 0' if zero else 'above 0'}")
-    if value < least:
-        raise LimitInvalid(f"{name} must be at least {least:g}")
+    if value < least or value < 0 or (value == 0 and not zero):
+        rule = f"at least {least:g}" if least else "at least 0" if zero else "above 0"
+        raise LimitInvalid(f"{name} must be {rule}")
 
 
 def _check_count(name: str, value: int | None, *, least: int = 0) -> None:

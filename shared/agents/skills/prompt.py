@@ -19,15 +19,12 @@ from tether.agents.steps import StepLog
 def skills_prompt(agent: str, catalog: SkillCatalog | None, forced: str | None) -> str:
     """The catalog block, then the forced skill's addendum (if it resolves; a forced skill that
     does not, or an agent without skills, is logged and ignored)."""
+    addendum = forced_skill_addendum(agent, catalog, forced) if forced is not None else None
     if catalog is None:
-        if forced is not None:
-            forced_skill_addendum(agent, catalog, forced)  # says that it is ignored
         return ""
     parts = [render_skill_catalog(catalog)]
-    if forced is not None:
-        addendum = forced_skill_addendum(agent, catalog, forced)
-        if addendum is not None:
-            parts.append(addendum)
+    if addendum is not None:
+        parts.append(addendum)
     return "\n\n".join(parts)
 
 
