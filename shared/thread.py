@@ -4,7 +4,8 @@ Invocations of one owner that share a ``session_id`` run one at a time, in accep
 each sees the turns of those before it. The turns live in the store (PostgreSQL or SQLite, never
 only in memory), at most ``keep`` per thread, trimmed oldest-first. A handler should read the
 history inside a durable step (``ctx.step``) so that every attempt of the invocation sees the
-same history, and append its own turns once at the end (an append is idempotent per invocation).
+same history, and append its own turns (an append is idempotent per invocation and position).
+The agent runtime appends a turn's user messages as it starts and its answer as it ends.
 """
 
 from __future__ import annotations
@@ -37,16 +38,28 @@ class SessionThread:
         self.keep = keep
 
     async def history(self) -> list[ThreadTurn]:
-        """The newest ``keep`` turns, oldest first (empty for a new thread)."""
-        rows = await self._threads.recent(self.owner, self.id, self.keep)
+        """The newest ``keep`` turns of the invocations before this one, oldest first (empty for
+        a new thread): the same whether or not this invocation has appended its own yet."""
+        rows = await self._threads.recent(
+            self.owner, self.id, self.keep, before=self._invocation_id
+        )
         return [
             ThreadTurn("assistant" if r.role == "assistant" else "user", r.content) for r in rows
         ]
 
-    async def append(self, turns: Sequence[ThreadTurn]) -> None:
-        """Add this invocation's turns (again: nothing changes) and trim the thread."""
+    async def append(
+        self, turns: Sequence[ThreadTurn], *, start: int = 0, create: bool = True
+    ) -> bool:
+        """Add this invocation's turns (again: nothing changes) and trim the thread.
+
+        An invocation that appends more than once passes ``start``: how many turns it appended
+        before (each turn is kept once per position). With ``create`` False a thread deleted
+        meanwhile stays deleted and nothing is written (returns False): pass it for every append
+        after the first, so that a ``DELETE`` during the invocation is not undone."""
         pairs = [(t.role, t.content) for t in turns]
-        await self._threads.append(self.owner, self.id, self._invocation_id, pairs, self.keep)
+        return await self._threads.append(
+            self.owner, self.id, self._invocation_id, pairs, self.keep, start=start, create=create
+        )
 
     async def delete(self) -> None:
         """Forget the whole thread (an ephemeral agent's, after its turn)."""

@@ -24,7 +24,7 @@ from tether.agents.loader import load_agents_dir
 from tether.agents.loop import AgentLoop, LoopState
 from tether.agents.mcp.agent_tools import forwards_workspace_auth
 from tether.agents.mcp.config import McpConfig
-from tether.agents.memory import history, remember
+from tether.agents.memory import begin, remember
 from tether.agents.registry import AgentRegistry
 from tether.agents.run_context import RunContext
 from tether.agents.skills.forcing import FORCED_SKILL, choose_skill
@@ -133,9 +133,9 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         meter=ctx,
     )
     loop = AgentLoop(agent, run)
-    earlier = await history(ctx, agent)
     asked = [Message(m.role, m.content) for m in request.messages]
     skill, asked = choose_skill(agent.skills, request.skill, asked)
+    earlier = await begin(ctx, agent, asked)
     await ctx.emit(status("running"))  # not stored again by an attempt that replays
     final = await loop.run(loop.start([*earlier, *asked], skill=skill))
     await ctx.emit(status("complete"))

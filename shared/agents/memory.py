@@ -1,9 +1,10 @@
 """An agent's memory across the invocations of one session (``ctx.thread``, spec §4.10).
 
 The earlier turns are read in a durable step, so every attempt of an invocation sees the same
-history, and the invocation's own turns (its user messages and the final answer; tool messages
-are not kept, as in the reference) are appended in another, once. An ephemeral agent's thread is
-deleted after its turn instead.
+history. The turn's own messages go to the thread in two more steps: its user messages before the
+run (so a turn that waits, fails or is cancelled still shows what was asked) and its final answer
+after it, which never recreates a thread deleted meanwhile. Tool messages are not kept, as in the
+reference. An ephemeral agent's thread is deleted after its turn instead.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from tether.agents.definitions import AgentDefinition
 from tether.agents.types import Message
 
 HISTORY_STEP = "thread.history"  # agent step names always hold '#': these never collide
+ASKED_STEP = "thread.asked"
 SAVE_STEP = "thread.save"
 
 
-async def history(ctx: InvocationContext, agent: AgentDefinition) -> list[Message]:
-    """The session's earlier turns, oldest first (none without a session, or for an ephemeral
-    agent)."""
+async def begin(
+    ctx: InvocationContext, agent: AgentDefinition, asked: Sequence[Message]
+) -> list[Message]:
+    """The session's earlier turns, oldest first, once this turn's own messages are in its
+    thread (none without a session, or for an ephemeral agent)."""
     thread = ctx.thread
     if thread is None or agent.ephemeral:
         return []
@@ -29,7 +33,11 @@ async def history(ctx: InvocationContext, agent: AgentDefinition) -> list[Messag
     async def read() -> list[dict[str, Any]]:
         return [{"role": t.role, "content": t.content} for t in await thread.history()]
 
+    async def write() -> None:
+        await thread.append([_turn(m) for m in asked])
+
     turns = await ctx.step(HISTORY_STEP, read)
+    await ctx.step(ASKED_STEP, write)
     return [
         Message("assistant" if t["role"] == "assistant" else "user", t["content"]) for t in turns
     ]
@@ -38,8 +46,8 @@ async def history(ctx: InvocationContext, agent: AgentDefinition) -> list[Messag
 async def remember(
     ctx: InvocationContext, agent: AgentDefinition, asked: Sequence[Message], answer: str
 ) -> None:
-    """Append this invocation's turns to its session's thread (or forget the thread of an
-    ephemeral agent)."""
+    """Add this turn's answer to its session's thread, unless the thread was deleted during
+    the turn (or forget the thread of an ephemeral agent)."""
     thread = ctx.thread
     if thread is None:
         return
@@ -47,10 +55,12 @@ async def remember(
     async def save() -> None:
         if agent.ephemeral:
             await thread.delete()
-            return
-        turns = [ThreadTurn("user" if m.role == "user" else "assistant", m.content) for m in asked]
-        if answer:
-            turns.append(ThreadTurn("assistant", answer))
-        await thread.append(turns)
+        elif answer:
+            answered = [ThreadTurn("assistant", answer)]
+            await thread.append(answered, start=len(asked), create=False)
 
     await ctx.step(SAVE_STEP, save)
+
+
+def _turn(message: Message) -> ThreadTurn:
+    return ThreadTurn("user" if message.role == "user" else "assistant", message.content)

@@ -5,6 +5,11 @@ never read, extend or delete another's thread, whatever id it names. Only user a
 messages are kept (tool messages are not: the reference's persistence). An append is idempotent
 per ``(invocation_id, position)``, so an attempt that replays its end writes nothing twice, and
 it trims the thread to its newest ``keep`` messages in the same transaction.
+
+An append that may not create the thread (a turn's answer, after its user message created it)
+writes nothing once the thread is deleted, so a ``DELETE`` during a turn stays deleted. Both take
+the thread's row first: on PostgreSQL a delete and such an append wait for each other on that row
+lock, so neither can leave messages behind without their thread.
 """
 
 from __future__ import annotations
@@ -70,13 +75,17 @@ class Threads:
             messages = await self._recent(conn, owner, thread_id, limit)
         return ThreadRecord(thread_id, owner, row.created_at, row.updated_at, messages)
 
-    async def recent(self, owner: str, thread_id: str, limit: int) -> list[ThreadMessage]:
-        """The newest ``limit`` messages of the thread, oldest first (none if it is unknown)."""
+    async def recent(
+        self, owner: str, thread_id: str, limit: int, *, before: str | None = None
+    ) -> list[ThreadMessage]:
+        """The newest ``limit`` messages of the thread, oldest first (none if it is unknown);
+        with ``before``, those of earlier invocations only (the history that invocation sees,
+        whether or not it has written its own messages yet)."""
         async with self._db.connection() as conn:
-            return await self._recent(conn, owner, thread_id, limit)
+            return await self._recent(conn, owner, thread_id, limit, before)
 
     async def _recent(
-        self, conn: Connection, owner: str, thread_id: str, limit: int
+        self, conn: Connection, owner: str, thread_id: str, limit: int, before: str | None = None
     ) -> list[ThreadMessage]:
         newest = (
             sa.select(msg.seq, msg.role, msg.content, msg.created_at)
@@ -84,6 +93,8 @@ class Threads:
             .order_by(msg.seq.desc())
             .limit(limit)
         )
+        if before is not None:
+            newest = newest.where(msg.invocation_id != before)
         rows = (await conn.execute(newest)).all()
         return [ThreadMessage(r.role, r.content, r.created_at) for r in reversed(rows)]
 
@@ -94,12 +105,14 @@ class Threads:
         invocation_id: str,
         messages: Sequence[tuple[str, str]],
         keep: int,
-    ) -> None:
-        """Add one invocation's ``(role, content)`` messages (idempotent per invocation) and
-        trim the thread to its newest ``keep`` messages."""
+        *,
+        start: int = 0,
+        create: bool = True,
+    ) -> bool:
+        """Add one invocation's ``(role, content)`` messages at its positions ``start``, … (again:
+        nothing changes) and trim the thread to its newest ``keep`` messages. With ``create``
+        False a missing thread stays missing and nothing is written: returns False."""
         now = self._db.now
-        new_thread = self._db.dialect.insert_new(threads, "owner", "id")
-        new_messages = self._db.dialect.insert_new(thread_messages, "invocation_id", "position")
         rows = [
             {
                 "owner": owner,
@@ -109,19 +122,26 @@ class Threads:
                 "role": role,
                 "content": content,
             }
-            for position, (role, content) in enumerate(messages)
+            for position, (role, content) in enumerate(messages, start)
         ]
         async with self._db.transaction() as conn:
-            await conn.execute(
-                new_thread.values(owner=owner, id=thread_id, created_at=now, updated_at=now)
-            )
-            if rows:
-                await conn.execute(new_messages.values(created_at=now), rows)
-            await conn.execute(
+            if create:
+                new_thread = self._db.dialect.insert_new(threads, "owner", "id")
+                await conn.execute(
+                    new_thread.values(owner=owner, id=thread_id, created_at=now, updated_at=now)
+                )
+            touched = await conn.execute(
                 sa.update(threads)
                 .where(thr.owner == owner, thr.id == thread_id)
                 .values(updated_at=now)
             )
+            if not touched.rowcount:
+                return False
+            if rows:
+                new_messages = self._db.dialect.insert_new(
+                    thread_messages, "invocation_id", "position"
+                )
+                await conn.execute(new_messages.values(created_at=now), rows)
             kept = (
                 sa.select(msg.seq)
                 .where(msg.owner == owner, msg.thread_id == thread_id)
@@ -137,14 +157,15 @@ class Threads:
                     msg.seq < oldest_kept.scalar_subquery(),
                 )
             )
+        return True
 
     async def delete(self, owner: str, thread_id: str) -> bool:
         """Delete the thread and its messages; False if the owner has no such thread."""
         async with self._db.transaction() as conn:
-            await conn.execute(
-                sa.delete(thread_messages).where(msg.owner == owner, msg.thread_id == thread_id)
-            )
             gone = await conn.execute(
                 sa.delete(threads).where(thr.owner == owner, thr.id == thread_id)
+            )
+            await conn.execute(
+                sa.delete(thread_messages).where(msg.owner == owner, msg.thread_id == thread_id)
             )
             return bool(gone.rowcount)

@@ -149,3 +149,31 @@ async def wait_for(condition: Any, deadline: float = 10.0) -> None:
     while not await condition():
         assert loop.time() < end, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+async def chat(client: Any, message: str, **extra: Any) -> tuple[int, list[dict[str, Any]]]:
+    headers = extra.pop("headers", ALICE)
+    r = await client.post("/api/agents/chat", json={"message": message, **extra}, headers=headers)
+    if r.status != 200:
+        return r.status, [await r.json()]
+    return 200, parse_sse(await r.text())
+
+
+def meta(frames: list[dict[str, Any]]) -> dict[str, Any]:
+    assert frames[0]["event"] == "appkit.metadata", frames[0]
+    return dict(frames[0]["data"]["data"])
+
+
+def text_of(frames: list[dict[str, Any]]) -> str:
+    done = [f for f in frames if f["event"] == "response.output_item.done"]
+    return str(done[-1]["data"]["item"]["content"][0]["text"])
+
+
+async def until_pending(response: Any) -> dict[str, Any]:
+    """Read the open stream (it stays open while the run waits) up to the approval request."""
+    raw = ""
+    while True:
+        raw += (await response.content.readuntil(b"\n\n")).decode()
+        pending = [f for f in parse_sse(raw) if f["event"] == "appkit.approval_pending"]
+        if pending:
+            return dict(pending[0]["data"])

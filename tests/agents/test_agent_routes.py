@@ -11,7 +11,19 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.agents.agent_server import ALICE, BOB, Counter, agent_app, parse_sse, serve, wait_for
+from tests.agents.agent_server import (
+    ALICE,
+    BOB,
+    Counter,
+    agent_app,
+    chat,
+    meta,
+    parse_sse,
+    serve,
+    text_of,
+    until_pending,
+    wait_for,
+)
 from tether.gateway.keys import SERVICES
 from tether.store.errors import StoreError
 from tether.store.schema import threads
@@ -22,24 +34,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 async def client(aiohttp_client: Any, tmp_path: Path) -> Any:
     return await serve(aiohttp_client, tmp_path, agent_app(Counter()))
-
-
-async def chat(client: Any, message: str, **extra: Any) -> tuple[int, list[dict[str, Any]]]:
-    headers = extra.pop("headers", ALICE)
-    r = await client.post("/api/agents/chat", json={"message": message, **extra}, headers=headers)
-    if r.status != 200:
-        return r.status, [await r.json()]
-    return 200, parse_sse(await r.text())
-
-
-def meta(frames: list[dict[str, Any]]) -> dict[str, Any]:
-    assert frames[0]["event"] == "appkit.metadata", frames[0]
-    return dict(frames[0]["data"]["data"])
-
-
-def text_of(frames: list[dict[str, Any]]) -> str:
-    done = [f for f in frames if f["event"] == "response.output_item.done"]
-    return str(done[-1]["data"]["item"]["content"][0]["text"])
 
 
 async def test_a_chat_streams_metadata_then_the_answer_and_completes(client: Any) -> None:
@@ -186,16 +180,6 @@ async def test_p12_agents_with_gated_tools_are_refused_by_the_non_streaming_rout
     )
     r = await client.post("/api/agents/invocations", json={"input": "go"}, headers=ALICE)
     assert r.status == 422 and "wipe" in (await r.json())["error"]["message"]
-
-
-async def until_pending(response: Any) -> dict[str, Any]:
-    """Read the open stream (it stays open while the run waits) up to the approval request."""
-    raw = ""
-    while True:
-        raw += (await response.content.readuntil(b"\n\n")).decode()
-        pending = [f for f in parse_sse(raw) if f["event"] == "appkit.approval_pending"]
-        if pending:
-            return dict(pending[0]["data"])
 
 
 async def test_p8_approve_decides_the_durable_wait_and_only_for_its_owner(client: Any) -> None:

@@ -71,7 +71,7 @@ async def emptied_postgres(url: str) -> Store:
                 "TRUNCATE tether_invocations, tether_events, tether_steps, tether_waits, "
                 "tether_tenants, tether_global_limits, tether_tenant_buckets, "
                 "tether_tenant_usage, tether_tenant_passes, tether_claim_clock, "
-                "tether_open_counts"
+                "tether_open_counts, tether_threads, tether_thread_messages"
             )
         )
     return s

@@ -1,0 +1,127 @@
+"""When a turn's messages reach its thread (spec §4.10): the user message before the run, so a
+turn that waits, fails or is cancelled still shows it, and the answer after it, never bringing
+back a thread deleted during the turn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.agents.agent_server import (
+    ALICE,
+    Counter,
+    chat,
+    meta,
+    parse_sse,
+    registry,
+    serve,
+    text_of,
+    until_pending,
+    wait_for,
+)
+from tether.agents import AgentRegistry, build_agent_app, create_agent
+from tether.agents.types import AgentInput, TurnItem
+from tether.gateway.keys import SERVICES
+from tether.store.schema import thread_messages
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Broken:
+    """A model whose every turn fails."""
+
+    name = "broken"
+    accepts_extensions: frozenset[str] = frozenset()
+    consumes_input_tools = True
+
+    async def turn(self, request: AgentInput) -> AsyncGenerator[TurnItem, None]:
+        raise RuntimeError("the model is down")
+        yield  # pragma: no cover - an async generator
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, tmp_path: Path) -> Any:
+    base = registry(Counter())
+    broken = create_agent("broken", "Fails.", model=Broken())
+    agents = AgentRegistry.of([*base.agents.values(), broken], approval=base.approval)
+    return await serve(aiohttp_client, tmp_path, build_agent_app(agents))
+
+
+async def thread_messages_of(client: Any, thread: str) -> list[tuple[str, str]] | None:
+    r = await client.get(f"/api/agents/threads/{thread}", headers=ALICE)
+    if r.status == 404:
+        return None
+    return [(m["role"], m["content"]) for m in (await r.json())["messages"]]
+
+
+async def status_of(client: Any, invocation_id: str) -> str:
+    r = await client.get(f"/api/invocations/{invocation_id}", headers=ALICE)
+    return str((await r.json())["status"])
+
+
+async def parked_turn(client: Any, thread: str | None = None) -> tuple[str, str, Any]:
+    """A turn of the wiper agent, waiting for the approval of its tool: (thread, stream, the
+    open stream's response)."""
+    body = {"message": "wipe it", "agent": "wiper"}
+    if thread is not None:
+        body["threadId"] = thread
+    stream = await client.post("/api/agents/chat", json=body, headers=ALICE)
+    opened = parse_sse((await stream.content.readuntil(b"\n\n")).decode())
+    thread = str(meta(opened)["threadId"])
+    pending = await until_pending(stream)
+
+    async def waiting() -> bool:
+        return await status_of(client, pending["stream_id"]) == "waiting"
+
+    await wait_for(waiting)
+    return thread, pending["stream_id"], {**pending, "response": stream}
+
+
+async def test_a_waiting_turn_shows_what_was_asked_and_a_cancelled_one_keeps_it(
+    client: Any,
+) -> None:
+    thread, stream_id, _ = await parked_turn(client)
+    assert await thread_messages_of(client, thread) == [("user", "wipe it")]
+    await client.post("/api/agents/cancel", json={"streamId": stream_id}, headers=ALICE)
+    assert await status_of(client, stream_id) == "cancelled"
+    assert await thread_messages_of(client, thread) == [("user", "wipe it")]
+
+
+async def test_a_failed_turn_keeps_what_was_asked_and_the_next_turn_sees_it(
+    client: Any,
+) -> None:
+    code, frames = await chat(client, "first", agent="broken")
+    assert code == 200 and frames[-1]["event"] == "response.failed"
+    thread = meta(frames)["threadId"]
+    assert await thread_messages_of(client, thread) == [("user", "first")]
+    _, frames = await chat(client, "second", threadId=thread)
+    assert text_of(frames) == "first|second"  # the next turn's history holds it
+    assert await thread_messages_of(client, thread) == [
+        ("user", "first"),
+        ("user", "second"),
+        ("assistant", "first|second"),
+    ]
+
+
+async def test_a_thread_deleted_during_a_turn_stays_deleted(client: Any) -> None:
+    thread, stream_id, pending = await parked_turn(client)
+    r = await client.delete(f"/api/agents/threads/{thread}", headers=ALICE)
+    assert r.status == 200
+    approve = {"streamId": stream_id, "approvalId": pending["approval_id"], "decision": "approve"}
+    assert (await client.post("/api/agents/approve", json=approve, headers=ALICE)).status == 200
+
+    async def completed() -> bool:
+        return await status_of(client, stream_id) == "completed"
+
+    await wait_for(completed)
+    assert await thread_messages_of(client, thread) is None
+    store = client.app[SERVICES].store
+    count = sa.select(sa.func.count()).select_from(thread_messages)
+    async with store.engine.connect() as conn:
+        assert (
+            await conn.execute(count.where(thread_messages.c.thread_id == thread))
+        ).scalar() == 0

@@ -1,0 +1,160 @@
+"""Agent threads (spec §4.10) on SQLite and PostgreSQL alike: an invocation's messages kept once
+per position, the history an invocation sees leaving out its own, and a thread deleted while a
+turn runs staying deleted, even when the delete and the turn's answer race on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import sqlalchemy as sa
+
+from tether.store.schema import thread_messages
+from tether.store.store import Store
+
+KEEP = 200
+
+
+async def messages_of(store: Store, thread_id: str) -> int:
+    query = (
+        sa.select(sa.func.count())
+        .select_from(thread_messages)
+        .where(thread_messages.c.thread_id == thread_id)
+    )
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def test_an_invocations_messages_are_kept_once_per_position(store: Store) -> None:
+    thread = str(uuid.uuid4())
+    for _ in range(2):  # a replacement attempt writes the same again: nothing changes
+        assert await store.threads.append("alice", thread, "inv-1", [("user", "hi")], KEEP)
+    answered = [("assistant", "hello")]
+    for _ in range(2):
+        assert await store.threads.append(
+            "alice", thread, "inv-1", answered, KEEP, start=1, create=False
+        )
+    assert await store.threads.append(
+        "alice", thread, "inv-1", [("assistant", "another")], KEEP, start=1, create=False
+    )
+    record = await store.threads.get("alice", thread, KEEP)
+    assert record is not None
+    assert [(m.role, m.content) for m in record.messages] == [
+        ("user", "hi"),
+        ("assistant", "hello"),
+    ]
+
+
+async def test_the_history_before_an_invocation_leaves_out_its_own_messages(
+    store: Store,
+) -> None:
+    thread = str(uuid.uuid4())
+    await store.threads.append("alice", thread, "inv-1", [("user", "a"), ("assistant", "A")], KEEP)
+    await store.threads.append("alice", thread, "inv-2", [("user", "b")], KEEP)
+    earlier = await store.threads.recent("alice", thread, KEEP, before="inv-2")
+    assert [m.content for m in earlier] == ["a", "A"]
+    everything = await store.threads.recent("alice", thread, KEEP)
+    assert [m.content for m in everything] == ["a", "A", "b"]
+    assert await store.threads.recent("bob", thread, KEEP) == []  # another owner's: none
+
+
+async def test_an_append_that_may_not_create_leaves_a_deleted_thread_deleted(
+    store: Store,
+) -> None:
+    thread = str(uuid.uuid4())
+    await store.threads.append("alice", thread, "inv-1", [("user", "hi")], KEEP)
+    assert await store.threads.delete("alice", thread)
+    answered = [("assistant", "hello")]
+    assert not await store.threads.append(
+        "alice", thread, "inv-1", answered, KEEP, start=1, create=False
+    )
+    assert await store.threads.get("alice", thread, KEEP) is None
+    assert await messages_of(store, thread) == 0
+    assert not await store.threads.append(
+        "alice", str(uuid.uuid4()), "inv-2", answered, KEEP, create=False
+    )  # never created: the same
+    # an append that may create (a new turn of that session) starts the thread again
+    assert await store.threads.append("alice", thread, "inv-3", [("user", "again")], KEEP)
+    record = await store.threads.get("alice", thread, KEEP)
+    assert record is not None and [m.content for m in record.messages] == ["again"]
+
+
+async def test_a_thread_keeps_its_newest_messages(store: Store) -> None:
+    thread = str(uuid.uuid4())
+    for n in range(4):
+        await store.threads.append("alice", thread, f"inv-{n}", [("user", str(n))], 3)
+    answered = [("assistant", "4")]
+    await store.threads.append("alice", thread, "inv-3", answered, 3, start=1, create=False)
+    record = await store.threads.get("alice", thread, 10)
+    assert record is not None and [m.content for m in record.messages] == ["2", "3", "4"]
+
+
+def dsn_of(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+async def waiting_for_a_lock(other: psycopg.AsyncConnection[object]) -> None:
+    """Until some other backend of this database waits for a row lock."""
+    for _ in range(400):
+        cursor = await other.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+        )
+        if await cursor.fetchone() is not None:
+            return
+        await asyncio.sleep(0.025)
+    raise TimeoutError("nothing waited for the lock")
+
+
+async def test_an_answer_waiting_behind_a_delete_writes_nothing(
+    pg_store: Store, migrated_pg: str
+) -> None:
+    """PostgreSQL: the delete holds the thread's row; the answer that waits for it finds the
+    thread gone and writes no message without its thread."""
+    store, thread = pg_store, str(uuid.uuid4())
+    await store.threads.append("alice", thread, "inv-1", [("user", "hi")], KEEP)
+    async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as deleting:
+        await deleting.execute(
+            "DELETE FROM tether_threads WHERE owner = 'alice' AND id = %s", [thread]
+        )
+        answer = asyncio.create_task(
+            store.threads.append(
+                "alice", thread, "inv-1", [("assistant", "hello")], KEEP, start=1, create=False
+            )
+        )
+        async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as watch:
+            await waiting_for_a_lock(watch)
+        await deleting.execute(
+            "DELETE FROM tether_thread_messages WHERE owner = 'alice' AND thread_id = %s",
+            [thread],
+        )
+        await deleting.commit()
+        assert not await asyncio.wait_for(answer, 10)
+    assert await messages_of(store, thread) == 0
+
+
+async def test_a_delete_waiting_behind_an_answer_takes_its_message_too(
+    pg_store: Store, migrated_pg: str
+) -> None:
+    """PostgreSQL: an answer being written holds the thread's row; the delete waits for it and
+    then deletes what it wrote as well (the thread's row first, its messages after)."""
+    store, thread = pg_store, str(uuid.uuid4())
+    await store.threads.append("alice", thread, "inv-1", [("user", "hi")], KEEP)
+    async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as answering:
+        await answering.execute(
+            "UPDATE tether_threads SET updated_at = updated_at WHERE owner = 'alice' AND id = %s",
+            [thread],
+        )
+        await answering.execute(
+            "INSERT INTO tether_thread_messages "
+            "(owner, thread_id, invocation_id, position, role, content, created_at) "
+            "VALUES ('alice', %s, 'inv-1', 1, 'assistant', 'hello', 0)",
+            [thread],
+        )
+        deleting = asyncio.create_task(store.threads.delete("alice", thread))
+        async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as watch:
+            await waiting_for_a_lock(watch)
+        await answering.commit()
+        assert await asyncio.wait_for(deleting, 10)
+    assert await messages_of(store, thread) == 0
