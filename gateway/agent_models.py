@@ -23,10 +23,20 @@ from tether.gateway.models import STRICT, Timestamp, storable_text
 MAX_MESSAGE_CHARS = 64_000
 MAX_ITEMS = 100
 LENIENT = ConfigDict(extra="ignore")
+# a length before the validator, or pydantic calls a string too long one of "items"
 Text = Annotated[StrictStr, AfterValidator(storable_text)]
+MessageText = Annotated[
+    StrictStr, Field(max_length=MAX_MESSAGE_CHARS), AfterValidator(storable_text)
+]
+AskedText = Annotated[
+    StrictStr, Field(min_length=1, max_length=MAX_MESSAGE_CHARS), AfterValidator(storable_text)
+]
+AgentName = Annotated[StrictStr, Field(min_length=1, max_length=64), AfterValidator(storable_text)]
+SkillName = Annotated[StrictStr, Field(max_length=256), AfterValidator(storable_text)]
 ThreadId = Annotated[
-    Text,
+    StrictStr,
     Field(min_length=1, max_length=256, description="The thread: the session its turns share."),
+    AfterValidator(storable_text),
 ]
 THREAD_ID: TypeAdapter[str] = TypeAdapter(ThreadId)
 """The same rules for a thread id in a path."""
@@ -39,10 +49,9 @@ class ChatRequest(BaseModel):
 
     message: Text = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     threadId: ThreadId | None = None  # noqa: N815 (AppKit's wire name)
-    agent: Text | None = Field(None, min_length=1, max_length=64, description="Default agent.")
-    skill: Text | None = Field(
+    agent: AgentName | None = Field(None, description="Default agent.")
+    skill: SkillName | None = Field(
         None,
-        max_length=256,
         description="A skill to force for this turn (the client's /skill-name); unknown: ignored.",
     )
     mlflowRunId: Text | None = Field(None, description="Accepted and ignored.")  # noqa: N815
@@ -52,11 +61,7 @@ class ResponsesItem(BaseModel):
     model_config = LENIENT
 
     role: Literal["user", "assistant", "system"] | None = None
-    content: (
-        Annotated[Text, Field(max_length=MAX_MESSAGE_CHARS)]
-        | Annotated[list[Any], Field(max_length=MAX_ITEMS)]
-        | None
-    ) = None
+    content: MessageText | Annotated[list[Any], Field(max_length=MAX_ITEMS)] | None = None
     type: StrictStr | None = None
 
 
@@ -65,10 +70,7 @@ class ResponsesRequest(BaseModel):
 
     model_config = LENIENT
 
-    input: (
-        Annotated[Text, Field(min_length=1, max_length=MAX_MESSAGE_CHARS)]
-        | Annotated[list[ResponsesItem], Field(min_length=1, max_length=MAX_ITEMS)]
-    )
+    input: AskedText | Annotated[list[ResponsesItem], Field(min_length=1, max_length=MAX_ITEMS)]
     model: StrictStr | None = Field(None, description="Ignored: the agent chooses its model.")
     mlflowRunId: Text | None = None  # noqa: N815
     stream: StrictBool = Field(False, description="Answer with the Responses event stream.")

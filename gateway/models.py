@@ -74,13 +74,13 @@ Cursor = Annotated[
 ]
 SessionId = Annotated[
     StrictStr,
-    AfterValidator(storable_text),
     Field(
         min_length=1,
         max_length=256,
         json_schema_extra={"pattern": "^[^\\u0000]*$"},
         description="Invocations sharing it (per owner) run one at a time, in acceptance order.",
     ),
+    AfterValidator(storable_text),
 ]
 STRICT = ConfigDict(extra="forbid")
 

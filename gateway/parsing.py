@@ -100,13 +100,38 @@ def validated(model: type[M], data: Any, what: str = "body") -> M:
 
 
 def validation_message(exc: ValidationError) -> str:
+    found = [
+        (
+            ".".join(str(p) for p in err["loc"] if _names_a_place(p)) or "body",
+            err["type"],
+            err["msg"],
+        )
+        for err in exc.errors(include_input=False, include_url=False, include_context=False)
+    ]
     parts: list[str] = []
-    for err in exc.errors(include_input=False, include_url=False, include_context=False):
-        where = ".".join(str(p) for p in err["loc"] if _names_a_place(p)) or "body"
-        part = f"{where}: {err['msg']}"
+    for where, kind, text in found:
+        if _is_a_mismatch(kind) and _another_member_took_it(where, found):
+            continue
+        part = f"{where}: {text}"
         if part not in parts:
             parts.append(part)
     return "; ".join(parts)
+
+
+def _is_a_mismatch(kind: str) -> bool:
+    """Pydantic's 'Input should be a valid …' (or None): the value is not of a member's type."""
+    return kind.endswith("_type") or kind == "none_required"
+
+
+def _another_member_took_it(where: str, found: list[tuple[str, str, str]]) -> bool:
+    """Whether another member of a union at ``where`` took the value and found a fault in it
+    (one of its own, or one deeper): that this member's type did not match is then noise (a
+    string too long is not also 'not a valid list')."""
+    deeper = where + "."
+    return any(
+        place.startswith(deeper) or (place == where and not _is_a_mismatch(kind))
+        for place, kind, _ in found
+    )
 
 
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

@@ -123,6 +123,46 @@ async def test_a_refused_responses_input_names_the_field_and_nothing_of_pydantic
 
 
 @pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (
+            "/api/agents/invocations",
+            {"input": "x" * 64_001},
+            "input: String should have at most 64000 characters",
+        ),
+        (
+            "/api/agents/invocations",
+            {"input": [{"role": "user", "content": "x" * 64_001}]},
+            "input.0.content: String should have at most 64000 characters",
+        ),
+        (
+            "/api/agents/invocations",
+            {"input": 5},
+            "input: Input should be a valid string; input: Input should be a valid list",
+        ),
+        (
+            "/api/agents/chat",
+            {"message": "hi", "agent": "x" * 65, "threadId": "t" * 257},
+            "threadId: String should have at most 256 characters; "
+            "agent: String should have at most 64 characters",
+        ),
+        (
+            "/api/invocations",
+            {"id": str(uuid.uuid4()), "input": 1, "session_id": "s" * 257},
+            "session_id: String should have at most 256 characters",
+        ),
+    ],
+)
+async def test_a_string_too_long_is_named_as_one_and_a_union_member_that_took_it_alone(
+    client: Any, path: str, body: dict[str, Any], message: str
+) -> None:
+    """Not "should have at most … items after validation", nor also "should be a valid list"
+    for the string a union's other member took."""
+    r = await client.post(path, json=body, headers=ALICE)
+    assert r.status == 422 and (await r.json())["error"]["message"] == message
+
+
+@pytest.mark.parametrize(
     ("value", "reason"),
     [
         ({"agent": "ghost", "messages": "hi"}, "not found"),
