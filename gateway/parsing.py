@@ -147,6 +147,17 @@ def _names_a_place(part: str | int) -> bool:
     return FIELD_NAME.fullmatch(part) is not None and part not in UNION_TAGS
 
 
+def query_of(request: web.Request) -> dict[str, str]:
+    """The query string, each name at most once: a name given twice is refused, never read as
+    the first or the last of its values (a proxy and Tether could otherwise each read one)."""
+    query = request.query
+    if len(query) > 1 and len(set(query)) < len(query):
+        twice = next(name for name in query if len(query.getall(name)) > 1)
+        named = repr(twice) if FIELD_NAME.fullmatch(twice) else "a parameter"
+        raise ApiError(ErrorCode.INVALID_REQUEST, message=f"query: {named} is given more than once")
+    return dict(query)
+
+
 def cursor(raw: str, name: str) -> int:
     """A cursor from a query string or header: an integer in 0..2^63-1, ASCII digits only."""
     try:

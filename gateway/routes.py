@@ -41,7 +41,7 @@ from tether.gateway.models import (
     error_of,
     view,
 )
-from tether.gateway.parsing import cursor, read_json, validated
+from tether.gateway.parsing import cursor, query_of, read_json, validated
 from tether.gateway.responses import ApiError, json_response
 from tether.gateway.sse import serve_stream
 from tether.jsonvalue import InvalidJson, canonical, request_hash
@@ -260,7 +260,7 @@ def ended_by(invocation: Invocation, event: Event) -> Invocation | None:
 
 def last_event_id(request: web.Request) -> int:
     """``after`` from the query, else the ``Last-Event-ID`` header, else 0."""
-    raw = request.query.get("after")
+    raw = query_of(request).get("after")
     if raw is not None:
         return cursor(raw, "after")
     return cursor(request.headers.get("Last-Event-ID", "").strip() or "0", "Last-Event-ID")
@@ -308,7 +308,7 @@ async def cancel_owned(request: web.Request, invocation: Invocation) -> Invocati
 @routes.get("/api/invocations")
 async def list_invocations(request: web.Request) -> web.Response:
     owner = request.app[AUTH].owner(request)
-    query = validated(ListQuery, dict(request.query), "query")
+    query = validated(ListQuery, query_of(request), "query")
     page = await request.app[SERVICES].store.list_owned(
         owner,
         status=query.status,

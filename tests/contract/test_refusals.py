@@ -152,6 +152,7 @@ BAD_CURSORS = [
     ("?after=-1", {}),
     ("?after=99999999999999999999", {}),  # past bigint
     ("?after=", {}),
+    ("?after=1&after=2", {}),  # read neither as the first nor as the last
     ("", {"Last-Event-ID": "²"}),
     ("", {"Last-Event-ID": "1.5"}),
     ("", {"Last-Event-ID": "٣"}),  # int() would take this Arabic-Indic 3
@@ -195,6 +196,8 @@ async def test_a_stream_post_resumes_after_its_last_event_id(api: Api) -> None:
         "limit=%C2%B2",
         "limit=",
         "status=bogus",
+        "limit=5&limit=6",
+        "status=queued&status=completed",
     ],
 )
 async def test_a_bad_list_query_is_refused(api: Api, query: str) -> None:
