@@ -54,7 +54,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 HTTP_ERROR_CODES: dict[int, ErrorCode] = {
     404: ErrorCode.NOT_FOUND,
-    405: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
     413: ErrorCode.PAYLOAD_TOO_LARGE,
     415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
 }

@@ -82,7 +82,9 @@ REFUSALS: dict[str, tuple[str, Json]] = {
     ),
     "MethodNotAllowed": (
         "405",
-        answer("A method this path does not serve", error_schema(ErrorCode.NOT_FOUND), ALLOW),
+        answer(
+            "A method this path does not serve", error_schema(ErrorCode.METHOD_NOT_ALLOWED), ALLOW
+        ),
     ),
     "PayloadTooLarge": (
         "413",

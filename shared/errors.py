@@ -9,6 +9,7 @@ class ErrorCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
     UNAUTHENTICATED = "unauthenticated"
     NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     REQUEST_TIMEOUT = "request_timeout"
@@ -32,6 +33,7 @@ MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.INVALID_REQUEST: "the request is invalid",
     ErrorCode.UNAUTHENTICATED: "the caller is not authenticated",
     ErrorCode.NOT_FOUND: "no such invocation",
+    ErrorCode.METHOD_NOT_ALLOWED: "this path does not serve that method",
     ErrorCode.CONFLICT: "id was already used for another request",
     ErrorCode.PAYLOAD_TOO_LARGE: "the request body is too large",
     ErrorCode.REQUEST_TIMEOUT: "the request body did not arrive in time",

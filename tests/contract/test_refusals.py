@@ -232,4 +232,4 @@ async def test_another_owners_id_gets_the_answer_of_any_reused_id_and_learns_not
 async def test_a_method_a_path_does_not_serve_gets_405_with_allow(api: Api) -> None:
     async with api.session.delete(f"{api.base}/api/invocations", headers=api.headers) as r:
         assert r.status == 405 and set(r.headers["Allow"].split(",")) >= {"GET", "POST"}
-        assert (await r.json())["error"]["code"] == "not_found"
+        assert (await r.json())["error"]["code"] == "method_not_allowed"

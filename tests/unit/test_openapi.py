@@ -113,8 +113,8 @@ def test_the_checker_refuses_undocumented_answers() -> None:
     with pytest.raises(ContractViolation, match="405"):
         check("DELETE", "/api/invocations", 404, error("not_found"))
     with pytest.raises(ContractViolation, match="Allow"):
-        check("DELETE", "/api/invocations", 405, error("not_found"))
-    check("DELETE", "/api/invocations", 405, error("not_found"), Allow="GET,POST")
+        check("DELETE", "/api/invocations", 405, error("method_not_allowed"))
+    check("DELETE", "/api/invocations", 405, error("method_not_allowed"), Allow="GET,POST")
     with pytest.raises(ContractViolation, match="not documented"):
         CHECKER.check("GET", "/healthz", 200, headers("text/html"), b"")
 
