@@ -194,6 +194,7 @@ ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
     InputAnswer.ALREADY: None,
     InputAnswer.UNKNOWN: (ErrorCode.NOT_FOUND, APPROVAL_GONE),
     InputAnswer.CONFLICT: (ErrorCode.CONFLICT, "the approval was already decided otherwise"),
+    InputAnswer.TIMED_OUT: (ErrorCode.CONFLICT, "the approval timed out"),
     InputAnswer.NOT_WAITING: (ErrorCode.CONFLICT, "the run is not waiting for this approval"),
 }
 

@@ -25,6 +25,7 @@ ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
     InputAnswer.ALREADY: None,
     InputAnswer.UNKNOWN: (ErrorCode.NOT_FOUND, "the invocation has no such wait"),
     InputAnswer.CONFLICT: (ErrorCode.CONFLICT, "the wait was already resolved otherwise"),
+    InputAnswer.TIMED_OUT: (ErrorCode.CONFLICT, "the wait timed out"),
     InputAnswer.NOT_WAITING: (ErrorCode.CONFLICT, "the invocation is not waiting for it"),
 }
 

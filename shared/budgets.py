@@ -110,10 +110,13 @@ def wait_name(step: str, n: int) -> str:
 
 async def admit(durable: Durable, meter: UsageMeter, invocation_id: str, step: str) -> None:
     """Let model call ``step`` start, or raise :class:`BudgetExceeded`, or park until a budget
-    allows it. A replayed step is let through without a check; the budget waits of an earlier
-    attempt are replayed in order before the check, so every attempt takes the same path."""
+    allows it. A replayed step is let through without a check (its budget waits counted as
+    replayed too); the budget waits of an earlier attempt are replayed in order before the
+    check, so every attempt takes the same path."""
     if durable.recorded(step):
-        return
+        for n in itertools.count():
+            if not durable.pass_over(wait_name(step, n)):
+                return
     for n in itertools.count():
         name = wait_name(step, n)
         if durable.resolved(name):

@@ -6,6 +6,12 @@ waits return their values; elapsed sleeps return at once. So the code between st
 deterministic: the same steps, with the same names, in the same order. Events a handler emits
 while it is still replaying recorded work were stored the first time and are not stored again.
 
+A step is the unit of recording: a ``ctx.step`` called while another step's function runs is
+part of that step (its function runs, its result is not recorded on its own), and a step's
+function may not park (``ctx.wait_for_input``, or a ``ctx.sleep`` past the inline limit). A
+replay that returns a step's record never reaches what ran inside it, so a record of its own
+would keep the attempt replaying, its later events unstored.
+
 A wait that is not resolved yet *parks* the invocation: its waits become rows, the attempt ends
 (no worker slot, no thread, no heartbeat), and :class:`Suspend` unwinds the handler. A client's
 input or a due timer queues the invocation again, and the next attempt replays up to the wait.
@@ -16,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from tether.jsonvalue import dumps, loads
@@ -27,6 +34,8 @@ T = TypeVar("T")
 WAIT_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 MAX_STEP_NAME = 256
 SLEEP_PREFIX = "sleep#"
+MAX_WAIT_SECONDS = 100 * 365 * 86_400.0
+"""The longest durable sleep or wait timeout (a wake-up time must be a date the clock can show)."""
 
 _step_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("step_key", default=None)
 
@@ -34,6 +43,17 @@ _step_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("step_key
 class Suspend(BaseException):  # noqa: N818 (a control-flow signal, not an error)
     """The invocation parked: unwinds the handler. A BaseException, so that a handler's
     ``except Exception`` does not swallow it."""
+
+
+async def ungrouped_parks(call: Awaitable[T]) -> T:
+    """``await call`` (a handler), a park that reaches it grouped (a wait inside an
+    ``asyncio.TaskGroup`` raises a group of :class:`Suspend`) raised as the one ``Suspend``."""
+    try:
+        return await call
+    except BaseExceptionGroup as group:
+        if group.split(Suspend)[1] is None:
+            raise Suspend from None
+        raise
 
 
 class WaitTimeout(Exception):
@@ -120,11 +140,23 @@ class Durable:
     def _replayed(self) -> None:
         self._replays_left = max(0, self._replays_left - 1)
 
+    def pass_over(self, name: str) -> bool:
+        """Count resolved wait ``name`` as replayed without returning its value (a budget wait
+        before a model call whose step is recorded: that replay skips the wait); False if no
+        such wait was resolved."""
+        if not self.resolved(name):
+            return False
+        self._claim_name(name)
+        self._replayed()
+        return True
+
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
             raise DurableUsageError(f"a step name is a string of 1 to {MAX_STEP_NAME} characters")
         dumps(name)  # JSON-safe: no NUL, no lone surrogate
         self._claim_name(name)
+        if _step_key.get() is not None:  # inside another step: part of it, not recorded alone
+            return loads(dumps(await _call(fn, args, kwargs)))
         record = self._recorded.steps.get(name)
         if record is not None:
             self._replayed()
@@ -144,6 +176,10 @@ class Durable:
         return stored
 
     async def sleep(self, seconds: float) -> None:
+        if not math.isfinite(seconds) or seconds > MAX_WAIT_SECONDS:
+            raise DurableUsageError(
+                f"a sleep is a finite number of seconds, at most {MAX_WAIT_SECONDS:g}"
+            )
         if seconds <= self._inline_sleep_max:
             await asyncio.sleep(max(0.0, seconds))
             return
@@ -171,8 +207,11 @@ class Durable:
     ) -> Any:
         if not isinstance(name, str) or not WAIT_NAME.match(name):
             raise DurableUsageError("a wait name must match ^[A-Za-z0-9_.:-]{1,128}$")
-        if timeout is not None and timeout <= 0:
-            raise DurableUsageError("a wait's timeout must be positive (or None)")
+        if timeout is not None and not 0 < timeout <= MAX_WAIT_SECONDS:  # NaN fails it too
+            raise DurableUsageError(
+                f"a wait's timeout is a number of seconds above 0, at most {MAX_WAIT_SECONDS:g}"
+                " (or None)"
+            )
         self._claim_name(name)
         record = self._recorded.waits.get(name)
         if record is not None and record.resolved:
@@ -185,6 +224,11 @@ class Durable:
         await self._park(NewWait(name, WaitKind.INPUT, shown, timeout))
 
     async def _park(self, wait: NewWait) -> None:
+        if (key := _step_key.get()) is not None:
+            raise DurableUsageError(
+                f"{wait.name!r} would park inside step {key.split('/', 1)[1]!r}: a step cannot "
+                "wait; wait between steps"
+            )
         await self._sink.park([wait])
         raise Suspend
 

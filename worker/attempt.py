@@ -230,8 +230,11 @@ class EventWriter:
                 delay = min(delay * 2, RETRY_MAX)
 
     async def record_step(self, name: str, result: Any, error_type: str | None) -> None:
+        """Record a finished step, after the events emitted before it: a replacement attempt
+        replays the step without storing those events again, so they must be stored first."""
         claim = self._claim
         journal = self._store.journal
+        await self._retrying("writing events", self.flush)
         if not await self._retrying(
             "recording a step",
             lambda: journal.record_step(

@@ -15,7 +15,7 @@ import logging
 
 from tether import loops
 from tether.app import AgentApp, Handler
-from tether.durable import Suspend
+from tether.durable import Suspend, ungrouped_parks
 from tether.errors import ErrorCode
 from tether.groupcommit import GroupCommit
 from tether.jsonvalue import InvalidJson, encoded
@@ -256,7 +256,7 @@ class Runtime:
         running.in_handler = True
         running.limits.start()
         try:
-            output = await handler(claim.input, ctx)
+            output = await ungrouped_parks(handler(claim.input, ctx))
         except Suspend:
             return None  # parked: the invocation is waiting, its attempt is over
         except asyncio.CancelledError:

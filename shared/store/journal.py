@@ -97,7 +97,9 @@ class InputAnswer(StrEnum):
     ALREADY = "already"
     """The same value was recorded before: nothing changed (idempotent)."""
     CONFLICT = "conflict"
-    """The wait was resolved otherwise (another value, or its timeout)."""
+    """The wait was resolved with another value."""
+    TIMED_OUT = "timed_out"
+    """The wait's timeout has passed (its timer may not have fired yet): too late for a value."""
     NOT_WAITING = "not_waiting"
     """The wait exists but the invocation is not parked on it."""
     UNKNOWN = "unknown"
@@ -171,7 +173,8 @@ class Journal:
     async def resolve_input(self, invocation_id: str, name: str, value: Any) -> InputAnswer:
         """Record a client's value for an input wait and queue the invocation again."""
         async with self._db.transaction() as conn:
-            query = sa.select(waits).where(
+            due = (waits.c.wake_at <= self._now).label("due")
+            query = sa.select(waits, due).where(
                 waits.c.invocation_id == invocation_id,
                 waits.c.name == name,
                 waits.c.kind == WaitKind.INPUT.value,
@@ -179,6 +182,8 @@ class Journal:
             row = (await conn.execute(query.with_for_update())).first()
             if row is None:
                 return InputAnswer.UNKNOWN
+            if row.resolution == Resolution.TIMEOUT or (row.resolution is None and row.due):
+                return InputAnswer.TIMED_OUT  # a due timeout is the timer's to resolve
             if row.resolution is not None:
                 same = row.resolution == Resolution.INPUT and canonical(row.value) == canonical(
                     value

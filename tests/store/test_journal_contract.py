@@ -141,7 +141,20 @@ async def test_due_timers_resume_the_invocation_and_time_out_input_waits(store: 
     assert slept.waits["sleep#1"].resolution is Resolution.ELAPSED
     assert timed_out.waits["w"].resolution is Resolution.TIMEOUT
     answer = await store.journal.resolve_input(waiter.invocation_id, "w", 1)
-    assert answer is InputAnswer.CONFLICT  # too late: the timeout won
+    assert answer is InputAnswer.TIMED_OUT  # too late: the timeout won
+
+
+async def test_input_past_a_waits_timeout_is_too_late_before_its_timer_fires(
+    store: Store,
+) -> None:
+    """No timer pass ran yet (no worker, or between passes): the value still loses."""
+    waiter = await parked(store, input_wait(timeout=30))
+    await make_due(store, waiter.invocation_id)
+    answer = await store.journal.resolve_input(waiter.invocation_id, "w", "late")
+    assert answer is InputAnswer.TIMED_OUT
+    assert await store.journal.fire_due() == [waiter.invocation_id]
+    timed_out = await store.journal.load(waiter.invocation_id)
+    assert timed_out.waits["w"].resolution is Resolution.TIMEOUT
 
 
 async def test_cancelling_a_waiting_invocation_ends_it_at_once(store: Store) -> None:

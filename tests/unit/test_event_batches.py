@@ -291,3 +291,24 @@ async def test_a_batch_of_publishes_reaches_redis_as_one_command_in_order(redis_
     assert got_a == [str(k) for k in range(0, 40, 2)]
     assert got_b == [*(str(k) for k in range(1, 40, 2)), "x", "y"]
     assert sum(calls) >= 41 and len(calls) < 41  # batched: fewer calls than messages
+
+
+async def test_a_step_is_recorded_only_after_the_events_emitted_before_it(
+    store: WatchedStore,
+) -> None:
+    """A replacement attempt replays a recorded step without storing again what was emitted
+    before it, so a step's record never commits ahead of those events."""
+    claim = await claimed(store)
+    writer = EventWriter(store, MemoryPubSub(), claim)
+    store.gate, store.writing = asyncio.Event(), asyncio.Event()
+    await writer.emit("tick", {"n": 0})
+    await store.writing.wait()  # the events' write is held
+    recording = asyncio.create_task(writer.record_step("s", 1, None))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not recording.done()
+    assert "s" not in (await store.journal.load(claim.invocation_id)).steps
+    store.gate.set()
+    await recording
+    assert await stored(store, claim) == [(claim.started_cursor + 1, {"n": 0})]
+    assert "s" in (await store.journal.load(claim.invocation_id)).steps
