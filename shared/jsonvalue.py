@@ -177,6 +177,30 @@ def check_text(text: str) -> None:
         raise InvalidJson(SURROGATE_MESSAGE)
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every NUL and lone surrogate in its strings (keys too) replaced by U+FFFD:
+    for text from outside (a model's output) that must be stored whatever it holds. Returns
+    ``value`` itself when nothing needed replacing."""
+    if isinstance(value, str):
+        if "\x00" in value or _has_surrogate(value):
+            return _UNSTORABLE.sub("\ufffd", value)
+        return value
+    if isinstance(value, dict):
+        items = [(storable(k), storable(v)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list | tuple):
+        out = [storable(v) for v in value]
+        if all(a is b for a, b in zip(out, value, strict=True)):
+            return value
+        return type(value)(out)
+    return value
+
+
 def storable_text(text: str) -> bool:
     """Whether a ``text`` column could hold ``text`` (:func:`check_text`): a lookup by a key
     none could hold finds nothing, and must not fail the batch of reads it came in."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from tether.agents.approvals import ApprovalGate, ApprovalRequest, approval_id, denial_text
 from tether.agents.definitions import AgentDefinition
-from tether.agents.dispatch import ToolDispatcher, sub_agent_input
+from tether.agents.dispatch import ToolDispatcher, ToolRaisedBase, sub_agent_input
 from tether.agents.errors import LimitExceeded, ModelError, ToolError
 from tether.agents.registry import SUB_AGENT_PREFIX, ToolEntry
 from tether.agents.run_context import Emit, RunContext
@@ -152,7 +152,8 @@ class ToolCalls:
         except ToolError as exc:
             return ToolOutcome(error=str(exc))
         except Exception as exc:  # the tool's own failure: a fixed text out, its type logged
-            log.warning("tool '%s' (call %s) raised %s", call.name, call.id, type(exc).__name__)
+            raised = str(exc) if isinstance(exc, ToolRaisedBase) else type(exc).__name__
+            log.warning("tool '%s' (call %s) raised %s", call.name, call.id, raised)
             return ToolOutcome(error=f"Tool '{call.name}' failed.")
 
     async def _sub_agent(

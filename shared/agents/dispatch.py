@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from tether.agents.errors import LimitExceeded, ToolError
 from tether.agents.registry import ToolEntry
 from tether.agents.tool_context import ToolContext
 from tether.agents.types import Limits, ToolCall
-from tether.jsonvalue import dumps
+from tether.jsonvalue import dumps, storable
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +42,10 @@ class Budget:
         self.used += 1
 
 
-def storable(text: str) -> str:
-    """``text`` with what no database column or JSON event can hold replaced by U+FFFD: NUL
-    (PostgreSQL refuses it) and lone surrogates. A tool's side effects are done by the time its
-    result is stored; an odd character in it must not fail the run."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
-
-
 def normalize_result(result: Any, max_chars: int) -> str:
     """None → ``""``; a string as-is; anything else as JSON; cut past ``max_chars``; made
-    storable (:func:`storable`)."""
+    storable (:func:`tether.jsonvalue.storable`): a tool's side effects are done by the time
+    its result is stored, and an odd character in it must not fail the run."""
     if result is None:
         text = ""
     elif isinstance(result, str):
@@ -115,7 +103,7 @@ class ToolDispatcher:
         assert entry.tool is not None
         timeout = entry.tool.timeout_s or self.limits.tool_call_timeout_s
         try:
-            result = await asyncio.wait_for(entry.tool.call(call.args, context), timeout)
+            result = await asyncio.wait_for(contained(entry.tool.call(call.args, context)), timeout)
         except TimeoutError:
             if entry.tool.is_sync:
                 log.warning(
@@ -134,3 +122,23 @@ class ToolDispatcher:
 
     def normalize(self, result: Any) -> str:
         return normalize_result(result, self.limits.max_result_chars)
+
+
+class ToolRaisedBase(Exception):
+    """A tool raised SystemExit, KeyboardInterrupt or a CancelledError of its own: the tool's
+    failure (its message: the type's name), never the server's exit nor the run's cancel."""
+
+
+async def contained(call: Awaitable[Any]) -> Any:
+    """``await call`` (a tool's), inside the task that runs it: asyncio lets SystemExit and
+    KeyboardInterrupt out of a task through the event loop, which would stop the server (and the
+    recovered run would call the tool again); a CancelledError counts only when this task is
+    being cancelled (the call's timeout, or the run's stop)."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        if (task := asyncio.current_task()) is not None and task.cancelling():
+            raise
+        raise ToolRaisedBase("CancelledError") from None
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise ToolRaisedBase(type(exc).__name__) from None

@@ -11,7 +11,7 @@ built them (DESIGN §3, durable execution).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.agents.calls import ToolCalls
@@ -35,6 +35,7 @@ from tether.agents.types import (
     system,
     user,
 )
+from tether.jsonvalue import storable
 
 
 @dataclass
@@ -201,8 +202,9 @@ class AgentLoop:
             async with contextlib.aclosing(self.adapter.turn(request)) as items:
                 async for item in items:
                     if isinstance(item, TurnOutcome):
-                        outcome = item
+                        outcome = storable_outcome(item)
                     elif item.get("type") != "status":
+                        item = storable(item)  # a model may send a NUL: stored as U+FFFD
                         text = accumulate(text, item)
                         await self._emit(item)
                     if self.run_ctx.aborted():
@@ -219,3 +221,13 @@ class AgentLoop:
         loop = AgentLoop(agent, self.run_ctx, path=path)
         final = await loop.run(loop.start([user(text)]))
         return final.text
+
+
+def storable_outcome(outcome: TurnOutcome) -> TurnOutcome:
+    """The outcome with what no store can hold (NUL, lone surrogates) in its text and its tool
+    calls replaced by U+FFFD: the turn is recorded and the run goes on."""
+    calls = tuple(
+        replace(c, id=storable(c.id), name=storable(c.name), args=storable(c.args))
+        for c in outcome.tool_calls
+    )
+    return replace(outcome, text=storable(outcome.text), tool_calls=calls)

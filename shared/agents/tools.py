@@ -54,7 +54,7 @@ class FunctionTool:
     @property
     def is_sync(self) -> bool:
         """A sync function runs on a thread, which a timeout cannot stop."""
-        return self.validator is not None and not inspect.iscoroutinefunction(self.fn)
+        return not inspect.iscoroutinefunction(self.fn)
 
     def definition(self, name: str | None = None) -> ToolDefinition:
         return ToolDefinition(
@@ -87,12 +87,11 @@ class FunctionTool:
         kwargs = self._arguments(args)
         if self.context_argument is not None:
             kwargs[self.context_argument] = context
-        if self.validator is None:  # a schema tool: execute(args)
-            result = self.fn(kwargs["args"])
-        elif inspect.iscoroutinefunction(self.fn):
-            result = await self.fn(**kwargs)
+        positional = [kwargs.pop("args")] if self.validator is None else []  # execute(args)
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(*positional, **kwargs)
         else:
-            result = await asyncio.to_thread(self.fn, **kwargs)
+            result = await asyncio.to_thread(self.fn, *positional, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result.model_dump(mode="json") if isinstance(result, BaseModel) else result

@@ -1,0 +1,99 @@
+"""What a tool or a model can throw at a run without taking the server or the run down: a tool
+that exits the process or raises CancelledError, a sync schema tool, a NUL from the model."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+from tests.agents.conftest import FakeSink, attempt
+from tether.agents import (
+    AgentRegistry,
+    ScriptedModel,
+    build_agent_app,
+    create_agent,
+    schema_tool,
+    tool,
+)
+from tether.app import AgentApp
+
+
+def app_calling(*tools: Any, script: list[Any] | None = None) -> AgentApp:
+    calls = [{"name": t.name} for t in tools]
+    model = ScriptedModel.of(*(script or [{"tool_calls": calls}, "done"]))
+    agent = create_agent("a", "A.", model=model, tools=list(tools))
+    return build_agent_app(AgentRegistry.of([agent]))
+
+
+def tool_errors(sink: FakeSink) -> list[str | None]:
+    return [e.get("error") for e in sink.events if e["type"] == "tool_result"]
+
+
+async def test_a_tool_that_exits_or_interrupts_fails_alone() -> None:
+    @tool
+    def quits() -> str:
+        """Exits the process it runs in (a thread: the exit reaches the run)."""
+        sys.exit(3)
+
+    @tool
+    async def interrupts() -> str:
+        """Raises KeyboardInterrupt."""
+        raise KeyboardInterrupt
+
+    @tool
+    async def cancels() -> str:
+        """Raises CancelledError though nobody cancelled it."""
+        raise asyncio.CancelledError
+
+    sink = FakeSink()
+    result = await attempt(app_calling(quits, interrupts, cancels), "go", sink)
+    assert result["text"] == "done"
+    assert tool_errors(sink) == [
+        "Tool 'quits' failed.",
+        "Tool 'interrupts' failed.",
+        "Tool 'cancels' failed.",
+    ]
+
+
+async def test_a_sync_schema_tool_runs_off_the_event_loop_and_its_timeout_holds() -> None:
+    seen: list[int] = []
+    release = threading.Event()
+
+    def execute(args: dict[str, Any]) -> str:
+        seen.append(threading.get_ident())
+        release.wait(5)
+        return "late"
+
+    slow = schema_tool(
+        "slow", "Slow.", {"type": "object", "properties": {}}, execute, timeout_s=0.2
+    )
+    sink = FakeSink()
+    try:
+        await attempt(app_calling(slow), "go", sink)
+    finally:
+        release.set()
+    assert seen and seen[0] != threading.get_ident()
+    [error] = tool_errors(sink)
+    assert error is not None and "timed out after 0.2s and is still running" in error
+
+
+@pytest.mark.parametrize("bad", ["nul\x00here", "half \ud800 a character"])
+async def test_a_model_output_no_store_can_hold_is_stored_with_a_replacement(bad: str) -> None:
+    """A NUL or a lone surrogate in the model's text or its tool call's arguments becomes U+FFFD:
+    the turn is recorded and the run goes on."""
+
+    @tool
+    def echo(s: str) -> str:
+        """Echoes."""
+        return s
+
+    script = [{"tool_calls": [{"name": "echo", "args": {"s": bad}}]}, bad]
+    sink = FakeSink()
+    result = await attempt(app_calling(echo, script=script), "go", sink)
+    clean = bad.replace("\x00", "\ufffd").replace("\ud800", "\ufffd")
+    assert result["text"] == clean
+    assert [e["result"] for e in sink.events if e["type"] == "tool_result"] == [clean]
