@@ -105,6 +105,11 @@ def _on_loop(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, Any]) ->
     return True
 
 
+NODE_FAILED = 3
+"""A worker process's exit status when its node did not start (Dramatiq's 'connection failed'),
+which ``tether worker`` exits with in turn."""
+
+
 class NodeHost(dramatiq.Middleware):
     """Opens the node in ``before_worker_boot`` and drains it in ``after_worker_shutdown``; in
     between, the process stops itself gracefully if its parent dies (:mod:`.parent_watch`)."""
@@ -131,7 +136,11 @@ class NodeHost(dramatiq.Middleware):
         self._thread = threading.Thread(target=self._serve, name="tether-node", daemon=True)
         self._thread.start()
         if not self._ready.wait(60) or self.runtime is None:
-            raise RuntimeError("the worker node did not start (see the log above)")
+            # Dramatiq logs an Exception here and serves on, taking messages no node claims for;
+            # leaving the process makes Dramatiq's main process stop the rest and exit with it
+            log.critical("the worker node did not start (see the log above); exiting")
+            flush_logs()
+            raise SystemExit(NODE_FAILED)
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self._parent_watch is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -14,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import cast
 
 import pytest
+from dramatiq.brokers.stub import StubBroker
 
 from tether.settings import Settings
-from tether.worker.host import NodeHost
+from tether.worker.host import NODE_FAILED, NodeHost, _FirstStopOnly
+from tether.worker.parent_watch import ParentWatch
 from tether.worker.runtime import Runtime
 from tether.worker.slots import Slots
 
@@ -190,3 +193,24 @@ def test_a_token_whose_claim_fails_leaves_the_others_of_its_message_starting(
     assert runtime.started == ["inv-0", "inv-2", "inv-3"]
     assert runtime.slots.free == 5
     assert "token for invocation inv-1: claim failed (RuntimeError)" in caplog.text
+
+
+def test_a_worker_process_whose_node_did_not_start_exits(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Dramatiq only logs a middleware's Exception and serves on, taking messages no node claims
+    for; a SystemExit ends the process, and Dramatiq's main process exits with its status."""
+
+    async def fails(self: NodeHost) -> None:
+        raise ValueError("a setting the node cannot use")
+
+    monkeypatch.setattr(NodeHost, "_main", fails)
+    monkeypatch.setattr(ParentWatch, "of_this_process", staticmethod(lambda: None))
+    monkeypatch.setattr(_FirstStopOnly, "install", classmethod(lambda cls: None))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)  # the boot sets it: put back after
+    host = NodeHost(Settings())
+    with pytest.raises(SystemExit) as exited:
+        host.before_worker_boot(StubBroker(), None)  # type: ignore[arg-type]
+    assert exited.value.code == NODE_FAILED
+    assert "the worker node did not start" in caplog.text
