@@ -46,6 +46,7 @@ from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
 from tether.settings import Settings
+from tether.store.errors import SchemaMissing
 from tether.store.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,11 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
         if exc.status < 400:
             raise
         response = http_error(exc)
-    except StoreUnavailable as exc:  # retryable: the client may try again shortly
-        log.warning("database unavailable on %s %s (%s)", request.method, route, exc)
+    except (StoreUnavailable, SchemaMissing) as exc:  # retryable: the client may try shortly
+        if isinstance(exc, SchemaMissing):
+            log.error("database not migrated on %s %s: run `tether migrate`", request.method, route)
+        else:
+            log.warning("database unavailable on %s %s (%s)", request.method, route, exc)
         response = error_response(
             ErrorCode.OVERLOADED,
             message="the database is unavailable; retry later",

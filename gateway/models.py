@@ -322,7 +322,8 @@ class HealthResponse(BaseModel):
 class ReadyChecks(BaseModel):
     model_config = STRICT
 
-    database: Literal["ok", "unavailable"]
+    database: Literal["ok", "unavailable", "not_migrated"]
+    """``not_migrated``: reachable, but without this release's migrations (``tether migrate``)."""
     broker: Literal["ok", "unavailable"]
     """The queue's Redis (``redis_url``); ``tether dev``'s own loop is always ok."""
     pubsub: Literal["ok", "unavailable"]

@@ -47,6 +47,7 @@ from tether.gateway.sse import serve_stream
 from tether.jsonvalue import InvalidJson, canonical, request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
+from tether.store.errors import SchemaMissing
 from tether.store.schema import Invocation, NewInvocation, Status
 from tether.store.store import (
     Accepted,
@@ -339,6 +340,9 @@ async def readyz(request: web.Request) -> web.Response:
         try:
             await asyncio.wait_for(probe(), timeout=2.0)
             checks[name] = "ok"
+        except SchemaMissing:
+            log.warning("readyz: the database is not migrated (run `tether migrate`)")
+            checks[name] = "not_migrated"
         except Exception as exc:
             log.warning("readyz: %s unavailable (%s)", name, type(exc).__name__)
             checks[name] = "unavailable"

@@ -7,6 +7,7 @@ advisory lock on PostgreSQL) makes concurrent ``tether migrate`` runs safe.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -86,6 +87,12 @@ def find_migrations(dialect: str, root: Path | None = None) -> list[Migration]:
     if len(set(versions)) != len(versions):
         raise ValueError(f"duplicate migration versions in {folder}")
     return found
+
+
+@functools.cache
+def newest_version(dialect: str) -> str:
+    """The version of this release's newest migration for ``dialect``."""
+    return find_migrations(dialect)[-1].version
 
 
 async def migrate(engine: AsyncEngine) -> list[str]:

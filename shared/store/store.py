@@ -33,6 +33,7 @@ from tether.store.engine import Database, create_engine, create_reader
 from tether.store.errors import (
     Conflict,
     OwnerLimitReached,
+    SchemaMissing,
     StoreError,
     StoreUnavailable,
     Superseded,
@@ -45,7 +46,7 @@ from tether.store.invocations import AcceptResult, Invocations
 from tether.store.journal import Journal
 from tether.store.liveness import Registry
 from tether.store.maintenance import Expired, Maintenance, Queued
-from tether.store.migrate import migrate
+from tether.store.migrate import LEDGER, migrate, newest_version
 from tether.store.opencounts import recount_open
 from tether.store.parks import Parks
 from tether.store.planner_statistics import PlannerStatistics
@@ -179,8 +180,12 @@ class Store:
                     Path(f"{self._temporary_file}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240
 
     async def ping(self) -> None:
+        """Raises :class:`StoreUnavailable` when the database cannot be reached, and
+        :class:`SchemaMissing` when it lacks this release's newest migration."""
         async with self.db.connection() as conn:
-            await conn.execute(sa.text("SELECT 1"))
+            applied = await conn.scalar(sa.text(f"SELECT max(version) FROM {LEDGER}"))
+        if applied is None or str(applied) < newest_version(self.dialect):
+            raise SchemaMissing("the database lacks this release's migrations")
 
     # -- the gateway's side: accepts, cancels, reads ----------------------------------------
 

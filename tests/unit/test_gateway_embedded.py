@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -18,6 +19,7 @@ from tether import AgentApp, InvocationContext
 from tether.cli.compose import dev_app
 from tether.gateway.keys import QUEUED, SERVICES, STREAMS
 from tether.settings import load_settings
+from tether.store.migrate import LEDGER, newest_version
 from tether.store.store import StoreUnavailable
 
 ClientFactory = Any
@@ -173,3 +175,26 @@ async def test_an_unavailable_database_is_a_503_to_retry_with_no_driver_text(
         "message": "the database is unavailable; retry later",
     }
     assert "db.internal" not in await r.text()
+
+
+async def test_a_database_without_this_releases_migrations_is_not_ready_and_refuses_with_503(
+    aiohttp_client: ClientFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await client_for(aiohttp_client, tmp_path)
+    assert (await client.get("/readyz")).status == 200
+    store = client.app[SERVICES].store
+    async with store.engine.begin() as conn:  # as if the code were newer than the database
+        await conn.execute(
+            sa.text(f"DELETE FROM {LEDGER} WHERE version = :v"), {"v": newest_version("sqlite")}
+        )
+    r = await client.get("/readyz")
+    assert r.status == 503 and (await r.json())["checks"]["database"] == "not_migrated"
+    async with store.engine.begin() as conn:  # and without its tables at all
+        await conn.execute(sa.text("ALTER TABLE tether_invocations RENAME TO moved_away"))
+    try:
+        r = await client.post("/api/invocations", json=body(input={}))
+        assert r.status == 503 and (await r.json())["error"]["code"] == "overloaded"
+        assert "database not migrated on POST" in caplog.text and "Traceback" not in caplog.text
+    finally:
+        async with store.engine.begin() as conn:
+            await conn.execute(sa.text("ALTER TABLE moved_away RENAME TO tether_invocations"))
