@@ -68,8 +68,10 @@ class TenantLimits:
 
     def __post_init__(self) -> None:
         _check_positive("weight", self.weight, least=MIN_WEIGHT)
-        for name in ("max_active", "max_queued", "tokens_per_invocation", "tokens_per_period"):
+        for name in ("max_active", "max_queued"):
             _check_count(name, getattr(self, name))
+        for name in ("tokens_per_invocation", "tokens_per_period"):
+            _check_count(name, getattr(self, name), most=MAX_TOKENS)
         _check_count("burst", self.burst, least=1)
         if self.rate is not None:
             _check_positive("rate", self.rate, least=MIN_RATE)
@@ -115,13 +117,17 @@ def _check_positive(name: str, value: float, *, zero: bool = False, least: float
         raise LimitInvalid(f"{name} must be {rule}")
 
 
-def _check_count(name: str, value: int | None, *, least: int = 0) -> None:
+MAX_COUNT = 2**31 - 1
+"""The largest count a limit's column holds (``integer``: max_active, max_queued, burst)."""
+MAX_TOKENS = 2**62 - 1
+"""The largest token budget (``bigint``, with room for the usage added to it)."""
+
+
+def _check_count(name: str, value: int | None, *, least: int = 0, most: int = MAX_COUNT) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise LimitInvalid(f"{name} must be a whole number of at least {least}, or null")
-    if value >= 2**62:
-        raise LimitInvalid(f"{name} is too large")
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise LimitInvalid(f"{name} must be a whole number from {least} to {most}, or null")
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,10 @@ async def test_null_lifts_a_limit(store: Store) -> None:
         {"on_budget": "shrug"},
         {"colour": "red"},
         {"max_queued": True},
+        {"max_active": 2**31},  # past the column (integer): a 500 before
+        {"max_queued": 2**31},
+        {"burst": 2**31},
+        {"tokens_per_period": 2**62},
     ],
 )
 async def test_invalid_limits_are_refused_before_anything_is_written(
@@ -61,6 +65,17 @@ async def test_invalid_limits_are_refused_before_anything_is_written(
     with pytest.raises(LimitInvalid):
         await store.tenants.set("acme", changes)
     assert await store.tenants.row("acme") is None
+
+
+async def test_the_largest_limits_are_stored(store: Store) -> None:
+    top = {"max_active": 2**31 - 1, "max_queued": 2**31 - 1, "burst": 2**31 - 1}
+    await store.tenants.set("acme", {**top, "tokens_per_period": 2**62 - 1})
+    row = await store.tenants.row("acme")
+    assert row is not None and row.limits.max_active == 2**31 - 1
+    assert row.limits.tokens_per_period == 2**62 - 1
+    with pytest.raises(LimitInvalid):
+        await store.tenants.set_global_max_active(2**31)
+    await store.tenants.set_global_max_active(2**31 - 1)
 
 
 async def test_the_global_cap_is_one_row(store: Store) -> None:
