@@ -29,7 +29,7 @@ PENDING = "approval.pending"
 RESOLVED = "approval.resolved"
 APPROVE = "approve"
 DENY = "deny"
-Reason = Literal["user", "timeout", "invalid_decision"]
+Reason = Literal["user", "timeout", "invalid_decision", "not_asked"]
 
 
 def requires_approval(annotations: ToolAnnotations | None) -> bool:
@@ -67,6 +67,10 @@ class ApprovalPolicy:
 
     require_for_destructive: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
+    ask: bool = True
+    """False: a gated call is denied at once (reason ``not_asked``), for a run nobody can be
+    asked in (``/api/agents/invocations`` does not stream; an MCP tool's effect is known only
+    when the run lists the server's tools)."""
 
     def __post_init__(self) -> None:
         timeout = checked_timeout(self.timeout_s, "ApprovalPolicy")
@@ -165,18 +169,10 @@ class ApprovalGate:
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
 
     async def decide(self, request: ApprovalRequest) -> Decision:
-        await self.emit({"type": PENDING, **request.details()})
-        try:
-            value = await self.waits.wait_for_input(
-                request.approval_id,
-                prompt=request.prompt(),
-                timeout=request.timeout_s,
-                details=request.details(),
-            )
-        except WaitTimeout:
-            decision = Decision(False, "timeout")
+        if self.policy.ask:
+            decision = await self._asked(request)
         else:
-            decision = decision_from(value)
+            decision = Decision(False, "not_asked")
         await self.emit(
             {
                 "type": RESOLVED,
@@ -189,3 +185,16 @@ class ApprovalGate:
             }
         )
         return decision
+
+    async def _asked(self, request: ApprovalRequest) -> Decision:
+        await self.emit({"type": PENDING, **request.details()})
+        try:
+            value = await self.waits.wait_for_input(
+                request.approval_id,
+                prompt=request.prompt(),
+                timeout=request.timeout_s,
+                details=request.details(),
+            )
+        except WaitTimeout:
+            return Decision(False, "timeout")
+        return decision_from(value)

@@ -8,6 +8,7 @@ replays what earlier attempts finished and goes on from there.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -54,6 +55,8 @@ class AgentRequest(BaseModel):
     agent: str | None = None
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
     skill: str | None = Field(None, pattern=FORCED_SKILL.pattern)
+    approvals: Literal["ask", "deny"] = "ask"
+    """``deny``: gated tool calls are denied at once, never waited for (a run nobody watches)."""
 
 
 def parse_input(value: Any) -> AgentRequest:
@@ -123,7 +126,9 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         budget=Budget(registry.limits.max_tool_calls),
         thread_id=ctx.invocation_id,
         steps=ctx,
-        approval=registry.approval,
+        approval=registry.approval
+        if request.approvals == "ask"
+        else dataclasses.replace(registry.approval, ask=False),
         attempt=ctx.attempt,
         request_auth=auth,
         model_headers=_user_headers(auth) if auth is not None and auth.has_user else None,

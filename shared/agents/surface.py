@@ -89,7 +89,7 @@ class AgentsView:
                     messages.append({"role": role, "content": text})
             if not messages:
                 raise InputRejected("input holds no message with content")
-        value = {"messages": messages}
+        value = {"messages": messages, "approvals": "deny"}  # gated MCP tools: denied, not awaited
         self._parse(value)
         return value
 

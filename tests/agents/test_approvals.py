@@ -148,6 +148,20 @@ async def test_a_denied_tool_never_runs_and_the_model_reads_the_denial() -> None
     assert (resolved["decision"], resolved["reason"]) == ("deny", "user")
 
 
+async def test_a_run_nobody_can_be_asked_in_denies_gated_calls_at_once() -> None:
+    """``approvals: "deny"`` (what /api/agents/invocations sends: a gated MCP tool is known only
+    when the run lists it) denies without parking, on every attempt alike."""
+    tools = Tools()
+    agent, model = janitor(tools)
+    app, sink = app_of(agent), FakeSink()
+    value = {"messages": "clean", "approvals": "deny"}
+    result = await attempt(app, value, sink)
+    assert result["text"] == f"Result: {DENIED}" and tools.runs == {}
+    assert sink.waits == {} and sink.of_type("approval.pending") == []
+    [resolved] = sink.of_type("approval.resolved")
+    assert (resolved["decision"], resolved["reason"]) == ("deny", "not_asked")
+
+
 async def test_no_decision_before_the_timeout_is_a_deny_with_reason_timeout() -> None:
     tools = Tools()
     agent, model = janitor(tools)
