@@ -93,6 +93,24 @@ async def test_a_servers_tools_can_be_limited_per_agent(
     assert len(other_model.requests[0].tools) == 6  # each agent its own (REF-BUG 3 fixed)
 
 
+async def test_agents_naming_one_server_differently_each_get_its_tools_under_their_name(
+    mcp_test_server: McpTestServer, make_app: MakeApp
+) -> None:
+    """One URL, one pooled connection, two names: the second agent's listing is not the
+    first's (it used to come back under the first name, and every tool was dropped)."""
+    first, first_model = notes_agent(mcp_test_server, "hi", name="p")
+    model = ScriptedModel.of(calls("mcp.trips.list_notes"), "Trips: {result}")
+    trips = mcp_server("trips", mcp_test_server.url)
+    second = create_agent("q", "Trips.", model=model, mcp_servers=[trips])
+    app, _ = make_app(first, second)
+    await attempt(app, {"agent": "p", "messages": "hi"}, FakeSink())
+    mcp_test_server.notes.append("Lisbon")
+    result = await attempt(app, {"agent": "q", "messages": "go"}, FakeSink())
+    assert "mcp.trips.list_notes" in {t.name for t in model.requests[0].tools}
+    assert result["text"] == "Trips: Lisbon"
+    assert "mcp.notes.list_notes" in {t.name for t in first_model.requests[0].tools}
+
+
 async def test_a_read_only_call_runs_once_and_is_a_step(
     mcp_test_server: McpTestServer, make_app: MakeApp
 ) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tether.agents.errors import ToolError
@@ -105,19 +105,20 @@ class McpHub:
             return connection
 
     async def list_tools(self, server: McpServer) -> list[McpToolSpec]:
-        """The server's tools (those ``server.tools`` names, if set). When the server cannot be
+        """The server's tools (those ``server.tools`` names, if set), under ``server``'s name:
+        agents may name one URL differently, and share its connection. When the server cannot be
         listed, the last listing this process saw, or none; the failure is logged."""
         try:
-            specs = await (await self.connection(server)).list_tools()
+            listed = self._listed[server.url] = await (await self.connection(server)).list_tools()
         except McpPolicyError as exc:
             log.warning("MCP server '%s' refused by the host policy: %s", server.name, exc)
             return []
         except McpUnavailable:
             log.warning("MCP server '%s' is unavailable: its tools are not listed", server.name)
-            return list(self._listed.get(server.url, []))
+            listed = self._listed.get(server.url, [])
+        specs = [replace(s, server=server.name) for s in listed]
         if server.tools is not None:
             specs = [s for s in specs if s.name in server.tools]
-        self._listed[server.url] = specs
         return specs
 
     async def call_tool(
