@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("tether.agents")
@@ -26,6 +27,15 @@ class AgentError(Exception):
 
 class DefinitionError(AgentError, ValueError):
     """An agent definition, a Markdown file or a tool is invalid."""
+
+
+def read_definition(path: Path, what: str) -> str:
+    """A definition file's text (UTF-8); a file that cannot be read is a :class:`DefinitionError`
+    naming it and the failure's type (``what``: "agent file", "skill file")."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DefinitionError(f"Cannot read {what} {path}: {type(exc).__name__}") from None
 
 
 class ModelError(AgentError):

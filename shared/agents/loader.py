@@ -23,7 +23,7 @@ from tether.agents.definitions import (
     normalize_tools,
     reachable,
 )
-from tether.agents.errors import DefinitionError
+from tether.agents.errors import DefinitionError, read_definition
 from tether.agents.markdown import definition_from_markdown, parse_front_matter, sub_agent_refs
 from tether.agents.mcp.agent_tools import admit_servers
 from tether.agents.mcp.config import McpConfig
@@ -142,7 +142,7 @@ def _markdown_agents(
             code[agent_id] = _code_agent(folder / "agent.py")
             continue
         path = folder / "agent.md"
-        text = path.read_text(encoding="utf-8")
+        text = read_definition(path, "agent file")
         defs[agent_id] = definition_from_markdown(agent_id, path, text, tools)
         refs[agent_id] = sub_agent_refs(parse_front_matter(text, path).front_matter, path)
     _bind_sub_agents(defs, refs, code)

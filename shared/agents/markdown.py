@@ -100,6 +100,15 @@ def _typed(fm: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> An
     return value if isinstance(value, kind) else None
 
 
+def _positive(fm: Mapping[str, Any], key: str, path: Path) -> int | None:
+    """A whole number of at least 1 (another type is dropped, as :func:`_typed` does); 0 or less
+    is an error, not a silent default (``maxSteps: 0`` read as 10, ``-1`` as no turn at all)."""
+    value = _typed(fm, key, int)
+    if value is not None and value < 1:
+        raise DefinitionError(f"{path}: '{key}' must be a whole number of at least 1")
+    return value  # type: ignore[no-any-return]
+
+
 def sub_agent_refs(fm: Mapping[str, Any], path: Path) -> list[str]:
     refs = fm.get("agents")
     if refs is None:
@@ -202,8 +211,8 @@ def definition_from_markdown(
         tools=_tool_refs(fm, path, ambient),
         default=fm.get("default") is True,
         description=_typed(fm, "description", str),
-        max_steps=_typed(fm, "maxSteps", int),
-        max_tokens=_typed(fm, "maxTokens", int),
+        max_steps=_positive(fm, "maxSteps", path),
+        max_tokens=_positive(fm, "maxTokens", path),
         generation_params=_typed(fm, "generationParams", dict) or {},
         base_system_prompt=None if base is True else base,
         ephemeral=fm.get("ephemeral") is True,

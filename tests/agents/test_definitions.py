@@ -108,6 +108,31 @@ def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
         load_agents_dir(tmp_path)
 
 
+def test_an_agent_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    path = write_agent(tmp_path, "bad", "---\nmodel: x\n---\n")
+    path.write_bytes(path.read_bytes() + b"caf\xe9")
+    with pytest.raises(DefinitionError, match=r"Cannot read agent file .*bad/agent.md: Unicode"):
+        load_agents_dir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("front", "message"),
+    [
+        ("maxSteps: 0", "'maxSteps' must be a whole number of at least 1"),
+        ("maxSteps: -1", "'maxSteps' must be a whole number of at least 1"),
+        ("maxTokens: 0", "'maxTokens' must be a whole number of at least 1"),
+        ("script: [{tool_calls: [{name: t, args: [1, 2]}]}]", "'args' must be a mapping"),
+        ("script: [{tool_calls: [{name: t, args: abc}]}]", "'args' must be a mapping"),
+    ],
+)
+def test_values_that_cannot_work_name_the_file_and_key(
+    tmp_path: Path, front: str, message: str
+) -> None:
+    write_agent(tmp_path, "a", f"---\n{front}\n---\nx")
+    with pytest.raises(DefinitionError, match=rf"a/agent.md: .*{message}"):
+        load_agents_dir(tmp_path)
+
+
 def test_front_matter_that_is_not_a_mapping_is_rejected(tmp_path: Path) -> None:
     write_agent(tmp_path, "bad", "---\n[1, 2]\n---\nx")
     with pytest.raises(DefinitionError, match="must be a YAML object"):

@@ -50,7 +50,12 @@ class ScriptedTurn:
         for call in raw.get("tool_calls") or ():
             if not isinstance(call, dict) or not isinstance(call.get("name"), str):
                 raise DefinitionError("a scripted tool call needs a 'name'")
-            calls.append((call["name"], dict(call.get("args") or {})))
+            args = call.get("args") or {}
+            if not isinstance(args, dict):
+                raise DefinitionError(
+                    f"a scripted tool call's 'args' must be a mapping ({call['name']})"
+                )
+            calls.append((call["name"], dict(args)))
         usage = raw.get("usage")
         reported = None
         if usage is not None:

@@ -6,7 +6,7 @@ import logging
 import os
 from pathlib import Path
 
-from tether.agents.errors import DefinitionError
+from tether.agents.errors import read_definition
 from tether.agents.skills.parse import Skill, SkillSource, parse_skill
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,7 @@ def bundled_files(root: Path) -> tuple[str, ...]:
 def load_skill(folder: Path, source: SkillSource) -> Skill:
     """The skill in ``folder`` (which holds ``SKILL.md``); read or parse errors raise."""
     path = folder / SKILL_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DefinitionError(f"Cannot read skill file {path}: {type(exc).__name__}") from None
+    text = read_definition(path, "skill file")
     parsed = parse_skill(text, path)
     return Skill(
         name=parsed.name,
