@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -12,6 +11,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from tether.agents.errors import DefinitionError, ToolError
+from tether.agents.sync_tools import SYNC_TOOLS
 from tether.agents.tool_context import ToolContext
 from tether.agents.types import JsonSchema, ToolAnnotations, ToolDefinition, ToolEffect
 
@@ -83,7 +83,8 @@ class FunctionTool:
         return {field: getattr(parsed, field) for field in type(parsed).model_fields}
 
     async def call(self, args: Any, context: ToolContext | None = None) -> Any:
-        """Validate ``args`` and run the function (sync functions run in a thread)."""
+        """Validate ``args`` and run the function (a sync one on a thread of its own:
+        :mod:`tether.agents.sync_tools`)."""
         kwargs = self._arguments(args)
         if self.context_argument is not None:
             kwargs[self.context_argument] = context
@@ -91,7 +92,7 @@ class FunctionTool:
         if inspect.iscoroutinefunction(self.fn):
             result = await self.fn(*positional, **kwargs)
         else:
-            result = await asyncio.to_thread(self.fn, *positional, **kwargs)
+            result = await SYNC_TOOLS.run(self.name, self.fn, *positional, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result.model_dump(mode="json") if isinstance(result, BaseModel) else result

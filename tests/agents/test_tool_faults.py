@@ -19,6 +19,7 @@ from tether.agents import (
     schema_tool,
     tool,
 )
+from tether.agents.sync_tools import SYNC_TOOLS
 from tether.app import AgentApp
 
 
@@ -97,3 +98,38 @@ async def test_a_model_output_no_store_can_hold_is_stored_with_a_replacement(bad
     clean = bad.replace("\x00", "\ufffd").replace("\ud800", "\ufffd")
     assert result["text"] == clean
     assert [e["result"] for e in sink.events if e["type"] == "tool_result"] == [clean]
+
+
+async def test_sync_tools_stuck_past_their_timeouts_hold_their_own_threads_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each stuck call keeps a daemon thread of its own, so a quick sync tool after them runs at
+    once, in its own time; past the bound a call is refused with the reason, not queued."""
+    monkeypatch.setattr(SYNC_TOOLS, "limit", SYNC_TOOLS.running + 3)
+    release = threading.Event()
+
+    @tool(timeout_s=0.2)
+    def stuck() -> str:
+        """Hangs."""
+        release.wait(10)
+        return "late"
+
+    @tool(timeout_s=5)
+    def quick() -> str:
+        """Answers."""
+        return "quick"
+
+    script = [{"tool_calls": [{"name": "stuck"}, {"name": "stuck"}, {"name": "quick"}]}, "done"]
+    sink = FakeSink()
+    try:
+        await attempt(app_calling(stuck, quick, script=script), "go", sink)
+        again = FakeSink()
+        over = [{"tool_calls": [{"name": "stuck"}, {"name": "quick"}]}, "done"]
+        await attempt(app_calling(stuck, quick, script=over), "go", again)
+    finally:
+        release.set()
+    results = [(e.get("result"), e.get("error")) for e in sink.events if e["type"] == "tool_result"]
+    assert [r for r, _ in results] == [None, None, "quick"]
+    assert all("still running" in (e or "") for _, e in results[:2])
+    [_, refused] = tool_errors(again)
+    assert refused is not None and "could not start: 3 sync tool calls are still running" in refused
