@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -22,3 +23,18 @@ async def claimed(store: Store, count: int) -> list[str]:
         await store.accept(n)
         assert await store.claim(n.id, "w") is not None
     return [n.id for n in made]
+
+
+async def until_a_lock_wait(probe: Any, query_like: str = "%", what: str = "a lock") -> None:
+    """Until another backend of this database waits for a row lock (running a statement like
+    ``query_like``); ``probe`` is a psycopg connection in autocommit mode."""
+    for _ in range(400):
+        blocked = await probe.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND query LIKE %s",
+            [query_like],
+        )
+        if await blocked.fetchone() is not None:
+            return
+        await asyncio.sleep(0.025)
+    raise TimeoutError(f"nothing waited for {what}")

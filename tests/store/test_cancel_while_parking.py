@@ -9,6 +9,7 @@ import uuid
 import psycopg
 import pytest
 
+from tests.store.rows import until_a_lock_wait
 from tether.outcomes import cancelled
 from tether.store.journal import CancelPending, NewWait, WaitKind
 from tether.store.schema import Claim, NewInvocation, Status
@@ -61,16 +62,7 @@ async def test_a_cancel_whose_flag_misses_a_park_committing_under_it_cancels_the
             [claim.invocation_id],
         )
         cancel = asyncio.create_task(store.request_cancel(claim.invocation_id))
-        for _ in range(400):
-            blocked = await probe.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND query LIKE 'UPDATE tether_invocations%%'"
-            )
-            if await blocked.fetchone() is not None:
-                break
-            await asyncio.sleep(0.025)
-        else:
-            raise TimeoutError("the cancel never waited for the park's row lock")
+        await until_a_lock_wait(probe, "UPDATE tether_invocations%", "the park's row lock")
         await park.commit()
         await asyncio.wait_for(cancel, 10)
     done = await store.get(claim.invocation_id)

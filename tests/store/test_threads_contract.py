@@ -10,6 +10,7 @@ import uuid
 import psycopg
 import sqlalchemy as sa
 
+from tests.store.rows import until_a_lock_wait
 from tether.store.schema import thread_messages
 from tether.store.store import Store
 
@@ -94,19 +95,6 @@ def dsn_of(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-async def waiting_for_a_lock(other: psycopg.AsyncConnection[object]) -> None:
-    """Until some other backend of this database waits for a row lock."""
-    for _ in range(400):
-        cursor = await other.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
-        )
-        if await cursor.fetchone() is not None:
-            return
-        await asyncio.sleep(0.025)
-    raise TimeoutError("nothing waited for the lock")
-
-
 async def test_an_answer_waiting_behind_a_delete_writes_nothing(
     pg_store: Store, migrated_pg: str
 ) -> None:
@@ -123,8 +111,10 @@ async def test_an_answer_waiting_behind_a_delete_writes_nothing(
                 "alice", thread, "inv-1", [("assistant", "hello")], KEEP, start=1, create=False
             )
         )
-        async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as watch:
-            await waiting_for_a_lock(watch)
+        async with await psycopg.AsyncConnection.connect(
+            dsn_of(migrated_pg), autocommit=True
+        ) as watch:
+            await until_a_lock_wait(watch)
         await deleting.execute(
             "DELETE FROM tether_thread_messages WHERE owner = 'alice' AND thread_id = %s",
             [thread],
@@ -153,8 +143,10 @@ async def test_a_delete_waiting_behind_an_answer_takes_its_message_too(
             [thread],
         )
         deleting = asyncio.create_task(store.threads.delete("alice", thread))
-        async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as watch:
-            await waiting_for_a_lock(watch)
+        async with await psycopg.AsyncConnection.connect(
+            dsn_of(migrated_pg), autocommit=True
+        ) as watch:
+            await until_a_lock_wait(watch)
         await answering.commit()
         assert await asyncio.wait_for(deleting, 10)
     assert await messages_of(store, thread) == 0

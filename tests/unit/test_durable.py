@@ -9,6 +9,7 @@ import pytest
 
 from tests.fakes import MemoryJournal
 from tether import StepFailed, WaitTimeout
+from tether.budgets import UsageMeter
 from tether.context import InvocationContext
 from tether.durable import DurableUsageError, Suspend
 from tether.store.journal import Resolution, WaitKind
@@ -31,7 +32,9 @@ class Sink(MemoryJournal):
         return None
 
 
-def attempt(sink: Sink, number: int = 1, inline_sleep_max: float = 5.0) -> InvocationContext:
+def attempt(
+    sink: Sink, number: int = 1, inline_sleep_max: float = 5.0, usage: UsageMeter | None = None
+) -> InvocationContext:
     """The context of one attempt, replaying whatever earlier attempts recorded in ``sink``."""
     return InvocationContext(
         invocation_id="inv-1",
@@ -41,6 +44,7 @@ def attempt(sink: Sink, number: int = 1, inline_sleep_max: float = 5.0) -> Invoc
         recorded=sink.recorded(),
         is_recovery=False,
         inline_sleep_max=inline_sleep_max,
+        usage=usage,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_durable import Sink
+from tests.unit.test_durable import Sink, attempt
 from tether.budgets import Verdict
 from tether.context import InvocationContext
 from tether.durable import DurableUsageError, Suspend
@@ -26,18 +26,6 @@ class Meter:
 
     async def record(self, usage: ModelUsage) -> None:
         return None
-
-
-def attempt(sink: Sink, number: int, meter: Meter | None = None) -> InvocationContext:
-    return InvocationContext(
-        invocation_id="inv-1",
-        session_id=None,
-        attempt=number,
-        sink=sink,
-        recorded=sink.recorded(),
-        is_recovery=False,
-        usage=meter,
-    )
 
 
 def kinds(sink: Sink) -> list[str]:
@@ -100,14 +88,14 @@ async def test_budget_waits_before_a_recorded_model_call_do_not_keep_the_attempt
         return answer, value
 
     with pytest.raises(Suspend):  # parks on the spent budget
-        await handler(attempt(sink, 1, meter))
+        await handler(attempt(sink, 1, usage=meter))
     (budget_wait,) = sink.parks[0]
     sink.resolve(budget_wait.name)
     meter.allow = True
     with pytest.raises(Suspend):  # the call made, then parks on w
-        await handler(attempt(sink, 2, meter))
+        await handler(attempt(sink, 2, usage=meter))
     sink.resolve("w", 7)
-    assert await handler(attempt(sink, 3, meter)) == ("model says hi", 7)
+    assert await handler(attempt(sink, 3, usage=meter)) == ("model says hi", 7)
     assert kinds(sink) == ["before_w", "after_w"]
 
 
