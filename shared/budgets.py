@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from tether.durable import Durable, WaitTimeout
+from tether.durable import MAX_WAIT_SECONDS, Durable, WaitTimeout
 from tether.store.errors import StoreUnavailable
 from tether.store.usage import BudgetState, Usage
 from tether.usage import BudgetExceeded, ModelUsage
@@ -142,6 +142,6 @@ async def admit(durable: Durable, meter: UsageMeter, invocation_id: str, step: s
                 "period starts, or when any value is posted to this wait (after a limit was "
                 "raised)"
             ),
-            timeout=max(MIN_WAIT, verdict.next_period_in or MIN_WAIT),
+            timeout=min(max(MIN_WAIT, verdict.next_period_in or MIN_WAIT), MAX_WAIT_SECONDS),
             details={"budget": verdict.budget},
         )

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from tether.jsonvalue import dumps, loads
+from tether.store.errors import Superseded
 from tether.store.journal import NewWait, Recorded, Resolution, WaitKind
 
 T = TypeVar("T")
@@ -46,12 +47,14 @@ class Suspend(BaseException):  # noqa: N818 (a control-flow signal, not an error
 
 
 async def ungrouped_parks(call: Awaitable[T]) -> T:
-    """``await call`` (a handler), a park that reaches it grouped (a wait inside an
-    ``asyncio.TaskGroup`` raises a group of :class:`Suspend`) raised as the one ``Suspend``."""
+    """``await call`` (a handler), a park that reaches it grouped raised as the one
+    ``Suspend``: a wait inside an ``asyncio.TaskGroup`` raises a group of :class:`Suspend`,
+    beside the :class:`Superseded` of a second wait whose park the first one's ended."""
     try:
         return await call
     except BaseExceptionGroup as group:
-        if group.split(Suspend)[1] is None:
+        parks, rest = group.split(Suspend)
+        if parks is not None and (rest is None or rest.split(Superseded)[1] is None):
             raise Suspend from None
         raise
 
@@ -155,14 +158,18 @@ class Durable:
             raise DurableUsageError(f"a step name is a string of 1 to {MAX_STEP_NAME} characters")
         dumps(name)  # JSON-safe: no NUL, no lone surrogate
         self._claim_name(name)
-        if _step_key.get() is not None:  # inside another step: part of it, not recorded alone
-            return loads(dumps(await _call(fn, args, kwargs)))
         record = self._recorded.steps.get(name)
-        if record is not None:
+        if record is not None:  # (inside a step, a record an earlier version made alone)
             self._replayed()
             if record.error_type is not None:
                 raise StepFailed(name, record.error_type)
             return record.result
+        if (outer := _step_key.get()) is not None:  # inside a step: part of it, unrecorded
+            token = _step_key.set(f"{outer}/{name}")  # its own key, stable as the outer's
+            try:
+                return loads(dumps(await _call(fn, args, kwargs)))
+            finally:
+                _step_key.reset(token)
         token = _step_key.set(f"{self._invocation_id}/{name}")
         try:
             result = await _call(fn, args, kwargs)

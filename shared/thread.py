@@ -39,7 +39,8 @@ class SessionThread:
 
     async def history(self) -> list[ThreadTurn]:
         """The newest ``keep`` turns of the invocations before this one, oldest first (empty for
-        a new thread): the same whether or not this invocation has appended its own yet."""
+        a new thread), never this invocation's own. Read it before appending: an append trims
+        the thread to ``keep``, which may drop the oldest of these."""
         rows = await self._threads.recent(
             self.owner, self.id, self.keep, before=self._invocation_id
         )

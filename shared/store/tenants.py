@@ -262,10 +262,14 @@ def limits_from(row: Mapping[str, Any] | sa.RowMapping) -> TenantLimits:
         values[name] = None if values[name] is None else int(values[name])
     for name in ("weight", "budget_period"):
         values[name] = float(values[name])
-    # a row written before the bounds may hold less: read as the bound, as it now must be set
+    # a row written before the bounds may hold less or more: read as the bound, as it now must
+    # be set (SQLite stored counts up to 2^62)
     values["weight"] = max(values["weight"], MIN_WEIGHT)
     if values["rate"] is not None:
         values["rate"] = max(float(values["rate"]), MIN_RATE)
+    for name in ("max_active", "max_queued", "burst"):
+        if values[name] is not None:
+            values[name] = min(values[name], MAX_COUNT)
     return TenantLimits(**values)
 
 

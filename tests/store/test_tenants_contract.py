@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
@@ -76,6 +77,23 @@ async def test_the_largest_limits_are_stored(store: Store) -> None:
     with pytest.raises(LimitInvalid):
         await store.tenants.set_global_max_active(2**31)
     await store.tenants.set_global_max_active(2**31 - 1)
+
+
+async def test_a_count_stored_past_the_bound_by_an_earlier_release_reads_as_the_bound(
+    store: Store,
+) -> None:
+    """SQLite's integer took counts up to 2^62 before they were bounded by PostgreSQL's column:
+    such a row must not fail every accept and claim that reads it."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL's integer column never held such a count")
+    await store.tenants.set("acme", {"max_queued": 5})
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            sa.text("UPDATE tether_tenants SET max_queued = 3000000000 WHERE tenant = 'acme'")
+        )
+    row = await store.tenants.row("acme")
+    assert row is not None and row.limits.max_queued == 2**31 - 1
+    assert (await store.tenants.effective(["acme"]))["acme"].max_queued == 2**31 - 1
 
 
 async def test_the_global_cap_is_one_row(store: Store) -> None:

@@ -4,6 +4,7 @@ they must not keep the attempt replaying (its later events would go unstored).""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ import pytest
 from tests.unit.test_durable import Sink, attempt
 from tether.budgets import Verdict
 from tether.context import InvocationContext
-from tether.durable import DurableUsageError, Suspend
+from tether.durable import MAX_WAIT_SECONDS, DurableUsageError, Suspend, ungrouped_parks
+from tether.store.errors import Superseded
+from tether.store.journal import StepRecord
 from tether.usage import ModelUsage
 
 
@@ -111,11 +114,8 @@ async def test_a_sleep_or_timeout_no_clock_can_show_is_refused(seconds: float) -
 
 
 async def test_a_wait_inside_a_task_group_parks_as_one_suspend() -> None:
-    """The runtime ends such an attempt as parked, not with a group nobody retrieves."""
-    import asyncio
-
-    from tether.durable import ungrouped_parks
-
+    """The runtime ends such an attempt as parked, not with a group nobody retrieves; a second
+    wait of the group, refused (Superseded) once the first one parked the attempt, too."""
     ctx = attempt(Sink(), 1)
 
     async def handler() -> None:
@@ -125,10 +125,72 @@ async def test_a_wait_inside_a_task_group_parks_as_one_suspend() -> None:
     with pytest.raises(Suspend):
         await ungrouped_parks(handler())
 
+    async def parked_then_refused() -> None:
+        raise BaseExceptionGroup("two waits", [Suspend(), Superseded("inv-1")])
+
+    with pytest.raises(Suspend):
+        await ungrouped_parks(parked_then_refused())
+
     async def fails() -> None:
+        async def boom() -> None:  # fails in the same turn of the loop as the wait parks
+            raise ZeroDivisionError
+
         async with asyncio.TaskGroup() as group:
             group.create_task(ctx.wait_for_input("b"))
-            group.create_task(asyncio.sleep(0, result=1 / 0))
+            group.create_task(boom())
 
-    with pytest.raises(BaseExceptionGroup):
+    with pytest.raises(BaseExceptionGroup) as raised:
         await ungrouped_parks(fails())
+    parks, rest = raised.value.split(Suspend)
+    assert parks is not None and rest is not None and rest.split(ZeroDivisionError)[1] is None
+
+
+async def test_a_step_an_earlier_version_recorded_inside_another_is_replayed() -> None:
+    """Such a record counts as replayed (or the attempt would stay 'replaying' for good)."""
+    sink, runs = Sink(), []
+    sink.steps["charge"] = StepRecord("charge", {"charged": 1}, None)  # recorded alone
+
+    async def handler(ctx: InvocationContext) -> Any:
+        async def charge() -> dict[str, int]:
+            runs.append(ctx.step_key)
+            return {"charged": 2}
+
+        async def outer() -> Any:
+            return await ctx.step("charge", charge)
+
+        got = await ctx.step("outer", outer)
+        await ctx.emit({"type": "after"})
+        return got
+
+    assert await handler(attempt(sink, 2)) == {"charged": 1}
+    assert runs == [] and kinds(sink) == ["after"]
+
+
+async def test_a_step_inside_a_step_has_a_key_of_its_own() -> None:
+    sink, keys = Sink(), []
+
+    async def handler(ctx: InvocationContext) -> None:
+        async def inner() -> None:
+            keys.append(ctx.step_key)
+
+        async def outer() -> None:
+            await ctx.step("charge", inner)
+            await ctx.step("fee", inner)
+            keys.append(ctx.step_key)
+
+        await ctx.step("pay", outer)
+
+    await handler(attempt(sink, 1))
+    assert keys == ["inv-1/pay/charge", "inv-1/pay/fee", "inv-1/pay"]
+
+
+async def test_a_budget_period_past_the_longest_wait_parks_for_the_longest_wait() -> None:
+    class Far(Meter):
+        async def check(self) -> Verdict:
+            return Verdict("tokens_per_period", True, 8e9)
+
+    sink = Sink()
+    with pytest.raises(Suspend):
+        await attempt(sink, 1, usage=Far()).admit_model_call("m1")
+    [[wait]] = sink.parks
+    assert wait.wake_in == MAX_WAIT_SECONDS
