@@ -7,10 +7,8 @@ highest first: explicit overrides (command-line flags), environment, YAML file, 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     Field,
@@ -21,17 +19,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.agent_settings import AgentSettings
 from tether.auth_settings import MIN_TOKEN_CHARS, AuthSettings
+from tether.settings_file import CONFIG_ENV, SettingsFileError, read_settings_file
 
 __all__ = [
     "MIN_TOKEN_CHARS",
     "AgentSettings",
     "AuthSettings",
     "Settings",
+    "SettingsFileError",
     "load_settings",
     "reference",
 ]
 
-CONFIG_ENV = "TETHER_CONFIG"
 STREAM_BUFFER_BYTES = 256 * 1024
 """Default of ``limits.stream_buffer_bytes``; also what a pub/sub built without settings uses."""
 REPLAY_CACHE_BYTES = 32 * 1024 * 1024
@@ -348,12 +347,7 @@ class Settings(BaseSettings):
 def load_settings(config_file: str | None = None, **overrides: Any) -> Settings:
     """Build the settings: defaults < YAML file < environment < explicit overrides."""
     path = config_file or os.environ.get(CONFIG_ENV)
-    from_file: dict[str, Any] = {}
-    if path:
-        loaded = yaml.safe_load(Path(path).read_text())
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ValueError(f"{path}: the settings file must hold a mapping")
-        from_file = loaded or {}
+    from_file = read_settings_file(path) if path else {}
     env_settings = Settings()  # environment over defaults
     merged = _deep_merge(from_file, env_settings.model_dump(exclude_unset=True))
     merged = _deep_merge(merged, {k: v for k, v in overrides.items() if v is not None})

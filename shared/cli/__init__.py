@@ -15,15 +15,17 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from tether.app import AgentApp, AppLoadError, load_app
 from tether.cli.listen import ListenRefused, check_listen
+from tether.cli.settings_errors import settings_problems
 from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.access_log import AccessLog
 from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.logs import flush_logs, setup_logging
 from tether.loops import UnknownLoop, loop_factory, new_loop
-from tether.settings import Settings, load_settings
+from tether.settings import Settings, SettingsFileError, load_settings
 
 log = logging.getLogger("tether")
 DEFAULT_APP = "tether.examples.hello:app"
@@ -339,9 +341,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             print(f"tether {args.command}: {message}", file=sys.stderr)
             return 1
+    except ValidationError as exc:  # the setting and the rule, never the value
+        for problem in settings_problems(exc):
+            print(f"tether: {problem}", file=sys.stderr)
+        return 2
     except (
+        SettingsFileError,
+        SettingsError,
         AppLoadError,
-        ValidationError,
         OSError,
         AuthConfigError,
         ListenRefused,
