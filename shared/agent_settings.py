@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from tether.env_lists import listed
+from tether.settings_section import SettingsSection
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(SettingsSection):
     """The built-in agent runtime's limits and defaults (``tether.agents``). They apply to an
     agent app whose registry was built without explicit ``Limits`` (``tether dev --agents``,
     ``build_app_from_dir(dir)``); limits given in code win."""

@@ -8,28 +8,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    IPvAnyNetwork,
-    SecretStr,
-    field_validator,
-)
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
 from tether.env_lists import listed
 from tether.owners import owner_name_problem
+from tether.settings_section import SettingsSection
 
 AuthMode = Literal["auto", "none", "forwarded", "bearer"]
 Platform = Literal["auto", "databricks_apps", "none"]
 MIN_TOKEN_CHARS = 16
 
 
-class AuthSettings(BaseModel):
+class AuthSettings(SettingsSection):  # whose errors never echo a value, such as a token
     """Who the caller is, and whom Tether believes about it (docs/security.md)."""
-
-    model_config = ConfigDict(hide_input_in_errors=True)  # errors must not echo a token
 
     mode: AuthMode = Field(
         "auto",

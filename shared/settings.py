@@ -7,7 +7,7 @@ highest first: explicit overrides (command-line flags), environment, YAML file, 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import (
     BaseModel,
@@ -19,7 +19,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.agent_settings import AgentSettings
 from tether.auth_settings import MIN_TOKEN_CHARS, AuthSettings
+from tether.settings_env import ENV_DELIMITER, ENV_PREFIX, UnknownVariable, environment_values
 from tether.settings_file import CONFIG_ENV, SettingsFileError, read_settings_file
+from tether.settings_section import SETTINGS_RULES, SettingsSection
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -27,6 +29,7 @@ __all__ = [
     "AuthSettings",
     "Settings",
     "SettingsFileError",
+    "UnknownVariable",
     "load_settings",
     "reference",
 ]
@@ -37,7 +40,7 @@ REPLAY_CACHE_BYTES = 32 * 1024 * 1024
 """Default of ``limits.replay_cache_bytes``."""
 
 
-class Timers(BaseModel):
+class Timers(SettingsSection):
     """Every durability timer, in seconds."""
 
     heartbeat_interval: float = Field(2.0, gt=0, description="How often a worker heartbeats.")
@@ -168,7 +171,7 @@ class Timers(BaseModel):
         return self
 
 
-class Limits(BaseModel):
+class Limits(SettingsSection):
     max_body_bytes: int = Field(1024 * 1024, gt=0, description="Largest accepted request body.")
     max_event_bytes: int = Field(1024 * 1024, gt=0, description="Largest event a handler may emit.")
     stream_buffer_bytes: int = Field(
@@ -222,7 +225,7 @@ class Limits(BaseModel):
     )
 
 
-class WorkerSettings(BaseModel):
+class WorkerSettings(SettingsSection):
     concurrency: int = Field(
         200, ge=1, description="Invocations one worker process runs at once (async handlers)."
     )
@@ -273,7 +276,7 @@ class Settings(BaseSettings):
 
     # Errors name the setting, never echo its value: tokens and database passwords live here.
     model_config = SettingsConfigDict(
-        env_prefix="TETHER_", env_nested_delimiter="__", extra="forbid", hide_input_in_errors=True
+        **SETTINGS_RULES, env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER
     )
 
     app: str = Field(
@@ -345,11 +348,13 @@ class Settings(BaseSettings):
 
 
 def load_settings(config_file: str | None = None, **overrides: Any) -> Settings:
-    """Build the settings: defaults < YAML file < environment < explicit overrides."""
+    """Build the settings: defaults < YAML file < environment < explicit overrides, validated
+    once, merged (a rule between two settings judges the values in force, wherever each came
+    from)."""
     path = config_file or os.environ.get(CONFIG_ENV)
     from_file = read_settings_file(path) if path else {}
-    env_settings = Settings()  # environment over defaults
-    merged = _deep_merge(from_file, env_settings.model_dump(exclude_unset=True))
+    from_env = environment_values(Settings, SECTIONS)
+    merged = _deep_merge(from_file, from_env)
     merged = _deep_merge(merged, {k: v for k, v in overrides.items() if v is not None})
     return Settings.model_validate(merged)
 
@@ -364,6 +369,15 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+SECTIONS = tuple(
+    name for name, field in Settings.model_fields.items() if _is_section(field.annotation)
+)
+
+
 def reference() -> list[tuple[str, str, str]]:
     """(environment variable, default, description) for every setting, for the docs."""
     rows: list[tuple[str, str, str]] = []
@@ -371,13 +385,13 @@ def reference() -> list[tuple[str, str, str]]:
     def walk(model: type[BaseModel], prefix: str) -> None:
         for name, field in model.model_fields.items():
             annotation = field.annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                walk(annotation, f"{prefix}{name.upper()}__")
+            if _is_section(annotation):
+                walk(annotation, f"{prefix}{name.upper()}{ENV_DELIMITER}")
                 continue
             default = field.get_default(call_default_factory=True)
             rows.append((f"{prefix}{name.upper()}", repr(default), field.description or ""))
 
-    walk(Settings, "TETHER_")
+    walk(Settings, ENV_PREFIX)
     return rows
 
 

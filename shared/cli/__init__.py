@@ -25,7 +25,7 @@ from tether.gateway.access_log import AccessLog
 from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.logs import flush_logs, setup_logging
 from tether.loops import UnknownLoop, loop_factory, new_loop
-from tether.settings import Settings, SettingsFileError, load_settings
+from tether.settings import Settings, SettingsFileError, UnknownVariable, load_settings
 
 log = logging.getLogger("tether")
 DEFAULT_APP = "tether.examples.hello:app"
@@ -347,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (
         SettingsFileError,
+        UnknownVariable,
         SettingsError,
         AppLoadError,
         OSError,

@@ -77,3 +77,21 @@ def test_a_variable_that_is_not_json_where_json_is_needed_names_the_section(
     monkeypatch.setenv("TETHER_AUTH__TOKENS", f'{{"ci": {SECRET}')
     lines = refused(["gateway"], capsys)
     assert len(lines) == 1 and 'field "auth"' in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("TETHER_TIMERS__STALE_AFTR", "tether: settings: timers.stale_aftr: no such setting"),
+        (
+            "TETHER_TIMER__STALE_AFTER",
+            "tether: settings: TETHER_TIMER__STALE_AFTER: no such setting",
+        ),
+    ],
+)
+def test_a_variable_that_names_no_setting_is_refused_by_its_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, says: str
+) -> None:
+    monkeypatch.setenv(name, "5")
+    [line] = refused(["gateway"], capsys)
+    assert line.startswith(says)

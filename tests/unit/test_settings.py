@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tether.settings import Settings, load_settings
+from tether.settings import Settings, UnknownVariable, load_settings
 
 
 def test_defaults_are_documented_and_sane() -> None:
@@ -55,10 +55,64 @@ def test_the_liveness_grace_spans_two_beats_and_never_outlasts_stale_after(
         Settings.model_validate({"timers": timers})
 
 
-def test_unknown_keys_are_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("prot: 1\n", "prot"),
+        ("timers: {stale_aftr: 5}\n", "timers.stale_aftr"),
+        ("limits: {max_queud: 5}\n", "limits.max_queud"),
+        ("worker: {proceses: 2}\n", "worker.proceses"),
+        ("auth: {mods: bearer}\n", "auth.mods"),
+        ("agents: {max_step: 3}\n", "agents.max_step"),
+    ],
+)
+def test_unknown_keys_are_errors_at_every_level(tmp_path: Path, text: str, where: str) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("prot: 1\n")
-    with pytest.raises(ValidationError):
+    config.write_text(text)
+    with pytest.raises(ValidationError) as refused:
+        load_settings(str(config))
+    [problem] = refused.value.errors()
+    assert (".".join(map(str, problem["loc"])), problem["type"]) == (where, "extra_forbidden")
+
+
+def test_a_nested_variable_that_names_no_setting_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TETHER_TIMERS__STALE_AFTR", "5")
+    with pytest.raises(ValidationError, match="timers.stale_aftr"):
+        load_settings()
+
+
+@pytest.mark.parametrize("name", ["TETHER_TIMER__STALE_AFTER", "TETHER_PORT__NUMBER"])
+def test_a_variable_shaped_as_a_nested_setting_of_no_section_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "5")
+    with pytest.raises(UnknownVariable, match=f"{name}: no such setting"):
+        load_settings()
+
+
+def test_other_variables_with_the_prefix_are_not_settings_and_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prefix is shared: ``TETHER_CONFIG``, ``TETHER_EVENT_LOOP``, an app's own."""
+    monkeypatch.setenv("TETHER_AGENTS_DIR", "agents")
+    monkeypatch.setenv("TETHER_TEST_SOMETHING", "1")
+    assert load_settings() == Settings()
+
+
+def test_a_rule_between_settings_judges_the_merged_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stale_after from the file, heartbeat_interval from the environment: valid together,
+    though the environment's alone (with the default stale_after, 10) would not be."""
+    config = tmp_path / "tether.yaml"
+    config.write_text("timers: {stale_after: 40}\n")
+    monkeypatch.setenv("TETHER_TIMERS__HEARTBEAT_INTERVAL", "8")
+    timers = load_settings(str(config)).timers
+    assert (timers.stale_after, timers.heartbeat_interval) == (40, 8)
+    monkeypatch.setenv("TETHER_TIMERS__STALE_AFTER", "12")  # the environment wins, and is judged
+    with pytest.raises(ValidationError, match="stale_after"):
         load_settings(str(config))
 
 

@@ -1,0 +1,18 @@
+"""What every section of the settings (``timers``, ``limits``, ``worker``, ``auth``, ``agents``)
+shares with the top level: a key that names no setting is an error, and an error never echoes
+the value it refused (tokens and database passwords are settings)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from pydantic_settings import SettingsConfigDict
+
+SETTINGS_RULES = SettingsConfigDict(extra="forbid", hide_input_in_errors=True)
+"""The rules of every settings model, the top level's included (:class:`tether.settings.Settings`
+adds its environment options to them)."""
+
+
+class SettingsSection(BaseModel):
+    """A nested section of the settings."""
+
+    model_config = SETTINGS_RULES
