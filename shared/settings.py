@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.agent_settings import AgentSettings
 from tether.auth_settings import MIN_TOKEN_CHARS, AuthSettings
+from tether.service_urls import checked_database_url, checked_redis_url
 from tether.settings_env import ENV_DELIMITER, ENV_PREFIX, UnknownVariable, environment_values
 from tether.settings_file import CONFIG_ENV, SettingsFileError, read_settings_file
 from tether.settings_section import SETTINGS_RULES, SettingsSection
@@ -267,6 +268,11 @@ class WorkerSettings(SettingsSection):
         ),
     )
 
+    @field_validator("liveness_url")
+    @classmethod
+    def postgres_url(cls, url: str) -> str:
+        return checked_database_url(url) if url else ""
+
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -284,12 +290,17 @@ class Settings(BaseSettings):
     )
     database_url: str = Field(
         "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-        description="PostgreSQL URL for the distributed mode (SQLAlchemy form).",
+        description=(
+            "PostgreSQL URL of the distributed mode: postgresql:// or postgresql+psycopg:// "
+            "(psycopg either way), with '@', '/', '?' and '#' of a password percent-encoded."
+        ),
     )
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
-        description="Redis for the broker (the queue of tokens), and for pub/sub unless "
-        "pubsub_redis_url is set.",
+        description=(
+            "Redis for the broker (the queue of tokens), and for pub/sub unless "
+            "pubsub_redis_url is set: redis://, rediss:// (TLS) or unix:// (a socket)."
+        ),
     )
     pubsub_redis_url: str | None = Field(
         None,
@@ -336,10 +347,20 @@ class Settings(BaseSettings):
 
     @field_validator("database_url")
     @classmethod
-    def async_driver(cls, url: str) -> str:
-        if url.startswith("postgresql://") or url.startswith("postgres://"):
-            return "postgresql+psycopg://" + url.split("://", 1)[1]
-        return url
+    def postgres_url(cls, url: str) -> str:
+        """A PostgreSQL URL, with the psycopg driver named (``postgresql://`` is taken too)."""
+        return checked_database_url(url)
+
+    @field_validator("redis_url")
+    @classmethod
+    def broker_redis_url(cls, url: str) -> str:
+        return checked_redis_url(url)
+
+    @field_validator("pubsub_redis_url")
+    @classmethod
+    def pubsub_redis_url_or_none(cls, url: str | None) -> str | None:
+        """A Redis URL, or None (unset or empty: ``redis_url``)."""
+        return checked_redis_url(url) if url else None
 
     @property
     def pubsub_redis(self) -> str:

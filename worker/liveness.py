@@ -71,10 +71,7 @@ def liveness_url(settings: Settings) -> sa.URL:
     keepalives and a user timeout, so a connection that died silently (a fail-over to another
     host, a NAT or firewall that forgot it) is noticed within ``stale_after / 2``, and with a
     statement timeout, so no statement ever holds the session for long."""
-    raw = settings.worker.liveness_url or settings.database_url
-    if raw.startswith(("postgresql://", "postgres://")):
-        raw = "postgresql+psycopg://" + raw.split("://", 1)[1]
-    url = sa.make_url(raw)
+    url = sa.make_url(settings.worker.liveness_url or settings.database_url)  # both psycopg's
     bound = settings.timers.stale_after / 2
     idle = max(1, int(bound / 2))
     ours = f"-c statement_timeout={max(1, int(bound * 1000))}"

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
+from tether.service_urls import without_password
 from tether.settings import Settings
 from tether.store.errors import SchemaMissing, StoreUnavailable
 
 SERVICE_ERRORS = (StoreUnavailable, SchemaMissing, RedisConnectionError, RedisTimeoutError)
-
-
-def without_password(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (the whole URL hidden if it does not parse)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparsable URL>"
 
 
 def service_error_message(error: BaseException, settings: Settings) -> str | None:

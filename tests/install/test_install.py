@@ -125,7 +125,7 @@ def test_a_command_without_its_database_says_which_and_where(
     done = installed.run(command, elsewhere, nowhere)
     output = no_traceback(done)
     assert done.returncode == 1
-    assert "cannot use PostgreSQL at postgresql+psycopg://tether:***@127.0.0.1:" in done.stderr
+    assert "cannot use PostgreSQL at postgresql+psycopg://***@127.0.0.1:" in done.stderr
     assert "TETHER_DATABASE_URL" in done.stderr
     assert "s3cret" not in output
 

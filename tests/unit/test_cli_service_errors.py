@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from tether.cli.service_errors import service_error_message, without_password
+from tether.cli.service_errors import service_error_message
+from tether.service_urls import without_password
 from tether.settings import Settings
 from tether.store.errors import SchemaMissing, StoreUnavailable, store_error
 
@@ -20,9 +22,25 @@ class UndefinedTable(Exception):
     sqlstate = "42P01"
 
 
-def test_a_url_loses_its_password_and_an_unparsable_one_is_hidden() -> None:
-    assert without_password("redis://:s3cret@h:6379/0") == "redis://:***@h:6379/0"
-    assert without_password("not a url s3cret") == "<unparsable URL>"
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@h:6379/0", "redis://***@h:6379/0"),
+        ("redis://:Super/s3cret@h:6390/0", "redis://***@h:6390/0"),
+        ("postgresql+psycopg://app:Super@s3cret@h:5432/db", "postgresql+psycopg://***@h:5432/db"),
+        ("postgresql://app:a?b#c@h/db", "postgresql://***@h/db"),
+        (
+            "postgresql://h/db?sslmode=require&password=s3cret",
+            "postgresql://h/db?sslmode=require&password=***",
+        ),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1"),
+        ("not a url s3cret", "<unparsable URL>"),
+    ],
+)
+def test_a_url_is_shown_without_anything_before_its_last_at_or_a_password_parameter(
+    url: str, shown: str
+) -> None:
+    assert without_password(url) == shown
 
 
 def test_an_unreachable_database_is_named_without_its_password() -> None:
@@ -32,14 +50,14 @@ def test_an_unreachable_database_is_named_without_its_password() -> None:
     assert isinstance(error, StoreUnavailable)
     message = service_error_message(error, SETTINGS)
     assert message is not None
-    assert "postgresql+psycopg://app:***@db.internal:5432/tether (OperationalError)" in message
+    assert "postgresql+psycopg://***@db.internal:5432/tether (OperationalError)" in message
     assert "s3cret" not in message
 
 
 def test_an_unreachable_redis_is_named_without_its_password() -> None:
     message = service_error_message(RedisConnectionError("s3cret"), SETTINGS)
     assert message is not None
-    assert "redis://:***@cache.internal:6379/0" in message
+    assert "redis://***@cache.internal:6379/0" in message
     assert "s3cret" not in message
 
 
@@ -47,8 +65,8 @@ def test_with_a_pubsub_redis_of_its_own_both_are_named_without_their_passwords()
     both = SETTINGS.model_copy(update={"pubsub_redis_url": "redis://:t0ken@events.internal:6380/0"})
     message = service_error_message(RedisConnectionError("s3cret t0ken"), both)
     assert message is not None
-    assert "redis://:***@cache.internal:6379/0 (broker)" in message
-    assert "redis://:***@events.internal:6380/0 (pub/sub)" in message
+    assert "redis://***@cache.internal:6379/0 (broker)" in message
+    assert "redis://***@events.internal:6380/0 (pub/sub)" in message
     assert "TETHER_PUBSUB_REDIS_URL" in message
     assert "s3cret" not in message and "t0ken" not in message
 

@@ -4,20 +4,28 @@ where in it) and the rule, exit status 2, never the value and never a traceback.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.harness import Launch
+from tests.procs import free_port
 from tether.cli import main
 
 SECRET = "SuperSecretToken123456"
 
 
 @pytest.fixture(autouse=True)
-def no_tether_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def nowhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No TETHER_* settings but services nothing listens on: a command that was not refused
+    (the bug a test is here to catch) must not reach, let alone migrate, a real database."""
     for name in list(os.environ):
         if name.startswith(("TETHER_", "DATABRICKS_APP_")):
             monkeypatch.delenv(name)
+    port = free_port()
+    monkeypatch.setenv("TETHER_DATABASE_URL", f"postgresql://nobody@127.0.0.1:{port}/nowhere")
+    monkeypatch.setenv("TETHER_REDIS_URL", f"redis://127.0.0.1:{port}/0")
 
 
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -95,3 +103,59 @@ def test_a_variable_that_names_no_setting_is_refused_by_its_name(
     monkeypatch.setenv(name, "5")
     [line] = refused(["gateway"], capsys)
     assert line.startswith(says)
+
+
+@pytest.mark.parametrize(
+    ("variable", "url", "says"),
+    [
+        (
+            "TETHER_REDIS_URL",
+            f"redis://:Super/{SECRET}@127.0.0.1:6390/0",
+            "tether: settings: redis_url: cannot be parsed as a Redis URL",
+        ),
+        (
+            "TETHER_DATABASE_URL",
+            f"postgresql+psycopg://postgres:Super@{SECRET}@127.0.0.1:5432/db",
+            "tether: settings: database_url: cannot be parsed as a PostgreSQL URL",
+        ),
+        ("TETHER_DATABASE_URL", "", "tether: settings: database_url: must be a PostgreSQL URL"),
+        ("TETHER_DATABASE_URL", f"mysql://u:{SECRET}@h/db", "tether: settings: database_url:"),
+        ("TETHER_REDIS_URL", f"http://u:{SECRET}@h", "tether: settings: redis_url: must be"),
+    ],
+)
+@pytest.mark.parametrize("command", [["gateway"], ["migrate"], ["reap"]])
+def test_a_service_url_that_cannot_be_used_is_one_line_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    url: str,
+    says: str,
+    command: list[str],
+) -> None:
+    monkeypatch.setenv(variable, url)
+    [line] = refused(command, capsys)
+    assert line.startswith(says) and "Super" not in line
+
+
+def test_the_database_url_of_a_tenants_command_is_judged_as_the_setting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    [line] = refused(["tenants", "list", "--database-url", "garbage"], capsys)
+    assert line.startswith("tether: settings: database_url: must be a PostgreSQL URL")
+
+
+def test_the_worker_command_refuses_a_url_it_cannot_use_before_starting_anything() -> None:
+    launch = Launch()
+    url = f"redis://:Super/{SECRET}@127.0.0.1:{free_port()}/0"
+    done = subprocess.run(
+        [*launch.command, "worker"],
+        cwd=launch.cwd,
+        env=launch.env({"TETHER_REDIS_URL": url}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("tether: settings: redis_url: cannot be parsed as a Redis URL")
+    assert "Super" not in done.stderr + done.stdout and "Traceback" not in done.stderr

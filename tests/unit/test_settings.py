@@ -117,9 +117,49 @@ def test_a_rule_between_settings_judges_the_merged_values(
 
 
 def test_plain_postgres_urls_get_the_psycopg_driver() -> None:
-    assert (
-        Settings(database_url="postgresql://u@h/db").database_url == "postgresql+psycopg://u@h/db"
+    for scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        url = f"{scheme}://u@h/db"
+        assert Settings(database_url=url).database_url == "postgresql+psycopg://u@h/db"
+    direct = Settings.model_validate({"worker": {"liveness_url": "postgres://u@direct/db"}})
+    assert direct.worker.liveness_url == "postgresql+psycopg://u@direct/db"
+
+
+@pytest.mark.parametrize(
+    ("setting", "url", "rule"),
+    [
+        ("database_url", "", "must be a PostgreSQL URL"),
+        ("database_url", "garbage", "must be a PostgreSQL URL"),
+        ("database_url", "mysql://u:s3cret@h/db", "must be a PostgreSQL URL"),
+        ("database_url", "sqlite:///s3cret.db", "must be a PostgreSQL URL"),
+        ("database_url", "postgresql+asyncpg://u:s3cret@h/db", "must be a PostgreSQL URL"),
+        ("database_url", "postgresql://u:Super@s3cret@h:5432/db", "cannot be parsed"),
+        ("database_url", "postgresql://u@h:s3cret/db", "cannot be parsed"),
+        ("redis_url", "http://u:s3cret@h", "must be a Redis URL"),
+        ("redis_url", "", "must be a Redis URL"),
+        ("redis_url", "redis://:Super/s3cret@h:6390/0", "cannot be parsed"),
+        ("pubsub_redis_url", "http://u:s3cret@h", "must be a Redis URL"),
+    ],
+)
+def test_a_service_url_tether_cannot_use_is_refused_without_quoting_it(
+    setting: str, url: str, rule: str
+) -> None:
+    with pytest.raises(ValidationError, match=rule) as refused:
+        Settings.model_validate({setting: url})
+    assert "s3cret" not in str(refused.value)
+    [problem] = refused.value.errors()
+    assert problem["loc"] == (setting,)
+
+
+def test_the_services_tether_can_use() -> None:
+    settings = Settings.model_validate(
+        {
+            "redis_url": "rediss://:p%2Fw@cache:6380/1",
+            "pubsub_redis_url": "unix:///run/redis.sock?db=2",
+            "worker": {"liveness_url": ""},
+        }
     )
+    assert settings.pubsub_redis == "unix:///run/redis.sock?db=2"
+    assert settings.worker.liveness_url == ""
 
 
 def test_the_log_level_is_a_level_name_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
