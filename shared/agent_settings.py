@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from tether.env_lists import listed
-from tether.settings_section import SettingsSection
+from tether.settings_section import DAY, SettingsSection
 
 
 class AgentSettings(SettingsSection):
@@ -24,7 +24,10 @@ class AgentSettings(SettingsSection):
     max_tool_calls: int = Field(50, ge=1, description="Tool calls per run, sub-agents included.")
     max_sub_agent_depth: int = Field(3, ge=0, description="How deep sub-agents may nest.")
     tool_call_timeout: float = Field(
-        300.0, gt=0, description="Seconds a tool call may take unless the tool sets its own."
+        300.0,
+        gt=0,
+        le=DAY,
+        description="Seconds a tool call may take unless the tool sets its own.",
     )
     max_steps: int = Field(
         10, ge=1, description="Model turns per agent run unless the agent sets maxSteps."

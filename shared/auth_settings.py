@@ -13,7 +13,7 @@ from pydantic_settings import NoDecode
 
 from tether.env_lists import listed
 from tether.owners import owner_name_problem
-from tether.settings_section import SettingsSection
+from tether.settings_section import DAY, SettingsSection
 
 AuthMode = Literal["auto", "none", "forwarded", "bearer"]
 Platform = Literal["auto", "databricks_apps", "none"]
@@ -88,6 +88,7 @@ class AuthSettings(SettingsSection):  # whose errors never echo a value, such as
     user_token_ttl: float = Field(
         3600.0,
         gt=0,
+        le=7 * DAY,
         description=(
             "Seconds a process keeps a caller's X-Forwarded-Access-Token in memory for an "
             "unfinished invocation (never stored anywhere else)."

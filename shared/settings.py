@@ -7,14 +7,10 @@ highest first: explicit overrides (command-line flags), environment, YAML file, 
 from __future__ import annotations
 
 import os
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
-from pydantic import (
-    BaseModel,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.agent_settings import AgentSettings
@@ -23,6 +19,7 @@ from tether.service_urls import checked_database_url, checked_redis_url
 from tether.settings_env import ENV_DELIMITER, ENV_PREFIX, UnknownVariable, environment_values
 from tether.settings_file import CONFIG_ENV, SettingsFileError, read_settings_file
 from tether.settings_section import SETTINGS_RULES, SettingsSection
+from tether.timer_settings import Timers
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -30,6 +27,7 @@ __all__ = [
     "AuthSettings",
     "Settings",
     "SettingsFileError",
+    "Timers",
     "UnknownVariable",
     "load_settings",
     "reference",
@@ -39,137 +37,6 @@ STREAM_BUFFER_BYTES = 256 * 1024
 """Default of ``limits.stream_buffer_bytes``; also what a pub/sub built without settings uses."""
 REPLAY_CACHE_BYTES = 32 * 1024 * 1024
 """Default of ``limits.replay_cache_bytes``."""
-
-
-class Timers(SettingsSection):
-    """Every durability timer, in seconds."""
-
-    heartbeat_interval: float = Field(2.0, gt=0, description="How often a worker heartbeats.")
-    stale_after: float = Field(
-        10.0, gt=0, description="An attempt with an older heartbeat is dead."
-    )
-    reaper_interval: float = Field(2.0, gt=0, description="How often each worker runs a reap pass.")
-    requeue_after: float = Field(
-        30.0, gt=0, description="Re-enqueue a queued invocation nobody claimed for this long."
-    )
-    liveness_interval: float = Field(
-        0.5,
-        gt=0,
-        description=(
-            "How often each worker process beats its row in tether_workers and checks its "
-            "liveness connection, and (with more than 4 workers, less often) looks for workers "
-            "whose session ended."
-        ),
-    )
-    liveness_grace: float = Field(
-        1.0,
-        gt=0,
-        description=(
-            "A worker whose session lock is gone is dead once its last liveness beat is this old "
-            "(at least twice liveness_interval, at most stale_after)."
-        ),
-    )
-    broker_check: float = Field(
-        1.0,
-        ge=0,
-        description=(
-            "How often each worker checks that Redis still holds the queue's messages (a marker "
-            "key and the server's run_id) and re-sends what a flush, restart or fail-over lost "
-            "(0: never; lost messages wait for requeue_after)."
-        ),
-    )
-    recovery_backoff: float = Field(
-        1.0, ge=0, description="Base delay between successive replacements of one invocation."
-    )
-    recovery_backoff_max: float = Field(60.0, ge=0, description="Cap on that delay.")
-    retention: float = Field(
-        7 * 24 * 3600.0, gt=0, description="Delete terminal invocations older than this."
-    )
-    count_audit: float = Field(
-        300.0,
-        ge=0,
-        description=(
-            "How often each worker's reaper compares the kept open counts (owner cap, "
-            "max_queued) with the open rows and corrects any that drifted (0: never)."
-        ),
-    )
-    statistics_check: float = Field(
-        2.0,
-        ge=0,
-        description=(
-            "How often each worker's reaper compares how many queued, active and waiting "
-            "invocations PostgreSQL's planner believes there are with the rows, and runs "
-            "ANALYZE on the invocations when one is far too low (0: never)."
-        ),
-    )
-    shutdown_grace: float = Field(
-        30.0, ge=0, description="How long a stopping worker lets running attempts finish."
-    )
-    sync_timeout: float = Field(
-        30.0, gt=0, description="A sync POST answers 202 after waiting this long."
-    )
-    ping_interval: float = Field(15.0, gt=0, le=15.0, description="SSE keep-alive comment period.")
-    inline_sleep_max: float = Field(
-        5.0,
-        ge=0,
-        description="ctx.sleep up to this long sleeps in the process; longer ones park the run.",
-    )
-    claim_poll: float = Field(
-        1.0,
-        gt=0,
-        description=(
-            "How often each worker claims queued work for its free slots without a message "
-            "(work that waited for a cap or its session's turn while the messages were dropped)."
-        ),
-    )
-    timer_poll: float = Field(
-        0.25,
-        gt=0,
-        description="How often each worker resumes parked runs whose sleep or wait timeout is due.",
-    )
-    stream_send_timeout: float = Field(
-        30.0,
-        gt=0,
-        description=(
-            "An SSE reader that cannot take one send buffer within this is too far behind: its "
-            "stream is closed, and it reconnects with after=N."
-        ),
-    )
-    body_read_timeout: float = Field(
-        30.0, gt=0, description="A request body must arrive whole within this, else 408."
-    )
-    max_run_duration: float = Field(
-        0.0,
-        ge=0,
-        description=(
-            "Longest an attempt's handler may run; the worker then cancels it and the "
-            "invocation fails with limit_exceeded (0: no limit)."
-        ),
-    )
-    limit_grace: float = Field(
-        5.0,
-        gt=0,
-        description=(
-            "How long a handler may keep running after ctx.emit raised LimitExceeded before "
-            "the worker cancels it."
-        ),
-    )
-
-    @model_validator(mode="after")
-    def stale_exceeds_heartbeat(self) -> Timers:
-        if self.stale_after < 2 * self.heartbeat_interval:
-            raise ValueError(
-                "timers.stale_after must be at least twice timers.heartbeat_interval "
-                f"(got stale_after={self.stale_after}, "
-                f"heartbeat_interval={self.heartbeat_interval})"
-            )
-        if not 2 * self.liveness_interval <= self.liveness_grace <= self.stale_after:
-            raise ValueError(
-                "timers.liveness_grace must be at least twice timers.liveness_interval and at "
-                f"most timers.stale_after (got liveness_grace={self.liveness_grace}, "
-                f"liveness_interval={self.liveness_interval}, stale_after={self.stale_after})"
-            )
-        return self
 
 
 class Limits(SettingsSection):
@@ -399,9 +266,19 @@ SECTIONS = tuple(
 )
 
 
-def reference() -> list[tuple[str, str, str]]:
-    """(environment variable, default, description) for every setting, for the docs."""
-    rows: list[tuple[str, str, str]] = []
+class SettingRow(NamedTuple):
+    """One row of the settings table in docs/configuration.md."""
+
+    variable: str
+    default: str
+    allowed: str
+    """The bounds of a number (``> 0, ≤ 508``); empty for other settings."""
+    meaning: str
+
+
+def reference() -> list[SettingRow]:
+    """Every setting, for the docs."""
+    rows: list[SettingRow] = []
 
     def walk(model: type[BaseModel], prefix: str) -> None:
         for name, field in model.model_fields.items():
@@ -409,14 +286,29 @@ def reference() -> list[tuple[str, str, str]]:
             if _is_section(annotation):
                 walk(annotation, f"{prefix}{name.upper()}{ENV_DELIMITER}")
                 continue
-            default = field.get_default(call_default_factory=True)
-            rows.append((f"{prefix}{name.upper()}", repr(default), field.description or ""))
+            default = repr(field.get_default(call_default_factory=True))
+            variable = f"{prefix}{name.upper()}"
+            rows.append(SettingRow(variable, default, _bounds(field), field.description or ""))
 
     walk(Settings, ENV_PREFIX)
     return rows
 
 
+BOUND_SIGNS = (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"))
+
+
+def _bounds(field: FieldInfo) -> str:
+    """A number's bounds, from the constraints pydantic keeps (``annotated_types.Gt(gt=0)``)."""
+    found = []
+    for rule in field.metadata:
+        for attribute, sign in BOUND_SIGNS:
+            bound = getattr(rule, attribute, None)
+            if bound is not None:
+                found.append(f"{sign} {int(bound) if float(bound).is_integer() else bound}")
+    return ", ".join(found)
+
+
 if __name__ == "__main__":
-    print("| variable | default | meaning |\n| --- | --- | --- |")
-    for variable, default, meaning in reference():
-        print(f"| `{variable}` | `{default}` | {meaning} |")
+    print("| variable | default | range | meaning |\n| --- | --- | --- | --- |")
+    for row in reference():
+        print(f"| `{row.variable}` | `{row.default}` | {row.allowed} | {row.meaning} |")

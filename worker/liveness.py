@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
@@ -46,6 +45,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
+from tether.liveness_keepalive import PROBE_INTERVAL, keepalive_for
 from tether.settings import Settings
 from tether.store.errors import StoreError
 from tether.store.liveness import LivenessSession, Registration, Sighting
@@ -72,19 +72,18 @@ def liveness_url(settings: Settings) -> sa.URL:
     host, a NAT or firewall that forgot it) is noticed within ``stale_after / 2``, and with a
     statement timeout, so no statement ever holds the session for long."""
     url = sa.make_url(settings.worker.liveness_url or settings.database_url)  # both psycopg's
-    bound = settings.timers.stale_after / 2
-    idle = max(1, int(bound / 2))
-    ours = f"-c statement_timeout={max(1, int(bound * 1000))}"
+    keepalive = keepalive_for(settings.timers.stale_after)
+    ours = f"-c statement_timeout={keepalive.within_ms}"
     options = " ".join(filter(None, [str(url.query.get("options", "")), ours]))
     return url.update_query_dict(
         {
             "application_name": "tether-liveness",
-            "connect_timeout": str(max(2, math.ceil(bound))),
+            "connect_timeout": str(keepalive.connect_timeout),
             "keepalives": "1",
-            "keepalives_idle": str(idle),
-            "keepalives_interval": "1",
-            "keepalives_count": str(max(1, int(bound) - idle)),
-            "tcp_user_timeout": str(max(1000, int(bound * 1000))),
+            "keepalives_idle": str(keepalive.idle),
+            "keepalives_interval": str(PROBE_INTERVAL),
+            "keepalives_count": str(keepalive.count),
+            "tcp_user_timeout": str(max(1000, keepalive.within_ms)),
             "options": options,
         }
     )

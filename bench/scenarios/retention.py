@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from bench.procs import private_database
 from bench.report import Row
 from bench.scenarios.common import Sizes
+from tether.liveness_keepalive import MAX_STALE_AFTER
 from tether.outcomes import completed
 from tether.pubsub import MemoryPubSub
 from tether.queue import Queue
@@ -116,7 +117,9 @@ async def reaper_passes(store: Store) -> None:
     runtime attached, so what it would re-send is dropped."""
     reaper = Reaper(
         services=Services(store, MemoryPubSub(), Queue(LocalQueue())),
-        settings=Settings.model_validate({"timers": {"count_audit": 0, "stale_after": 86400}}),
+        settings=Settings.model_validate(
+            {"timers": {"count_audit": 0, "stale_after": MAX_STALE_AFTER}}  # nothing goes stale
+        ),
         has_recover=True,
     )
     while (await reaper.reap_once()).deleted or await expired_left(store):

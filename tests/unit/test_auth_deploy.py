@@ -19,7 +19,7 @@ from tether.gateway.auth import resolve_auth
 from tether.settings import Settings, load_settings, reference
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTING_NAMES = {variable for variable, _, _ in reference()} | {"TETHER_CONFIG"}
+SETTING_NAMES = {row.variable for row in reference()} | {"TETHER_CONFIG"}
 TOKENS = '{"ci": "deploy-test-token-0123456789"}'
 REQUIRED = {"TETHER_AUTH__TOKENS": TOKENS}  # what an operator must supply
 COMPOSE_VARIABLE = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")

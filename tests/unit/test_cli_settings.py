@@ -159,3 +159,20 @@ def test_the_worker_command_refuses_a_url_it_cannot_use_before_starting_anything
     assert done.returncode == 2
     assert done.stderr.startswith("tether: settings: redis_url: cannot be parsed as a Redis URL")
     assert "Super" not in done.stderr + done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("TETHER_TIMERS__SHUTDOWN_GRACE", "inf"),
+        ("TETHER_TIMERS__STALE_AFTER", "nan"),
+        ("TETHER_TIMERS__STALE_AFTER", "600"),
+    ],
+)
+def test_a_timer_that_is_not_finite_or_past_its_bound_is_refused_before_a_worker_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    [line] = refused(["worker"], capsys)
+    setting = variable.removeprefix("TETHER_").replace("__", ".").lower()
+    assert line.startswith(f"tether: settings: {setting}: ")

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_configuration_reference_matches_the_settings_model() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     table = text.split("<!-- settings:begin -->\n", 1)[1].split("<!-- settings:end -->", 1)[0]
-    expected = ["| variable | default | meaning |", "| --- | --- | --- |"]
-    expected += [f"| `{v}` | `{d}` | {m} |" for v, d, m in reference()]
+    expected = ["| variable | default | range | meaning |", "| --- | --- | --- | --- |"]
+    expected += [f"| `{v}` | `{d}` | {r} | {m} |" for v, d, r, m in reference()]
     assert table.strip().splitlines() == expected, "regenerate with: python -m tether.settings"
 
 

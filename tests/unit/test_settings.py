@@ -3,9 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from tether.settings import Settings, UnknownVariable, load_settings
+from tether.liveness_keepalive import MAX_KEEPALIVE_COUNT, MAX_STALE_AFTER, keepalive_for
+from tether.settings import Settings, UnknownVariable, load_settings, reference
 
 
 def test_defaults_are_documented_and_sane() -> None:
@@ -180,3 +181,47 @@ def test_list_settings_read_json_or_commas_from_the_environment(
     settings = load_settings()
     assert settings.agents.mcp_trusted_hosts == ["a.example", "b.example"]
     assert settings.auth.admins == ["ann", "bob"]
+
+
+def float_settings() -> list[str]:
+    """The variable of every setting held as a float."""
+    found = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name.upper()}__")
+            elif annotation is float:
+                found.append(f"{prefix}{name.upper()}")
+
+    walk(Settings, "TETHER_")
+    return found
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400"])
+@pytest.mark.parametrize("variable", float_settings())
+def test_every_float_setting_is_finite(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as refused:
+        load_settings()
+    [problem] = refused.value.errors()
+    assert "__".join(map(str, problem["loc"])).upper() == variable.removeprefix("TETHER_")
+
+
+def test_every_float_setting_has_an_upper_bound_in_the_docs() -> None:
+    bounds = {row.variable: row.allowed for row in reference()}
+    assert float_settings() and all("≤" in bounds[v] for v in float_settings())
+
+
+def test_stale_after_is_bounded_by_the_keepalive_probes_the_kernel_accepts() -> None:
+    """Linux refuses TCP_KEEPCNT above 127: the liveness connection would not open."""
+    quarter_seconds = [n / 4 for n in range(1, int(MAX_STALE_AFTER * 4) + 1)]
+    assert max(keepalive_for(s).count for s in quarter_seconds) == MAX_KEEPALIVE_COUNT
+    assert keepalive_for(MAX_STALE_AFTER + 2).count > MAX_KEEPALIVE_COUNT  # the bound is tight
+    timers = Settings.model_validate({"timers": {"stale_after": MAX_STALE_AFTER}}).timers
+    assert timers.stale_after == MAX_STALE_AFTER
+    with pytest.raises(ValidationError, match="less than or equal to 508"):
+        Settings.model_validate({"timers": {"stale_after": MAX_STALE_AFTER + 0.5}})
