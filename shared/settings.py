@@ -212,6 +212,13 @@ class Settings(BaseSettings):
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return name
 
+    @field_validator("embedded_path")
+    @classmethod
+    def sqlite_file(cls, path: str) -> str:
+        if not path.strip():
+            raise ValueError("must name an SQLite file, or :memory: for a throwaway store")
+        return path
+
     @field_validator("database_url")
     @classmethod
     def postgres_url(cls, url: str) -> str:

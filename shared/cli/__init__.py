@@ -79,10 +79,15 @@ def auth_for_listening(command: str, settings: Settings, insecure: bool) -> str:
 def cmd_dev(args: argparse.Namespace) -> int:
     """Gateway, worker and reaper in one process on the embedded store (one user, loopback)."""
     from tether.cli.compose import dev_app
+    from tether.cli.service_errors import sqlite_error_message, unusable_sqlite_file
+    from tether.store.errors import StoreError
 
     settings = settings_from(
         args, embedded_path=args.db, agents={"skills_dir": args.skills} if args.skills else None
     )
+    if unusable := unusable_sqlite_file(settings.embedded_path):
+        print(f"tether dev: {unusable}", file=sys.stderr)
+        return 1
     auth = auth_for_listening("tether dev", settings, args.insecure)
     app = agent_app_for(settings, args.agents)
     web_app = dev_app(settings, app)
@@ -91,7 +96,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
         flush=True,
     )
-    serve(web_app, settings, host=settings.host, port=settings.port, shutdown_timeout=5)
+    try:
+        serve(web_app, settings, host=settings.host, port=settings.port, shutdown_timeout=5)
+    except StoreError as exc:  # opening or migrating the file failed: the file is what is wrong
+        print(f"tether dev: {sqlite_error_message(exc, settings.embedded_path)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,16 +1,22 @@
-"""What a command says when PostgreSQL or Redis cannot be used: which service, where (its password
-masked), and what to do about it. Never the driver's text, never a traceback."""
+"""What a command says when PostgreSQL, Redis or the SQLite file of ``tether dev`` cannot be
+used: which, where (a URL's user and password masked), and what to do about it. Never the
+driver's text, never a traceback."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tether.service_urls import without_password
 from tether.settings import Settings
-from tether.store.errors import SchemaMissing, StoreUnavailable
+from tether.store.errors import SchemaMissing, StoreError, StoreUnavailable
 
 SERVICE_ERRORS = (StoreUnavailable, SchemaMissing, RedisConnectionError, RedisTimeoutError)
+MEMORY = ":memory:"
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file."""
 
 
 def service_error_message(error: BaseException, settings: Settings) -> str | None:
@@ -18,9 +24,8 @@ def service_error_message(error: BaseException, settings: Settings) -> str | Non
     preparing a service (a bug, to be raised as is)."""
     database = without_password(settings.database_url)
     if isinstance(error, StoreUnavailable):
-        cause = str(error).split(":", 1)[0]  # the driver's error class, never its text
         return (
-            f"cannot use PostgreSQL at {database} ({cause}): start it, or point "
+            f"cannot use PostgreSQL at {database} ({_cause(error)}): start it, or point "
             "TETHER_DATABASE_URL (database_url in --config) at one"
         )
     if isinstance(error, SchemaMissing):
@@ -39,3 +44,43 @@ def service_error_message(error: BaseException, settings: Settings) -> str | Non
             f"{names} in --config) at one"
         )
     return None
+
+
+def unusable_sqlite_file(path: str) -> str | None:
+    """One line saying why the SQLite file at ``path`` cannot be used, before it is opened, as
+    far as the file system tells; None when it may be (a missing file in a folder is created)."""
+    problem = _sqlite_file_problem(path)
+    return None if problem is None else _sqlite_message(path, problem)
+
+
+def sqlite_error_message(error: StoreError, path: str) -> str:
+    """One line for a store error of a command on the SQLite file at ``path``: opening or
+    migrating it failed, so the file is what is wrong (said from the file itself where it can
+    be, else the driver's error class)."""
+    return _sqlite_message(path, _sqlite_file_problem(path) or _cause(error))
+
+
+def _sqlite_message(path: str, problem: str) -> str:
+    return f"cannot use the SQLite file {path} ({problem}): choose another with --db"
+
+
+def _sqlite_file_problem(path: str) -> str | None:
+    if path == MEMORY:
+        return None
+    file = Path(path)
+    if file.is_dir():
+        return "it is a folder"
+    if not file.parent.is_dir():
+        return "its folder does not exist"
+    try:
+        with file.open("rb") as opened:
+            head = opened.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None if head in (b"", SQLITE_HEADER) else "it is not an SQLite database"
+
+
+def _cause(error: StoreError) -> str:
+    return str(error).split(":", 1)[0]  # the driver's error class, never its text

@@ -66,7 +66,12 @@ def add_parser(sub: Any) -> None:
 
 def cmd_tenants(args: argparse.Namespace) -> int:
     """Tenants' limits on the database: list, show, set, remove."""
-    from tether.cli.service_errors import SERVICE_ERRORS, service_error_message
+    from tether.cli.service_errors import (
+        service_error_message,
+        sqlite_error_message,
+        unusable_sqlite_file,
+    )
+    from tether.store.errors import StoreError
 
     overrides = {"database_url": args.database_url} if args.database_url else {}
     settings = load_settings(args.config, **overrides)
@@ -77,13 +82,20 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     except Refused as exc:
         print(f"tether tenants {args.verb}: {exc}", file=sys.stderr)
         return 2
+    if args.db is not None and (unusable := unusable_sqlite_file(args.db)):
+        print(f"tether tenants: {unusable}", file=sys.stderr)
+        return 1
     try:
         return asyncio.run(on_store(settings, args.db, verb))
     except Refused as exc:
         print(f"tether tenants {args.verb}: {exc}", file=sys.stderr)
         return 2
-    except SERVICE_ERRORS as exc:
-        message = service_error_message(exc, settings)
+    except StoreError as exc:  # on the SQLite file: opening or migrating it failed
+        message = (
+            sqlite_error_message(exc, args.db)
+            if args.db is not None
+            else service_error_message(exc, settings)
+        )
         if message is None:
             raise
         print(f"tether tenants: {message}", file=sys.stderr)
