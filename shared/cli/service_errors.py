@@ -11,7 +11,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tether.service_urls import without_password
 from tether.settings import Settings
-from tether.store.errors import SchemaMissing, StoreError, StoreUnavailable
+from tether.store.errors import LockNotGranted, SchemaMissing, StoreError, StoreUnavailable
 
 SERVICE_ERRORS = (StoreUnavailable, SchemaMissing, RedisConnectionError, RedisTimeoutError)
 MEMORY = ":memory:"
@@ -23,6 +23,12 @@ def service_error_message(error: BaseException, settings: Settings) -> str | Non
     """One line for a service error a command raised, or None when it is not about reaching or
     preparing a service (a bug, to be raised as is)."""
     database = without_password(settings.database_url)
+    if isinstance(error, LockNotGranted):
+        return (
+            f"PostgreSQL at {database} did not grant a lock within lock_timeout (another "
+            "transaction held it; the transaction that waited rolled back): run the command "
+            "again, at a quieter moment or with a longer lock_timeout"
+        )
     if isinstance(error, StoreUnavailable):
         return (
             f"cannot use PostgreSQL at {database} ({_cause(error)}): start it, or point "

@@ -24,6 +24,7 @@ MAX_LOGGED_CHARS = 200
 REFUSED_CLASSES = frozenset({"22", "23", "54"})  # data exception, constraint, program limit
 UNAVAILABLE_CLASSES = frozenset({"08", "25", "40", "53", "57", "58"})
 UNDEFINED_TABLE = "42P01"
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed, or NOWAIT found the lock taken
 
 
 class Superseded(Exception):
@@ -53,6 +54,11 @@ class StoreError(Exception):
 class StoreUnavailable(StoreError):
     """The database could not do the work now (connection lost, timeout, locked, shutting
     down): nothing was written, and the same write may succeed later."""
+
+
+class LockNotGranted(StoreUnavailable):
+    """A lock the statement waited for was not granted in time (PostgreSQL's ``lock_timeout``):
+    another transaction held it. The transaction rolled back; run it again later."""
 
 
 class SchemaMissing(StoreError):
@@ -115,6 +121,8 @@ def _from_dbapi(exc: sa.exc.DBAPIError) -> StoreError:
     if isinstance(sqlstate, str):  # PostgreSQL says exactly what went wrong
         if sqlstate == UNDEFINED_TABLE:
             return SchemaMissing(logged)
+        if sqlstate == LOCK_NOT_AVAILABLE:
+            return LockNotGranted(logged)
         if sqlstate[:2] in REFUSED_CLASSES:
             return ValueRefused(logged, REFUSED_MESSAGE)
         if sqlstate[:2] in UNAVAILABLE_CLASSES:

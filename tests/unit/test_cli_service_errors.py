@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from tether.cli.service_errors import service_error_message
 from tether.service_urls import without_password
 from tether.settings import Settings
-from tether.store.errors import SchemaMissing, StoreUnavailable, store_error
+from tether.store.errors import LockNotGranted, SchemaMissing, StoreUnavailable, store_error
 
 SETTINGS = Settings(
     database_url="postgresql+psycopg://app:s3cret@db.internal:5432/tether",
@@ -84,3 +84,19 @@ def test_a_missing_table_says_to_migrate_and_other_sql_errors_are_not_explained_
     assert "run `tether migrate` first" in (service_error_message(missing, SETTINGS) or "")
     other = store_error(ProgrammingError("SELECT", {}, Exception()))
     assert other is not None and service_error_message(other, SETTINGS) is None
+
+
+class LockNotAvailable(Exception):
+    sqlstate = "55P03"
+
+
+def test_a_lock_not_granted_in_time_says_to_run_the_command_again() -> None:
+    error = store_error(OperationalError("ALTER", {}, LockNotAvailable("s3cret")))
+    assert isinstance(error, LockNotGranted) and isinstance(error, StoreUnavailable)
+    message = service_error_message(error, SETTINGS)
+    assert message is not None and "s3cret" not in message
+    assert message.startswith(
+        "PostgreSQL at postgresql+psycopg://***@db.internal:5432/tether did not grant a lock "
+        "within lock_timeout"
+    )
+    assert "run the command again" in message
