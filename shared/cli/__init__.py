@@ -127,7 +127,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     app.report_at_start()
 
     processes = args.processes
-    if processes <= 1:
+    if processes == 1:
         serve(gateway_app(settings, app), settings, host=settings.host, port=settings.port)
         return 0
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
@@ -172,8 +172,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     load_app(settings.app)  # fail here, clearly, rather than in every child
     command = worker_command(
         settings,
-        processes=args.processes or settings.worker.processes,
-        threads=args.threads or settings.worker.threads,
+        processes=settings.worker.processes if args.processes is None else args.processes,
+        threads=settings.worker.threads if args.threads is None else args.threads,
         config_file=args.config,
         environ=os.environ,
     )
@@ -275,16 +275,36 @@ def is_checkout(folder: Path) -> bool:
     return bool(project.get("name") == "tether")
 
 
+CONFIG_HELP = "YAML settings file (also TETHER_CONFIG)"
+
+
+def at_least_one(text: str) -> int:
+    """A count of processes or threads, as argparse reads it: a whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="Tether, a durable agent server.")
-    parser.add_argument("--config", help="YAML settings file (also TETHER_CONFIG)")
+    parser.add_argument("--config", help=CONFIG_HELP)
+    # --config after a command's name too; SUPPRESS: not given there, the one before it stands
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, doc: str | None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=doc, parents=[config])
 
     def with_app(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--app", help="the AgentApp as module:attribute (also TETHER_APP)")
         return p
 
-    dev = with_app(sub.add_parser("dev", help=cmd_dev.__doc__))
+    dev = with_app(command("dev", cmd_dev.__doc__))
     dev.add_argument("--host")
     dev.add_argument("--port", type=int)
     dev.add_argument("--db", help="SQLite file (default tether.db), or :memory:")
@@ -293,25 +313,25 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     dev.set_defaults(func=cmd_dev)
 
-    gw = with_app(sub.add_parser("gateway", help=cmd_gateway.__doc__))
+    gw = with_app(command("gateway", cmd_gateway.__doc__))
     gw.add_argument("--host")
     gw.add_argument("--port", type=int)
-    gw.add_argument("--processes", type=int, default=1)
+    gw.add_argument("--processes", type=at_least_one, default=1)
     gw.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
     gw.set_defaults(func=cmd_gateway)
 
-    wk = with_app(sub.add_parser("worker", help=cmd_worker.__doc__))
-    wk.add_argument("--processes", type=int)
-    wk.add_argument("--threads", type=int)
+    wk = with_app(command("worker", cmd_worker.__doc__))
+    wk.add_argument("--processes", type=at_least_one, help="default: worker.processes")
+    wk.add_argument("--threads", type=at_least_one, help="default: worker.threads")
     wk.set_defaults(func=cmd_worker)
 
-    mig = sub.add_parser("migrate", help=cmd_migrate.__doc__)
+    mig = command("migrate", cmd_migrate.__doc__)
     mig.add_argument("--recount", action="store_true", help=RECOUNT_HELP)
     mig.set_defaults(func=cmd_migrate)
-    with_app(sub.add_parser("reap", help=cmd_reap.__doc__)).set_defaults(func=cmd_reap)
-    add_tenants_parser(sub)
+    with_app(command("reap", cmd_reap.__doc__)).set_defaults(func=cmd_reap)
+    add_tenants_parser(sub, config)
 
-    ra = sub.add_parser("run-agent", help=cmd_run_agent.__doc__)
+    ra = command("run-agent", cmd_run_agent.__doc__)
     ra.add_argument("input", help="the user message")
     ra.add_argument("--agents", help="folder of Markdown agents")
     ra.add_argument("--agent", help="which agent (default: the default agent)")

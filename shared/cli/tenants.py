@@ -42,9 +42,10 @@ class Refused(ValueError):
     """A command line that asks for something no tenant may have."""
 
 
-def add_parser(sub: Any) -> None:
-    tenants = sub.add_parser("tenants", help=cmd_tenants.__doc__)
-    where = argparse.ArgumentParser(add_help=False)
+def add_parser(sub: Any, config: argparse.ArgumentParser) -> None:
+    """``tether tenants``; ``config``: the parent parser of ``--config`` after a command's name."""
+    tenants = sub.add_parser("tenants", help=cmd_tenants.__doc__, parents=[config])
+    where = argparse.ArgumentParser(add_help=False, parents=[config])
     where.add_argument("--database-url", help="PostgreSQL URL (default: database_url setting)")
     where.add_argument("--db", help="the SQLite file of `tether dev` instead")
     where.add_argument("--json", action="store_true", help="print JSON")
