@@ -19,7 +19,8 @@ from tether.agents import (
     schema_tool,
     tool,
 )
-from tether.agents.sync_tools import SYNC_TOOLS
+from tether.agents import tools as tools_module
+from tether.agents.sync_tools import SyncToolThreads
 from tether.app import AgentApp
 
 
@@ -105,7 +106,7 @@ async def test_sync_tools_stuck_past_their_timeouts_hold_their_own_threads_only(
 ) -> None:
     """Each stuck call keeps a daemon thread of its own, so a quick sync tool after them runs at
     once, in its own time; past the bound a call is refused with the reason, not queued."""
-    monkeypatch.setattr(SYNC_TOOLS, "limit", SYNC_TOOLS.running + 3)
+    monkeypatch.setattr(tools_module, "SYNC_TOOLS", SyncToolThreads(limit=3))  # this test's
     release = threading.Event()
 
     @tool(timeout_s=0.2)
