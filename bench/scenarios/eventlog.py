@@ -36,11 +36,12 @@ from bench.procs import Launcher, launcher, private_database
 from bench.report import Row
 from bench.scenarios.common import Pg, Sizes
 from tether.store.maintenance import EXPIRED_EVENTS
+from tether.timer_settings import MAX_RETENTION
 
 APP = "bench.apps:both"
 OWNER = 0
 OWNER_NAME = "bench-0"
-NO_RETENTION = {"TETHER_TIMERS__RETENTION": str(30 * 365 * 86400)}
+NO_RETENTION = {"TETHER_TIMERS__RETENTION": str(MAX_RETENTION)}  # the longest: 10 years
 OLD = 8 * 86400  # the bulk-inserted invocations finished this many seconds ago
 CHUNK = 1000  # old invocations per INSERT statement
 STALL = 1.0  # a gap between ticks (s) past which the run keeps its process logs

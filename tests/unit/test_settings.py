@@ -225,3 +225,14 @@ def test_stale_after_is_bounded_by_the_keepalive_probes_the_kernel_accepts() -> 
     assert timers.stale_after == MAX_STALE_AFTER
     with pytest.raises(ValidationError, match="less than or equal to 508"):
         Settings.model_validate({"timers": {"stale_after": MAX_STALE_AFTER + 0.5}})
+
+
+def test_the_tool_argument_cap_must_stay_below_the_event_cap() -> None:
+    """A call's arguments travel in its tool_call event: a cap at or past the event's would let
+    through a call whose event then fails the run."""
+    with pytest.raises(ValidationError, match="max_tool_argument_bytes must stay below"):
+        Settings.model_validate(
+            {"limits": {"max_event_bytes": 1000}, "agents": {"max_tool_argument_bytes": 1000}}
+        )
+    fits = {"limits": {"max_event_bytes": 1001}, "agents": {"max_tool_argument_bytes": 1000}}
+    assert Settings.model_validate(fits).agents.max_tool_argument_bytes == 1000
