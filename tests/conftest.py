@@ -23,13 +23,18 @@ CONTRACT_ENV = {
 one admin; the proxy (the tests, from loopback) may name a caller's tenant."""
 
 
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session (SQLAlchemy URL), not yet migrated."""
+def new_database() -> Iterator[str]:
+    """A new PostgreSQL database (SQLAlchemy URL), not migrated, dropped afterwards."""
     require(PG_ADMIN_URL, 5432, "PostgreSQL")
     url = create_database()
     yield url
     drop_database(url)
+
+
+pg_database = pytest.fixture(new_database, scope="session", name="pg_database")
+"""A fresh database for this test session, not yet migrated."""
+fresh_database = pytest.fixture(new_database, name="fresh_database")
+"""A fresh database for one test, not migrated."""
 
 
 @pytest.fixture(scope="session")

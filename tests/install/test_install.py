@@ -17,7 +17,6 @@ from tests.client import Api, new_id
 from tests.harness import ROOT, start_dev
 from tests.install.installed import Installed
 from tests.procs import free_port
-from tests.services import PG_ADMIN_URL, create_database, drop_database, require
 from tether.cli import build_parser
 
 PROBE = """
@@ -160,14 +159,6 @@ def test_dev_with_a_missing_agents_folder_says_so(installed: Installed, elsewher
     no_traceback(done)
     assert done.returncode == 2
     assert "'examples/agents' is not a folder" in done.stderr
-
-
-@pytest.fixture
-def fresh_database() -> Iterator[str]:
-    require(PG_ADMIN_URL, 5432, "PostgreSQL")
-    url = create_database()
-    yield url
-    drop_database(url)
 
 
 def test_migrate_applies_the_migrations_shipped_in_the_package(

@@ -4,22 +4,11 @@ in time it fails in one line, exit status 1, and can simply be run again."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
 from tests.harness import Launch
-from tests.services import PG_ADMIN_URL, create_database, drop_database, require
 from tether.store.dialect import MIGRATION_LOCK_KEY
-
-
-@pytest.fixture
-def fresh_database() -> Iterator[str]:
-    require(PG_ADMIN_URL, 5432, "PostgreSQL")
-    url = create_database()
-    yield url
-    drop_database(url)
 
 
 def migrate(url: str, **env: str) -> subprocess.CompletedProcess[str]:
