@@ -8,6 +8,8 @@ refused by its setting, never quoted: its text may be mostly password.
 
 from __future__ import annotations
 
+import re
+
 import sqlalchemy as sa
 from redis.connection import parse_url  # what redis-py's from_url reads the URL with
 
@@ -19,7 +21,9 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 """What ``redis_url`` and ``pubsub_redis_url`` take: redis-py's TCP, TLS and Unix-socket URLs."""
 MASK = "***"
 UNPARSABLE = "<unparsable URL>"
-ENCODE = "percent-encode '@', '/', '?' and '#' in its user and password (%40, %2F, %3F, %23)"
+ENCODE = (
+    "a port is a number; in a user or password, percent-encode '@', '?' and '#' (%40, %3F, %23)"
+)
 
 
 def without_password(url: str) -> str:
@@ -28,17 +32,13 @@ def without_password(url: str) -> str:
     scheme, found, rest = url.partition("://")
     if not found:
         return UNPARSABLE
-    if "@" in rest:
+    rest = _PASSWORD_PARAMETER.sub(rf"\1{MASK}", rest)  # first: such a value may hold an '@'
+    if "@" in rest:  # (an '@' in another parameter masks more than needed, never less)
         rest = f"{MASK}@{rest.rsplit('@', 1)[1]}"
-    address, asked, query = rest.partition("?")
-    if not asked:
-        return f"{scheme}://{address}"
-    return f"{scheme}://{address}?{'&'.join(map(_masked_parameter, query.split('&')))}"
+    return f"{scheme}://{rest}"
 
 
-def _masked_parameter(parameter: str) -> str:
-    name, given, _ = parameter.partition("=")
-    return f"{name}={MASK}" if given and name.lower().endswith("password") else parameter
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&][^=&#]*password=)[^&#]*")
 
 
 def checked_database_url(url: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple, TypeGuard
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -235,18 +235,6 @@ class Settings(BaseSettings):
     def pubsub_redis_url_or_none(cls, url: str | None) -> str | None:
         """A Redis URL, or None (unset or empty: ``redis_url``)."""
         return checked_redis_url(url) if url else None
-
-    @model_validator(mode="after")
-    def tool_arguments_fit_an_event(self) -> Settings:
-        """A tool call's arguments travel in its ``tool_call`` event: the argument cap must stay
-        below the event cap, or a call the cap lets through would fail the run instead."""
-        if self.agents.max_tool_argument_bytes >= self.limits.max_event_bytes:
-            raise ValueError(
-                "agents.max_tool_argument_bytes must stay below limits.max_event_bytes (got "
-                f"max_tool_argument_bytes={self.agents.max_tool_argument_bytes}, "
-                f"max_event_bytes={self.limits.max_event_bytes})"
-            )
-        return self
 
     @property
     def pubsub_redis(self) -> str:

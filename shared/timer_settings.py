@@ -16,7 +16,7 @@ from tether.settings_section import DAY, HOUR, SettingsSection
 
 MAX_PERIOD = HOUR
 """How often something runs, or how long one wait lasts: at most an hour."""
-MAX_RETENTION = 3650 * DAY
+MAX_RETENTION = 36500 * DAY  # 100 years: "keep for good" without a special value
 MAX_RUN_DURATION = 30 * DAY
 
 

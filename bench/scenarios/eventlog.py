@@ -41,7 +41,7 @@ from tether.timer_settings import MAX_RETENTION
 APP = "bench.apps:both"
 OWNER = 0
 OWNER_NAME = "bench-0"
-NO_RETENTION = {"TETHER_TIMERS__RETENTION": str(MAX_RETENTION)}  # the longest: 10 years
+NO_RETENTION = {"TETHER_TIMERS__RETENTION": str(MAX_RETENTION)}  # the longest: 100 years
 OLD = 8 * 86400  # the bulk-inserted invocations finished this many seconds ago
 CHUNK = 1000  # old invocations per INSERT statement
 STALL = 1.0  # a gap between ticks (s) past which the run keeps its process logs

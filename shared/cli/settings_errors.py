@@ -11,13 +11,15 @@ def settings_problems(error: ValidationError) -> list[str]:
     """One line for each problem: the setting's dotted name, then the rule."""
     what = "settings" if error.title == "Settings" else error.title
     return [
-        f"{what}: {_name(problem)}: {_rule(problem)}"
+        ": ".join([what, *_name(problem), _rule(problem)])
         for problem in error.errors(include_url=False, include_input=False, include_context=False)
     ]
 
 
-def _name(problem: ErrorDetails) -> str:
-    return ".".join(str(part) for part in problem["loc"]) or "(the whole)"
+def _name(problem: ErrorDetails) -> list[str]:
+    """The setting's dotted name; none for a rule between settings (its text names them)."""
+    dotted = ".".join(str(part) for part in problem["loc"])
+    return [dotted] if dotted else []
 
 
 def _rule(problem: ErrorDetails) -> str:

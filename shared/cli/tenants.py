@@ -78,14 +78,15 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, **overrides)
     try:
         verb = VERBS[args.verb](args)
-        if args.db is not None and not Path(args.db).is_file():
-            raise Refused(f"--db {args.db!r}: no such file (tether dev creates it)")
     except Refused as exc:
         print(f"tether tenants {args.verb}: {exc}", file=sys.stderr)
         return 2
     if args.db is not None and (unusable := unusable_sqlite_file(args.db)):
-        print(f"tether tenants: {unusable}", file=sys.stderr)
+        print(f"tether tenants: {unusable}", file=sys.stderr)  # a folder, not SQLite, …
         return 1
+    if args.db is not None and not Path(args.db).is_file():
+        print(f"tether tenants {args.verb}: --db {args.db!r}: no such file", file=sys.stderr)
+        return 2  # (tether dev creates it; this command only reads or changes one)
     try:
         return asyncio.run(on_store(settings, args.db, verb))
     except Refused as exc:

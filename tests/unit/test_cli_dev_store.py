@@ -59,13 +59,15 @@ def test_dev_names_a_file_that_cannot_be_an_sqlite_database_and_why(
     assert (done.returncode, done.stderr) == (1, says("dev", path, why))
 
 
-def test_tenants_names_a_file_that_is_no_sqlite_database(tmp_path: Path) -> None:
-    path = not_a_database(tmp_path)
+@pytest.mark.parametrize("place", ["a folder", "not a database", "no folder"])
+def test_tenants_names_a_file_that_cannot_be_used_and_why(tmp_path: Path, place: str) -> None:
+    path, why = {
+        "a folder": (tmp_path, "it is a folder"),
+        "not a database": (not_a_database(tmp_path), "it is not an SQLite database"),
+        "no folder": (tmp_path / "none" / "t.db", "its folder does not exist"),
+    }[place]
     done = tether("tenants", "list", "--db", str(path))
-    assert (done.returncode, done.stderr) == (
-        1,
-        says("tenants", path, "it is not an SQLite database"),
-    )
+    assert (done.returncode, done.stderr) == (1, says("tenants", path, why))
 
 
 @pytest.mark.parametrize(("args", "env"), [(["--db", ""], {}), ([], {"TETHER_EMBEDDED_PATH": ""})])

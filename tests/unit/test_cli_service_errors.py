@@ -33,6 +33,8 @@ class UndefinedTable(Exception):
             "postgresql://h/db?sslmode=require&password=s3cret",
             "postgresql://h/db?sslmode=require&password=***",
         ),
+        ("postgresql://h/db?password=s3cr@et", "postgresql://h/db?password=***"),  # '@' inside
+        ("redis://h/0?Password=a@b&db=1", "redis://h/0?Password=***&db=1"),
         ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1"),
         ("not a url s3cret", "<unparsable URL>"),
     ],

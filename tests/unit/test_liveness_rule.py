@@ -3,7 +3,7 @@ connection's URL."""
 
 from __future__ import annotations
 
-from tether.liveness_keepalive import MAX_KEEPALIVE_COUNT, MAX_STALE_AFTER
+from tether.liveness_keepalive import MAX_KEEPALIVE_COUNT, MAX_KEEPALIVE_IDLE, MAX_STALE_AFTER
 from tether.settings import Settings
 from tether.store.liveness import Sighting
 from tether.worker.liveness import Observer, liveness_url
@@ -68,7 +68,8 @@ def test_the_longest_stale_after_asks_for_no_more_keepalive_probes_than_linux_ta
     settings = Settings.model_validate({"timers": {"stale_after": MAX_STALE_AFTER}})
     query = liveness_url(settings).query
     assert int(str(query["keepalives_count"])) <= MAX_KEEPALIVE_COUNT == 127
-    assert int(str(query["keepalives_idle"])) + int(str(query["keepalives_count"])) == 254
+    assert int(str(query["keepalives_idle"])) <= MAX_KEEPALIVE_IDLE == 32_767
+    assert int(str(query["keepalives_idle"])) + int(str(query["keepalives_count"])) == 32_894
 
 
 def test_a_direct_liveness_url_bypasses_the_pooler() -> None:
