@@ -83,7 +83,7 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
     however it ends. A throwaway store (``:memory:``, a new file nobody else opens) is always
     alone. None (no recovery at start: heartbeats decide, after ``stale_after``) where locks are
     unsupported, or when another process holds it."""
-    if path == ":memory:":
+    if path == Store.THROWAWAY:
         yield lambda: True
         return
     if fcntl is None:

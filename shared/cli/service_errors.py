@@ -12,9 +12,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tether.service_urls import without_password
 from tether.settings import Settings
 from tether.store.errors import LockNotGranted, SchemaMissing, StoreError, StoreUnavailable
+from tether.store.store import Store
 
 SERVICE_ERRORS = (StoreUnavailable, SchemaMissing, RedisConnectionError, RedisTimeoutError)
-MEMORY = ":memory:"
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file."""
 
@@ -71,7 +71,7 @@ def _sqlite_message(path: str, problem: str) -> str:
 
 
 def _sqlite_file_problem(path: str) -> str | None:
-    if path == MEMORY:
+    if path == Store.THROWAWAY:
         return None
     file = Path(path)
     if file.is_dir():

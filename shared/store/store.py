@@ -125,11 +125,14 @@ class Store:
         reader = create_reader(url, pool_size=pool_size) if separate_reads else None
         return cls(create_engine(url, pool_size=pool_size), reader=reader)
 
+    THROWAWAY = ":memory:"
+    """The embedded path of a throwaway store (a temporary file removed on close)."""
+
     @classmethod
     def embedded(cls, path: str) -> Store:
         """SQLite at ``path``; ``:memory:`` gives a throwaway file removed on close."""
         temporary = None
-        if path == ":memory:":
+        if path == cls.THROWAWAY:
             handle, name = tempfile.mkstemp(prefix="tether-", suffix=".db")
             Path(name).unlink()
             temporary = Path(name)
