@@ -50,15 +50,16 @@ class SyncToolThreads:
         context = contextvars.copy_context()
 
         def work() -> None:
+            result: Any = None
+            error: BaseException | None = None
             try:
                 result = context.run(fn, *args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 (handed to the awaiting task, whatever it is)
-                _hand_over(loop, done, exc=exc)
-            else:
-                _hand_over(loop, done, result=result)
-            finally:
-                with self._lock:
-                    self._running -= 1
+                error = exc
+            # The slot is free before the caller hears back, so a call it makes next can start.
+            with self._lock:
+                self._running -= 1
+            _hand_over(loop, done, result=result, exc=error)
 
         threading.Thread(target=work, name=f"tether-tool-{name}", daemon=True).start()
         return await done

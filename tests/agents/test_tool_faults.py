@@ -134,3 +134,26 @@ async def test_sync_tools_stuck_past_their_timeouts_hold_their_own_threads_only(
     assert all("still running" in (e or "") for _, e in results[:2])
     [_, refused] = tool_errors(again)
     assert refused is not None and "could not start: 3 sync tool calls are still running" in refused
+
+
+async def test_a_sync_call_frees_its_slot_before_its_caller_hears_back() -> None:
+    """The caller's next call can take the slot at once: a thread's exit racing the awaiting task
+    must not refuse it (a limit of 1 makes any leftover slot a refusal)."""
+    threads = SyncToolThreads(limit=1)
+    finish = threading.Event()
+
+    def answer(n: int) -> int:
+        finish.wait(5)
+        return n
+
+    for n in range(50):
+        finish.set()
+        assert await threads.run("answer", answer, n) == n
+        assert threads.running == 0
+        with pytest.raises(ValueError, match="bad"):
+            await threads.run("fail", _fails)
+        assert threads.running == 0
+
+
+def _fails() -> None:
+    raise ValueError("bad")
