@@ -101,7 +101,7 @@ async def start_turn(
     # append creates the thread too, so which of the two comes first does not matter, and a
     # failure here must not answer an error for a turn that was accepted and will run.
     try:
-        await request.app[SERVICES].store.threads.ensure(owner, thread_id)
+        await request.app[SERVICES].store.threads.ensure(owner, thread_id, invocation_id)
     except StoreError as exc:
         log.warning(
             "invocation %s: its thread is left to its run to write (%s)", invocation_id, exc

@@ -56,12 +56,15 @@ class SessionThread:
         An invocation that appends more than once passes ``start``: how many turns it appended
         before (each turn is kept once per position). With ``create`` False a thread deleted
         meanwhile stays deleted and nothing is written (returns False): pass it for every append
-        after the first, so that a ``DELETE`` during the invocation is not undone."""
+        after the first. Once a user's ``DELETE`` of the thread has come after this invocation
+        was accepted, no append of it writes (returns False), ``create`` or not."""
         pairs = [(t.role, t.content) for t in turns]
         return await self._threads.append(
             self.owner, self.id, self._invocation_id, pairs, self.keep, start=start, create=create
         )
 
     async def delete(self) -> None:
-        """Forget the whole thread (an ephemeral agent's, after its turn)."""
-        await self._threads.delete(self.owner, self.id)
+        """Forget the whole thread now (an ephemeral agent's, after its turn). Unlike a user's
+        ``DELETE``, this leaves the session's invocations free to start it again, this one
+        included."""
+        await self._threads.delete(self.owner, self.id, forget_open=False)

@@ -25,6 +25,7 @@ from tether.store.schema import (
     StaleAttempt,
     Status,
     events,
+    forgotten_turns,
     invocations,
     status_is,
     steps,
@@ -234,7 +235,7 @@ class Maintenance:
                 if events_deleted == max_events and await _has_events(conn, first):
                     return Expired(0, events_deleted, more=True)  # the next one goes on
                 whole = [first]
-            for table in (events, steps, waits):
+            for table in (events, steps, waits, forgotten_turns):
                 gone = await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(whole)))
                 events_deleted += int(gone.rowcount) if table is events else 0
             await conn.execute(sa.delete(invocations).where(inv.id.in_(whole)))

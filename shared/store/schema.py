@@ -92,6 +92,13 @@ thread_messages = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+forgotten_turns = sa.Table(
+    "tether_forgotten_turns",
+    metadata,
+    sa.Column("invocation_id", sa.Text, primary_key=True),
+)
+"""Invocations open in a session when its thread was deleted: they write to it no more."""
+
 steps = sa.Table(
     "tether_steps",
     metadata,

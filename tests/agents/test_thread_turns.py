@@ -125,3 +125,29 @@ async def test_a_thread_deleted_during_a_turn_stays_deleted(client: Any) -> None
         assert (
             await conn.execute(count.where(thread_messages.c.thread_id == thread))
         ).scalar() == 0
+
+
+async def test_a_turn_queued_when_its_thread_is_deleted_does_not_start_it_again(
+    client: Any,
+) -> None:
+    """The second turn waits behind the first (session order); the user deletes the thread;
+    once the first is approved both run to the end, and neither writes to the thread."""
+    thread, stream_id, pending = await parked_turn(client)
+    body = {"message": "and then", "threadId": thread}
+    queued = await client.post("/api/agents/chat", json=body, headers=ALICE)
+    assert queued.status == 200
+    store = client.app[SERVICES].store
+    turns = await store.list_owned("alice", session_id=thread)
+    assert sorted(t.status.value for t in turns) == ["queued", "waiting"]
+    assert (await client.delete(f"/api/agents/threads/{thread}", headers=ALICE)).status == 200
+    approve = {"streamId": stream_id, "approvalId": pending["approval_id"], "decision": "approve"}
+    assert (await client.post("/api/agents/approve", json=approve, headers=ALICE)).status == 200
+    frames = parse_sse(await queued.text())
+    assert frames[-1]["event"] == "response.completed"
+
+    async def both_completed() -> bool:
+        turns = await store.list_owned("alice", session_id=thread)
+        return [t.status.value for t in turns] == ["completed", "completed"]
+
+    await wait_for(both_completed)
+    assert await thread_messages_of(client, thread) is None

@@ -1,6 +1,7 @@
 """Agent threads (spec §4.10) on SQLite and PostgreSQL alike: an invocation's messages kept once
 per position, the history an invocation sees leaving out its own, and a thread deleted while a
-turn runs staying deleted, even when the delete and the turn's answer race on PostgreSQL."""
+turn runs, or while turns are queued in its session, staying deleted, even when the delete and a
+turn's write race on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import uuid
 import psycopg
 import sqlalchemy as sa
 
-from tests.store.rows import until_a_lock_wait
-from tether.store.schema import thread_messages
-from tether.store.store import Store
+from tests.store.rows import new, until_a_lock_wait
+from tests.store.test_store_contract import age
+from tether.outcomes import completed
+from tether.store.schema import forgotten_turns, thread_messages
+from tether.store.store import FinishRequest, Store
 
 KEEP = 200
 
@@ -91,6 +94,73 @@ async def test_a_thread_keeps_its_newest_messages(store: Store) -> None:
     assert record is not None and [m.content for m in record.messages] == ["2", "3", "4"]
 
 
+async def forgotten(store: Store, *invocation_ids: str) -> set[str]:
+    """Which of ``invocation_ids`` a delete forgot."""
+    mark = forgotten_turns.c.invocation_id
+    async with store.engine.connect() as conn:
+        query = sa.select(mark).where(mark.in_(invocation_ids))
+        return set((await conn.execute(query)).scalars())
+
+
+async def test_turns_open_when_their_thread_is_deleted_never_write_to_it_again(
+    store: Store,
+) -> None:
+    """A user's delete forgets the session's open turns: the running one's answer, a replayed
+    user message, and a queued turn's first write (which may create the thread) write nothing;
+    a turn accepted after the delete starts the thread again, and its ``ensure`` creates it."""
+    thread = str(uuid.uuid4())
+    running, queued, elsewhere = new("alice", thread), new("alice", thread), new("alice", "other")
+    for invocation in (running, queued, elsewhere):
+        await store.accept(invocation)
+    await store.threads.ensure("alice", thread, running.id)
+    assert await store.threads.append("alice", thread, running.id, [("user", "hi")], KEEP)
+    assert await store.threads.delete("alice", thread)
+    assert await forgotten(store, running.id, queued.id, elsewhere.id) == {running.id, queued.id}
+    answered = [("assistant", "hello")]
+    assert not await store.threads.append("alice", thread, running.id, [("user", "hi")], KEEP)
+    assert not await store.threads.append("alice", thread, running.id, answered, KEEP, start=1)
+    await store.threads.ensure("alice", thread, queued.id)
+    assert not await store.threads.append("alice", thread, queued.id, [("user", "next")], KEEP)
+    assert await store.threads.get("alice", thread, KEEP) is None
+    assert await messages_of(store, thread) == 0
+
+    later = new("alice", thread)
+    await store.accept(later)
+    await store.threads.ensure("alice", thread, later.id)
+    assert await store.threads.exists("alice", thread)
+    assert await store.threads.append("alice", thread, later.id, [("user", "anew")], KEEP)
+    # the thread is back, but a forgotten turn still writes nothing to it
+    assert not await store.threads.append("alice", thread, queued.id, [("user", "next")], KEEP)
+    record = await store.threads.get("alice", thread, KEEP)
+    assert record is not None and [m.content for m in record.messages] == ["anew"]
+
+
+async def test_a_run_deleting_its_own_thread_forgets_no_turn(store: Store) -> None:
+    """``forget_open=False`` (``ctx.thread.delete()``, an ephemeral agent's): the thread goes,
+    and the session's turns, this one included, may start it again."""
+    thread = str(uuid.uuid4())
+    running = new("alice", thread)
+    await store.accept(running)
+    assert await store.threads.append("alice", thread, running.id, [("user", "hi")], KEEP)
+    assert await store.threads.delete("alice", thread, forget_open=False)
+    assert await forgotten(store, running.id) == set()
+    assert await store.threads.append("alice", thread, running.id, [("user", "hi")], KEEP)
+
+
+async def test_retention_takes_a_forgotten_turns_mark_with_it(store: Store) -> None:
+    thread = str(uuid.uuid4())
+    turn = new("alice", thread)
+    await store.accept(turn)
+    await store.threads.ensure("alice", thread, turn.id)
+    assert await store.threads.delete("alice", thread)
+    await store.claim(turn.id, "w")
+    await store.finish(FinishRequest(turn.id, 1, completed(1)))
+    await age(store, turn.id, "finished_at", 3600)
+    assert await forgotten(store, turn.id) == {turn.id}
+    assert (await store.delete_expired(600)).invocations >= 1
+    assert await store.get(turn.id) is None and await forgotten(store, turn.id) == set()
+
+
 def dsn_of(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
@@ -149,4 +219,34 @@ async def test_a_delete_waiting_behind_an_answer_takes_its_message_too(
             await until_a_lock_wait(watch)
         await answering.commit()
         assert await asyncio.wait_for(deleting, 10)
+    assert await messages_of(store, thread) == 0
+
+
+async def test_a_first_write_waiting_behind_a_delete_sees_its_mark(
+    pg_store: Store, migrated_pg: str
+) -> None:
+    """PostgreSQL: a queued turn's first write (which may create the thread) waits on the row
+    a delete holds; once the delete commits, the write inserts the thread anew, then reads the
+    delete's mark and rolls back: no thread, no message."""
+    store, thread = pg_store, str(uuid.uuid4())
+    turn = new("alice", thread)
+    await store.accept(turn)
+    await store.threads.ensure("alice", thread, turn.id)
+    async with await psycopg.AsyncConnection.connect(dsn_of(migrated_pg)) as deleting:
+        await deleting.execute(
+            "DELETE FROM tether_threads WHERE owner = 'alice' AND id = %s", [thread]
+        )
+        await deleting.execute(
+            "INSERT INTO tether_forgotten_turns (invocation_id) VALUES (%s)", [turn.id]
+        )
+        asking = asyncio.create_task(
+            store.threads.append("alice", thread, turn.id, [("user", "hi")], KEEP)
+        )
+        async with await psycopg.AsyncConnection.connect(
+            dsn_of(migrated_pg), autocommit=True
+        ) as watch:
+            await until_a_lock_wait(watch)
+        await deleting.commit()
+        assert not await asyncio.wait_for(asking, 10)
+    assert not await store.threads.exists("alice", thread)
     assert await messages_of(store, thread) == 0
