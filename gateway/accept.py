@@ -71,7 +71,9 @@ class Acceptor:
         self.limits = limits or LimitsCache(store.tenants)
         """Tenants' limits as this process knows them (at most a second old)."""
         self._credentials = credentials
-        self._carried: dict[str, UserCredential] = {}
+        self._carried: dict[tuple[str, str], UserCredential] = {}
+        """(invocation id, owner) → the credential its request carries until the flush: by id
+        alone, another owner's request for the same id would replace the caller's."""
         self._batch: GroupCommit[NewInvocation, Accepted] = GroupCommit(
             self._flush, in_flight=ACCEPTS_IN_FLIGHT, gather_turns=store.gather_turns
         )
@@ -83,12 +85,14 @@ class Acceptor:
         :class:`TenantLimitReached` or :class:`ValueRefused` as ``store.accept`` does.
         ``credential`` (only with ``new.user_auth``) is kept in this process's vault once the
         invocation is the caller's, before its message goes out."""
+        key = (new.id, new.owner)
         if credential is not None:
-            self._carried[new.id] = credential
+            self._carried[key] = credential
         try:
             return await self._batch.submit(new)
         finally:
-            self._carried.pop(new.id, None)
+            if credential is not None:
+                self._carried.pop(key, None)
 
     async def _flush(self, batch: list[NewInvocation]) -> list[Outcome]:
         snapshot = await self.limits.value()
@@ -106,9 +110,10 @@ class Acceptor:
         done = [next(accepted) if outcome is None else outcome for outcome in outcomes]
         for result in results:  # the caller's own invocation only: never another's id
             if isinstance(result, Accepted) and self._credentials is not None:
-                credential = self._carried.get(result.invocation.id)
-                if credential is not None and result.invocation.owner == credential.user:
-                    self._credentials.put(result.invocation.id, credential)
+                invocation = result.invocation
+                credential = self._carried.get((invocation.id, invocation.owner))
+                if credential is not None and invocation.owner == credential.user:
+                    self._credentials.put(invocation.id, credential)
         created = [r.invocation for r in results if isinstance(r, Accepted) and r.created]
         sends: list[Coroutine[Any, Any, object]] = [self._queue.send([new.id for new in created])]
         if self._pubsub is not None:  # beside the tokens, which may queue behind a flood
