@@ -334,7 +334,7 @@ async def test_a_turn_accepted_answers_even_if_its_thread_is_not_written_at_once
     and the caller gets the stream of a turn that was accepted, not an error."""
     store = client.app[SERVICES].store
 
-    async def unavailable(owner: str, thread_id: str) -> None:
+    async def unavailable(owner: str, thread_id: str, invocation_id: str) -> None:
         raise StoreError("the database went away")
 
     monkeypatch.setattr(store.threads, "ensure", unavailable)
