@@ -40,7 +40,8 @@ class AgentSettings(SettingsSection):
         ge=1,
         description=(
             "JSON bytes of one tool call's arguments; larger calls are refused with an error "
-            "the model reads (must stay below limits.max_event_bytes)."
+            "the model reads, and so is a call whose tool_call event would outgrow "
+            "limits.max_event_bytes."
         ),
     )
     default_model: str | None = Field(

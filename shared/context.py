@@ -148,6 +148,11 @@ class InvocationContext:
             name, prompt=prompt, timeout=timeout, details=details
         )
 
+    @property
+    def max_event_bytes(self) -> int:
+        """The largest event :meth:`emit` takes, in JSON bytes (``limits.max_event_bytes``)."""
+        return self._max_event_bytes
+
     async def emit(self, event: Mapping[str, Any]) -> int:
         """Append an event to the invocation's log and return its cursor.
 

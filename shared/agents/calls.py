@@ -105,13 +105,22 @@ class ToolCalls:
         return await self._settle(name, call, function)
 
     def _oversize(self, call: ToolCall) -> str | None:
-        """Why the call's arguments cannot be run or shown (too large, or not storable)."""
+        """Why the call's arguments cannot be run or shown: too large for the agents' cap, or
+        for the server's event cap once in their ``tool_call`` event (measured as a sub-agent's
+        forwarded event, which names its agent), or not storable."""
         limit = self.run.limits.max_tool_argument_bytes
         try:
             size = len(dumps(call.args).encode())
+            event = {**tool_call_event(call), "agent": self.agent.name}
+            event_size = len(dumps(event).encode())
         except ValueError:
             return "they hold characters that cannot be stored"
-        return None if size <= limit else f"{size} bytes (limit {limit})"
+        if size > limit:
+            return f"{size} bytes (limit {limit})"
+        cap = self.run.max_event_bytes
+        if cap is not None and event_size > cap:
+            return f"{size} bytes (their event would be {event_size}; events hold at most {cap})"
+        return None
 
     def _request(self, call: ToolCall, entry: ToolEntry, name: str) -> ApprovalRequest:
         return ApprovalRequest(

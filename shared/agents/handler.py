@@ -123,6 +123,7 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         emit=ctx.emit,
         model_for=registry.model_for,
         limits=registry.limits,
+        max_event_bytes=ctx.max_event_bytes,
         budget=Budget(registry.limits.max_tool_calls),
         thread_id=ctx.invocation_id,
         steps=ctx,

@@ -33,6 +33,9 @@ class RunContext:
     emit: Emit
     model_for: ModelFor
     limits: Limits = field(default_factory=Limits)
+    max_event_bytes: int | None = None
+    """The largest event ``emit`` stores (the server's ``limits.max_event_bytes``); None: no cap
+    (the standalone runner keeps its events in memory)."""
     budget: Budget = field(default_factory=lambda: Budget(Limits().max_tool_calls))
     signal: asyncio.Event | None = None
     with_base_prompt: bool = True

@@ -20,6 +20,7 @@ from tether.agents import (
 )
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.dispatch import normalize_result
+from tether.context import InvocationContext
 
 
 @tool
@@ -55,6 +56,27 @@ async def test_tool_arguments_past_the_cap_are_refused_with_an_error_the_model_r
     assert "omitted" in call["args"]
     [result] = sink.of_type("tool_result")
     assert "too large" in result["error"]
+
+
+async def test_tool_arguments_under_their_cap_but_past_the_event_cap_are_refused_alike() -> None:
+    """The effective cap is the smaller one: a call whose ``tool_call`` event the server could
+    not store is refused as too large (the model reads why), and the run goes on."""
+    model = ScriptedModel(
+        [ScriptedTurn(tool_calls=(("nul", {"x": "y" * 3000}),)), ScriptedTurn("k")]
+    )
+    app = build_agent_app(AgentRegistry.of([create_agent("a", model=model, tools=[nul])]))
+    handler = app.handler_for(False)
+    assert handler is not None
+    sink = FakeSink()
+    ctx = InvocationContext(
+        invocation_id="inv-1", session_id=None, attempt=1, sink=sink, max_event_bytes=2000
+    )
+    result = await handler("go", ctx)
+    assert result["text"] == "k"
+    [call] = sink.of_type("tool_call")
+    assert "omitted" in call["args"]
+    [refused] = sink.of_type("tool_result")
+    assert "too large" in refused["error"] and "events hold at most 2000" in refused["error"]
 
 
 async def test_sub_agent_call_ids_never_collide_with_the_parents_and_name_their_agent() -> None:
