@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from tether.app import AgentApp, AppLoadError, load_app
-from tether.cli.listen import ListenRefused, check_listen
+from tether.cli.listen import ListenRefused, check_listen, listening_addresses
 from tether.cli.settings_errors import settings_problems
 from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.access_log import AccessLog
@@ -91,29 +91,43 @@ def cmd_dev(args: argparse.Namespace) -> int:
     auth = auth_for_listening("tether dev", settings, args.insecure)
     app = agent_app_for(settings, args.agents)
     web_app = dev_app(settings, app)
-    print(
-        f"Tether dev server on http://{settings.host}:{settings.port} "
-        f"(app {app.name!r}, store {settings.embedded_path}, {auth})",
-        flush=True,
-    )
+
+    def banner(addresses: str) -> None:
+        details = f"app {app.name!r}, store {settings.embedded_path}, {auth}"
+        print(f"Tether dev server on {addresses} ({details})", flush=True)
+
     try:
-        serve(web_app, settings, host=settings.host, port=settings.port, shutdown_timeout=5)
+        serve(
+            web_app,
+            settings,
+            host=settings.host,
+            port=settings.port,
+            shutdown_timeout=5,
+            on_listening=banner,
+        )
     except StoreError as exc:  # opening or migrating the file failed: the file is what is wrong
         print(f"tether dev: {sqlite_error_message(exc, settings.embedded_path)}", file=sys.stderr)
         return 1
     return 0
 
 
-def serve(web_app: web.Application, settings: Settings, **where: Any) -> None:
+def serve(
+    web_app: web.Application,
+    settings: Settings,
+    on_listening: Callable[[str], None] | None = None,
+    **where: Any,
+) -> None:
     """Serve ``web_app`` until stopped, on ``host``/``port`` or an inherited ``sock``, the way
     every HTTP process of Tether serves: its own event loop, the lean access log unless
     ``settings.access_log`` is off, the listen backlog (an inherited socket keeps the one it was
-    given)."""
+    given). ``on_listening`` is called once it listens, with the addresses it listens on (the
+    port the system chose for port 0)."""
     if "sock" not in where:
         where.setdefault("backlog", LISTEN_BACKLOG)
     if not settings.access_log:
         where["access_log"] = None
-    web.run_app(web_app, print=None, loop=new_loop(), access_log_class=AccessLog, **where)
+    announce = None if on_listening is None else listening_addresses(on_listening)
+    web.run_app(web_app, print=announce, loop=new_loop(), access_log_class=AccessLog, **where)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
