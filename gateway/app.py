@@ -29,6 +29,7 @@ from tether.gateway.keys import (
     SERVICES,
     SETTINGS,
     STREAM_READS,
+    STREAM_STARTED,
     STREAMS,
     TENANCY,
     TENANT_COUNTS,
@@ -105,7 +106,8 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
         response = internal_error()
-    metrics.answered(request.method, route, response.status, time.perf_counter() - started)
+    answered = request.get(STREAM_STARTED) or time.perf_counter()  # a stream: its first byte
+    metrics.answered(request.method, route, response.status, answered - started)
     return response
 
 

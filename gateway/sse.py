@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -37,12 +38,20 @@ from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
 from tether.gateway.frames import frame
-from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
+from tether.gateway.keys import (
+    METRICS,
+    SERVICES,
+    SETTINGS,
+    STREAM_READS,
+    STREAM_STARTED,
+    STREAMS,
+)
 from tether.gateway.replay_cache import Replay, Wanted
 from tether.gateway.responses import ApiError
 from tether.gateway.stream_reads import StreamReads
 from tether.pubsub import CLOSING, RESYNC, Published, PubSub, Subscription
 from tether.settings import Settings
+from tether.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +310,7 @@ async def serve_stream(
             if first is None or (owner is not None and first.page.owner != owner):
                 raise ApiError(ErrorCode.NOT_FOUND)
             await response.prepare(request)
+            request[STREAM_STARTED] = time.perf_counter()
             events.transport = request.transport
             if preamble:
                 await response.write(preamble)
@@ -316,6 +326,27 @@ async def serve_stream(
             request.transport.abort()  # drop what it did not take; it reconnects with after=N
     except (ConnectionResetError, asyncio.CancelledError):
         pass  # the client went away
+    except Exception as exc:
+        if not response.prepared:
+            raise  # nothing sent yet: the error middleware answers
+        await interrupted(response, invocation_id, events.last_sent, exc)
     finally:
         metrics.open_streams.dec()
     return response
+
+
+async def interrupted(
+    response: web.StreamResponse, invocation_id: str, last_sent: int, exc: Exception
+) -> None:
+    """End a stream whose status line is out (a re-read failed, or a bug) as a stream ends:
+    another response on the connection would corrupt it. The client reconnects with
+    ``Last-Event-ID`` and gets what it missed."""
+    if isinstance(exc, StoreError):  # its message is the store's own, never a value
+        log.warning(
+            "invocation %s: stream interrupted after cursor %d (%s)", invocation_id, last_sent, exc
+        )
+    else:
+        log.exception("invocation %s: stream interrupted after cursor %d", invocation_id, last_sent)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write(b": stream interrupted, reconnect\n\n")
+        await response.write_eof()
