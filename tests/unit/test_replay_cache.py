@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import tracemalloc
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from tether.gateway.keys import SERVICES
 from tether.gateway.replay_cache import TRUSTED_FOR, Replay, ReplayCache, Wanted
 from tether.gateway.sse import EventStream, StreamLimits
 from tether.gateway.stream_reads import StreamReads
+from tether.jsonvalue import dumps, loads
 from tether.outcomes import completed
 from tether.pubsub import MemoryPubSub
 from tether.status import Status
@@ -95,7 +97,7 @@ def assert_sound(cache: ReplayCache) -> None:
         assert len(log.events) == len(log.frames) > 0
         assert [e.cursor for e in log.events] == list(range(log.first, log.end + 1))
         assert log.frames == [frame(e) for e in log.events]
-        assert log.size == sum(4 * len(f) + replay_cache.EVENT_OVERHEAD for f in log.frames)
+        assert log.size == sum(replay_cache.cost(f) for f in log.frames)
         total += log.size
     assert cache.size == total
 
@@ -226,7 +228,7 @@ async def test_any_order_of_reads_says_what_the_store_says(store: Store) -> None
 
 
 def test_kept_logs_stay_within_the_budget_the_least_recently_used_going_first() -> None:
-    one = len(frame(Event(10, "tick", {"pad": "x" * 50}))) * 4 + 200  # one event (ids 10..99)
+    one = replay_cache.cost(frame(Event(10, "tick", {"pad": "x" * 50})))  # one event (10..99)
     cache = ReplayCache(40 * one, clock=Clock())
     for n in range(5):
         cache.remember(f"i{n}", page("ann", 10, 8), 0.0)
@@ -313,3 +315,32 @@ async def test_a_stream_posted_under_a_reused_id_gets_only_its_own_events(
     stored = await services.store.events_after(reused, 0)
     assert [(e.id, e.type, e.data) for e in got] == [(e.cursor, e.type, e.data) for e in stored]
     assert len(got) == 3
+
+
+SHAPES = {
+    "empty objects": [{} for _ in range(30_000)],
+    "small objects": [{"id": i, "name": f"n{i}", "v": i * 1.5} for i in range(5_000)],
+    "one-number lists": [[i] for i in range(1_000, 30_000)],
+    "numbers": list(range(1_000, 40_000)),
+    "floats": [i * 0.5 for i in range(30_000)],
+    "text": "x" * 100_000,
+    "other text": "漢字" * 30_000,
+    "an agent's delta": "hello world ",
+    "a number": 3,
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_kept_event_counts_at_least_the_memory_it_holds(shape: str) -> None:
+    """The budget's estimate against ``tracemalloc``: the decoded JSON of many small values
+    takes many times its text (the old four-times-the-frame rule counted a sixth of it)."""
+    text = dumps({"type": "blob", "value": SHAPES[shape]})
+    tracemalloc.start()
+    try:
+        event = Event(1, "blob", loads(text))
+        data = frame(event)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert replay_cache.cost(data) >= held
+    assert replay_cache.cost(data) <= 2.5 * held  # an estimate, not a guess far off
