@@ -97,6 +97,8 @@ async def start_turn(
         input_text=input_text,
     )
     accepted = await accept(request, new, mode, credential)
+    if not surface(request).keeps_thread(value):
+        return accepted.invocation  # an ephemeral agent's turn: no thread to start
     # Only once accepted: a refused turn (a cap, a rate) leaves no thread. The run's first
     # append creates the thread too, so which of the two comes first does not matter, and a
     # failure here must not answer an error for a turn that was accepted and will run.

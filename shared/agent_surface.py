@@ -33,6 +33,11 @@ class AgentsSurface(Protocol):
         agent; system items refused; agents that need an approval refused): ``InputRejected``."""
         ...
 
+    def keeps_thread(self, value: Any) -> bool:
+        """Whether a turn of ``value`` (an input this surface made) keeps its thread: False for
+        an ephemeral agent's, which deletes it after the turn."""
+        ...
+
     def info(self) -> dict[str, Any]:
         """``{"agents": [...], "defaultAgent": ..., "skills": {agent: [{name, description}]}}``."""
         ...

@@ -25,7 +25,7 @@ from tether.agents.loader import load_agents_dir
 from tether.agents.loop import AgentLoop, LoopState
 from tether.agents.mcp.agent_tools import forwards_workspace_auth
 from tether.agents.mcp.config import McpConfig
-from tether.agents.memory import begin, remember
+from tether.agents.memory import begin, forget_after_failure, remember
 from tether.agents.registry import AgentRegistry
 from tether.agents.run_context import RunContext
 from tether.agents.skills.forcing import FORCED_SKILL, choose_skill
@@ -143,7 +143,11 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
     skill, asked = choose_skill(agent.skills, request.skill, asked)
     earlier = await begin(ctx, agent, asked)
     await ctx.emit(status("running"))  # not stored again by an attempt that replays
-    final = await loop.run(loop.start([*earlier, *asked], skill=skill))
+    try:
+        final = await loop.run(loop.start([*earlier, *asked], skill=skill))
+    except Exception:  # not a park (Suspend) or a cancel: those are BaseExceptions
+        await forget_after_failure(ctx, agent)
+        raise
     await ctx.emit(status("complete"))
     await remember(ctx, agent, asked, final.text)
     return _result(final, 1 + len(earlier))

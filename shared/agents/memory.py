@@ -4,7 +4,8 @@ The earlier turns are read in a durable step, so every attempt of an invocation 
 history. The turn's own messages go to the thread in two more steps: its user messages before the
 run (so a turn that waits, fails or is cancelled still shows what was asked) and its final answer
 after it, which never recreates a thread deleted meanwhile. Tool messages are not kept, as in the
-reference. An ephemeral agent's thread is deleted after its turn instead.
+reference. An ephemeral agent's thread is deleted after its turn instead, whether it answered or
+failed.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ async def remember(
             await thread.append(answered, start=len(asked), create=False)
 
     await ctx.step(SAVE_STEP, save)
+
+
+async def forget_after_failure(ctx: InvocationContext, agent: AgentDefinition) -> None:
+    """An ephemeral agent's thread goes after a failed turn too (spec §4.11 P25); another
+    agent's keeps what was asked."""
+    if ctx.thread is not None and agent.ephemeral:
+        await ctx.step(SAVE_STEP, ctx.thread.delete)
 
 
 def _turn(message: Message) -> ThreadTurn:

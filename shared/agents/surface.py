@@ -58,6 +58,10 @@ class AgentsView:
         self._parse(value)
         return value
 
+    def keeps_thread(self, value: Any) -> bool:
+        name = value.get("agent") if isinstance(value, Mapping) else None
+        return not self._agent(name if isinstance(name, str) else None).ephemeral
+
     def responses_input(self, items: str | Sequence[Mapping[str, Any]]) -> Any:
         agent = self._agent(None)
         gated = _gated_tools(self._registry, agent)

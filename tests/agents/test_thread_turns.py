@@ -47,7 +47,8 @@ class Broken:
 async def client(aiohttp_client: Any, tmp_path: Path) -> Any:
     base = registry(Counter())
     broken = create_agent("broken", "Fails.", model=Broken())
-    agents = AgentRegistry.of([*base.agents.values(), broken], approval=base.approval)
+    fleeting = create_agent("fleeting", "Fails, keeping nothing.", model=Broken(), ephemeral=True)
+    agents = AgentRegistry.of([*base.agents.values(), broken, fleeting], approval=base.approval)
     return await serve(aiohttp_client, tmp_path, build_agent_app(agents))
 
 
@@ -150,4 +151,19 @@ async def test_a_turn_queued_when_its_thread_is_deleted_does_not_start_it_again(
         return [t.status.value for t in turns] == ["completed", "completed"]
 
     await wait_for(both_completed)
+    assert await thread_messages_of(client, thread) is None
+
+
+async def test_an_ephemeral_turn_that_fails_leaves_no_thread(client: Any) -> None:
+    """Spec §4.11 P25: the thread goes after an error too. A new chat's thread is never
+    written; an existing conversation the turn was sent to is deleted."""
+    code, frames = await chat(client, "hello", agent="fleeting")
+    assert code == 200 and frames[-1]["event"] == "response.failed"
+    assert await thread_messages_of(client, meta(frames)["threadId"]) is None
+
+    _, frames = await chat(client, "remember me")
+    thread = meta(frames)["threadId"]
+    assert await thread_messages_of(client, thread) is not None
+    _, frames = await chat(client, "and forget", agent="fleeting", threadId=thread)
+    assert frames[-1]["event"] == "response.failed"
     assert await thread_messages_of(client, thread) is None
