@@ -25,7 +25,8 @@ from tether.store.schema import Invocation
 
 
 def translate(translator: EventTranslator, event: Event) -> list[dict[str, Any]]:
-    """What one stored event becomes on the Responses wire (``run.*`` events end it)."""
+    """What one stored event becomes on the Responses wire (``run.*`` events end it: a cancel
+    with nothing more)."""
     if event.type == RUN_COMPLETED:
         return translator.finalize()
     if event.type == RUN_FAILED:
@@ -33,7 +34,7 @@ def translate(translator: EventTranslator, event: Event) -> list[dict[str, Any]]
         message = error.get("message") if isinstance(error, Mapping) else None
         return translator.fail(str(message or MESSAGES[ErrorCode.INVOCATION_FAILED]))
     if event.type == RUN_CANCELLED:
-        return translator.fail(MESSAGES[ErrorCode.CANCELLED])
+        return []  # the user's abort: the stream ends silently (spec §4.8), no error frame
     if event.type.startswith("run.") or not isinstance(event.data, Mapping):
         return []
     return translator.translate(dict(event.data))

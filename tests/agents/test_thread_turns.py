@@ -85,11 +85,13 @@ async def parked_turn(client: Any, thread: str | None = None) -> tuple[str, str,
 async def test_a_waiting_turn_shows_what_was_asked_and_a_cancelled_one_keeps_it(
     client: Any,
 ) -> None:
-    thread, stream_id, _ = await parked_turn(client)
+    thread, stream_id, pending = await parked_turn(client)
     assert await thread_messages_of(client, thread) == [("user", "wipe it")]
     await client.post("/api/agents/cancel", json={"streamId": stream_id}, headers=ALICE)
     assert await status_of(client, stream_id) == "cancelled"
     assert await thread_messages_of(client, thread) == [("user", "wipe it")]
+    rest = parse_sse(await pending["response"].text())  # the user's abort ends it silently
+    assert not [f for f in rest if f["event"] in ("error", "response.failed")], rest
 
 
 async def test_a_failed_turn_keeps_what_was_asked_and_the_next_turn_sees_it(
