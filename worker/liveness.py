@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 SCANNERS = 4
 """Roughly how many workers scan per ``liveness_interval``: with more workers each scans less
-often, so reading ``pg_locks`` costs the same however many there are."""
+often, so reading ``pg_locks`` costs the same however many there are (:func:`scan_every`)."""
 WARM_EVERY = 20
 """Every so many ticks the fallback's pooled connection is used, so that it is open when the
 liveness session drops at a moment when no new connection can be made (``max_connections``)."""
@@ -92,6 +92,13 @@ def liveness_url(settings: Settings) -> sa.URL:
 class NameTaken(Exception):
     """Another live process registered this worker's name: this one stays out of the registry
     (writing its row would make the other think it had been declared dead)."""
+
+
+def scan_every(sightings: Iterable[Sighting]) -> int:
+    """Scan once in so many ticks: the workers holding their lock (the scanners) over
+    :data:`SCANNERS`. Rows without a lock are not counted: a dead worker's row that no rule
+    takes (nobody saw its lock go) would slow the finding of every other death."""
+    return max(1, sum(1 for s in sightings if s.held) // SCANNERS)
 
 
 class Observer:
@@ -291,7 +298,7 @@ class Liveness(threading.Thread):
         scan = await self._session.scan(self._grace)
         if scan.scanner_pid != self._session.backend_pid:
             raise StoreError(f"the liveness session moved to backend {scan.scanner_pid}")
-        self._scan_every = max(1, len(scan.sightings) // SCANNERS)
+        self._scan_every = scan_every(scan.sightings)
         self._until_scan = random.randint(1, self._scan_every)
         dead = self._observer.judge(scan.sightings)
         found = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tether.liveness_keepalive import MAX_KEEPALIVE_COUNT, MAX_KEEPALIVE_IDLE, MAX_STALE_AFTER
 from tether.settings import Settings
 from tether.store.liveness import Sighting
-from tether.worker.liveness import Observer, liveness_url
+from tether.worker.liveness import Observer, liveness_url, scan_every
 
 
 def seen(name: str, held: bool, silent: bool, lock_id: int = 7) -> Sighting:
@@ -49,6 +49,15 @@ def test_a_scanner_never_judges_itself() -> None:
     observer = Observer("me")
     observer.judge([seen("me", held=True, silent=False)])
     assert observer.judge([seen("me", held=False, silent=True)]) == []
+
+
+def test_only_workers_holding_their_lock_set_the_scan_cadence() -> None:
+    """Rows of dead workers nobody has judged yet must not slow the scans down."""
+    dead = [seen(f"d{i}", held=False, silent=True, lock_id=i) for i in range(30)]
+    live = [seen(f"l{i}", held=True, silent=False, lock_id=100 + i) for i in range(2)]
+    assert scan_every(dead + live) == 1
+    many = [seen(f"l{i}", held=True, silent=False, lock_id=100 + i) for i in range(12)]
+    assert scan_every(dead + many) == 3
 
 
 def test_the_liveness_connection_has_keepalives_a_timeout_and_a_name() -> None:
