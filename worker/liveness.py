@@ -6,31 +6,43 @@ its own (:class:`tether.store.liveness.LivenessSession`), beats the row every
 moment the session ends, so a killed process is noticed within about a second instead of after
 ``stale_after``.
 
-**The rule.** A scanner declares worker W dead when
+**The rules.** A scanner declares worker W dead when W's lock is not held now and
 
-1. it saw W's lock held in an earlier scan *on its current session*,
-2. W's lock is not held now, and
-3. W's last liveness beat is older than ``liveness_grace``;
+1. *seen to go*: it saw W's lock held in an earlier scan *on its current session*, and W's last
+   liveness beat is older than ``liveness_grace``; or
+2. *unwitnessed*: W's last liveness beat is older than ``stale_after``, whatever it saw;
 
-(2) and (3) are judged again, in one statement, when W is marked dead and its attempts are
-handed back (:meth:`~tether.store.liveness.LivenessSession.declare_dead`).
+the lock and the beat are judged again, in one statement, when W is marked dead and its
+attempts are handed back (:meth:`~tether.store.liveness.LivenessSession.declare_dead`).
+
+Rule 1 is the fast one. Rule 2 takes the workers nobody saw go: every worker killed at once, one
+killed within a scan of starting, one killed while every scanner's session was being
+re-established; rule 1 alone would leave their rows ``alive`` until ``retention``. It is the
+heartbeat rule (``stale_after``) applied to the row: a live worker beats every
+``liveness_interval``, through its liveness session or through the store's pool, and one that
+could write nothing for ``stale_after`` has stopped its attempts itself and seen them replaced
+(by then their own heartbeats are as old). A worker that is starting takes its lock before its
+row names it and writes its beat with the row; one re-establishing its session beats through
+the pool meanwhile.
 
 **Why a restart, a fail-over or a network blip that drops every session replaces nothing.**
 Such an event ends the scanner's own session too; its memory belongs to that session
 (:class:`Observer`), so after reconnecting it has seen nobody's lock held. W can only be found
 dead later if it re-took its lock on the new server, lost it again, and stopped beating: a new
-death, not the outage.
+death, not the outage; or by rule 2, if the outage kept it silent for ``stale_after``, which is
+recovered like a crash in any case.
 
 **Why a live worker whose liveness session alone was dropped** (``pg_terminate_backend``, an
 idle-connection killer, a broken socket) **is not replaced.** It beats every
 ``liveness_interval``, through its liveness session or, while that is down, through the store's
-pool, and it reconnects and re-takes its lock at once; (3) keeps it alive as long as any beat
-lands. A process that can reach PostgreSQL through no connection for ``liveness_grace`` *and*
+pool, and it reconnects and re-takes its lock at once; the beat keeps it alive as long as any
+beat lands. A process that can reach PostgreSQL through no connection for ``liveness_grace`` *and*
 whose session the server dropped is taken for dead; its writes are fenced as for any
 replacement, and it stops its attempts when it learns it was replaced.
 
 Frozen processes, hung hosts and half-open connections keep their sessions (and locks): the
-heartbeat rule (``stale_after``) still finds them.
+heartbeat rule (``stale_after``) replaces their attempts; their rows stay ``alive`` while the
+lock is held.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -94,10 +107,19 @@ class NameTaken(Exception):
     (writing its row would make the other think it had been declared dead)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Death:
+    """A worker a scan shows dead, and by which rule of the module's docstring."""
+
+    sighting: Sighting
+    seen_to_go: bool
+    """Rule 1: dead once silent for ``liveness_grace``; else rule 2: for ``stale_after``."""
+
+
 def scan_every(sightings: Iterable[Sighting]) -> int:
     """Scan once in so many ticks: the workers holding their lock (the scanners) over
-    :data:`SCANNERS`. Rows without a lock are not counted: a dead worker's row that no rule
-    takes (nobody saw its lock go) would slow the finding of every other death."""
+    :data:`SCANNERS`. Rows without a lock are not counted: a dead worker's row, until rule 2
+    takes it, would slow the finding of every other death."""
     return max(1, sum(1 for s in sightings if s.held) // SCANNERS)
 
 
@@ -115,9 +137,9 @@ class Observer:
     def new_session(self) -> None:
         self._seen_held.clear()
 
-    def judge(self, sightings: Iterable[Sighting]) -> list[Sighting]:
-        """The workers this scan shows dead (rule 1-3 of the module's docstring)."""
-        dead: list[Sighting] = []
+    def judge(self, sightings: Iterable[Sighting]) -> list[Death]:
+        """The workers this scan shows dead (rules 1 and 2 of the module's docstring)."""
+        dead: list[Death] = []
         present: set[tuple[str, int]] = set()
         for sighting in sightings:
             key = (sighting.name, sighting.lock_id)
@@ -127,7 +149,9 @@ class Observer:
             if sighting.held:
                 self._seen_held.add(key)
             elif key in self._seen_held and sighting.silent:
-                dead.append(sighting)
+                dead.append(Death(sighting, seen_to_go=True))
+            elif sighting.stale:
+                dead.append(Death(sighting, seen_to_go=False))
         self._seen_held &= present
         return dead
 
@@ -154,6 +178,7 @@ class Liveness(threading.Thread):
         timers = settings.timers
         self._interval = timers.liveness_interval
         self._grace = timers.liveness_grace
+        self._stale_after = timers.stale_after
         self._timeout = timers.stale_after / 2
         self._stopping = threading.Event()
         self._observer = Observer(name)
@@ -295,23 +320,26 @@ class Liveness(threading.Thread):
         self._until_scan -= 1
         if self._until_scan > 0:
             return
-        scan = await self._session.scan(self._grace)
+        scan = await self._session.scan(self._grace, self._stale_after)
         if scan.scanner_pid != self._session.backend_pid:
             raise StoreError(f"the liveness session moved to backend {scan.scanner_pid}")
         self._scan_every = scan_every(scan.sightings)
         self._until_scan = random.randint(1, self._scan_every)
-        dead = self._observer.judge(scan.sightings)
         found = 0
-        for sighting in dead:
+        for death in self._observer.judge(scan.sightings):
+            sighting = death.sighting
+            grace = self._grace if death.seen_to_go else self._stale_after
             died, released = await self._session.declare_dead(
-                sighting.name, sighting.lock_id, self._grace
+                sighting.name, sighting.lock_id, grace
             )
             if died:
                 found += 1
                 log.warning(
-                    "worker %s: its session ended and it stopped beating: dead; "
-                    "%d attempts handed back for replacement",
+                    "worker %s: %s: dead; %d attempts handed back for replacement",
                     sighting.name,
+                    "its session ended and it stopped beating"
+                    if death.seen_to_go
+                    else f"no lock held and no beat for {grace:g}s",
                     released,
                 )
         if found:

@@ -6,7 +6,7 @@ A worker process registers in ``tether_workers`` and takes the session-level adv
 the session ends, so a SIGKILLed, OOM-killed or crashed process shows as a registered worker
 without its lock. The lock is never the only evidence: a worker also beats its row several times
 per heartbeat interval, and :meth:`LivenessSession.declare_dead` only takes a worker whose lock
-is gone *and* whose beat is old (the rule and its proof: :mod:`tether.worker.liveness`).
+is gone *and* whose beat is old (the rules and their proof: :mod:`tether.worker.liveness`).
 
 In ``pg_locks`` a lock appears as ``classid = LOCK_NAMESPACE, objid = lock_id, objsubid = 2``.
 """
@@ -41,6 +41,7 @@ SCAN = sa.text(
     WITH held AS MATERIALIZED ({HELD})
     SELECT pg_backend_pid() AS scanner, w.name, w.lock_id,
            w.beat_at < {NOW} - :grace AS silent,
+           w.beat_at < {NOW} - :stale_after AS stale,
            w.lock_id IN (SELECT lock_id FROM held) AS held
     FROM tether_workers w WHERE w.state = '{ALIVE}' AND w.lock_id IS NOT NULL
     """
@@ -79,6 +80,9 @@ class Sighting:
     """Some session holds its lock now."""
     silent: bool
     """Its last beat is older than the grace the scan was given."""
+    stale: bool
+    """Its last beat is older than the scan's ``stale_after``: without its lock it is dead
+    whether or not anyone saw the lock go."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,17 +241,21 @@ class LivenessSession:
             ).first()
         return None if row is None else int(row[0])
 
-    async def scan(self, grace: float) -> Scan:
+    async def scan(self, grace: float, stale_after: float) -> Scan:
         with wrapped():
-            rows = (await self._conn.execute(SCAN, {"grace": grace})).all()
+            params = {"grace": grace, "stale_after": stale_after}
+            rows = (await self._conn.execute(SCAN, params)).all()
         if not rows:
             pid = int(await self._scalar(sa.text("SELECT pg_backend_pid()")))
             return Scan(pid, [])
-        sightings = [Sighting(r.name, r.lock_id, bool(r.held), bool(r.silent)) for r in rows]
+        sightings = [
+            Sighting(r.name, r.lock_id, bool(r.held), bool(r.silent), bool(r.stale)) for r in rows
+        ]
         return Scan(int(rows[0].scanner), sightings)
 
     async def declare_dead(self, name: str, lock_id: int, grace: float) -> tuple[bool, int]:
-        """Mark a worker dead if its lock is still gone and its beat still old; hand its active
+        """Mark a worker dead if its lock is still gone and its beat still older than ``grace``
+        (``liveness_grace`` or ``stale_after``, as the rule that found it says); hand its active
         attempts back. (died, attempts handed back)."""
         with wrapped():
             row = (

@@ -74,6 +74,42 @@ async def test_a_killed_worker_is_replaced_through_its_session_long_before_stale
         assert log_has(survivor, FOUND_DEAD)
 
 
+async def test_workers_killed_together_are_marked_dead_by_a_later_one_and_their_runs_recovered(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster
+) -> None:
+    """No live scanner saw their locks go: the heartbeat rule replaces their attempts, and the
+    next worker marks their rows dead once they are stale_after silent (before, they stayed
+    alive until retention and slowed every scan)."""
+    cluster = make_cluster(fresh_db, redis_url)  # fast timers: stale after 3 s
+    _, base = cluster.start_gateway()
+    workers = start_workers(cluster, 2)
+    db = Db(fresh_db)
+    await until(lambda: settled(db, 2), 30, "both workers registered and seen")
+    ids = [new_id() for _ in range(2)]
+    async with api_for(base) as api:
+        for invocation_id in ids:
+            body = {"id": invocation_id, "input": HOLD_THEN_RECOVER, "background": True}
+            assert (await api.post(body))[0] == 202
+        await until(lambda: db.all_match(ids, holding(3)), 30, "the runs holding")
+        killed = set(registry(db))
+        for worker in workers:
+            worker.signal(signal.SIGKILL)
+        [later] = start_workers(cluster, 1)
+
+        def all_dead() -> bool:
+            rows = registry(db)
+            return all(rows[name]["state"] == "dead" for name in killed)
+
+        await until(all_dead, 30, "the killed workers' rows marked dead")
+        await until(lambda: db.all_match(ids, lambda r: r["status"] == "completed"), 30, "recovery")
+        for invocation_id in ids:
+            events = db.events(invocation_id)
+            assert_clean_events(events)
+            assert attempts_started(events) == [1, 2]
+        assert log_has(later, "no lock held and no beat for 3s: dead")
+        assert [r["state"] for n, r in registry(db).items() if n not in killed] == ["alive"]
+
+
 async def test_a_frozen_worker_keeps_its_session_and_is_replaced_by_heartbeats_fenced(
     fresh_db: str, redis_url: str, make_cluster: MakeCluster
 ) -> None:

@@ -20,6 +20,7 @@ from tether.store.store import Store
 from tether.worker.liveness import Liveness
 
 GRACE = 1.0
+STALE_AFTER = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ async def age_beat(store: Store, name: str, seconds: float) -> None:
 
 
 async def released(scanner: LivenessSession) -> bool:
-    return not any(s.held for s in (await scanner.scan(GRACE)).sightings)
+    return not any(s.held for s in (await scanner.scan(GRACE, STALE_AFTER)).sightings)
 
 
 async def active_attempt(store: Store, worker: str) -> str:
@@ -90,17 +91,18 @@ async def test_a_workers_lock_is_held_while_its_session_lives_and_gone_once_it_e
     scanner = await open_session(migrated_pg, sessions)
     worker = await open_session(migrated_pg, sessions)
     lock_id = await register(worker, "host:1")
-    [sighting] = (await scanner.scan(GRACE)).sightings
-    assert (sighting.name, sighting.lock_id, sighting.held, sighting.silent) == (
+    [sighting] = (await scanner.scan(GRACE, STALE_AFTER)).sightings
+    assert (sighting.name, sighting.lock_id, sighting.held, sighting.silent, sighting.stale) == (
         "host:1",
         lock_id,
         True,
+        False,
         False,
     )
     await worker.close()
 
     async def released() -> bool:
-        [seen] = (await scanner.scan(GRACE)).sightings
+        [seen] = (await scanner.scan(GRACE, STALE_AFTER)).sightings
         return not seen.held and not seen.silent
 
     await until(released, 10, "the lock to go")
@@ -130,6 +132,31 @@ async def test_a_worker_is_declared_dead_only_without_its_lock_and_with_an_old_b
     assert other not in stale
 
 
+async def test_a_scan_tells_a_beat_older_than_stale_after_and_such_a_worker_can_be_declared_dead(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    """Rule 2: no scanner need have seen its lock held (every worker killed at once)."""
+    worker = await open_session(migrated_pg, sessions)
+    lock_id = await register(worker, "host:1")
+    invocation_id = await active_attempt(store, "host:1")
+    sessions.remove(worker)
+    await worker.close()
+    scanner = await open_session(migrated_pg, sessions)  # a scanner that never saw the lock
+    await until(lambda: released(scanner), 10, "the lock to go")
+
+    await age_beat(store, "host:1", GRACE + 1)
+    [sighting] = (await scanner.scan(GRACE, STALE_AFTER)).sightings
+    assert (sighting.held, sighting.silent, sighting.stale) == (False, True, False)
+    assert await scanner.declare_dead("host:1", lock_id, STALE_AFTER) == (False, 0)
+
+    await age_beat(store, "host:1", STALE_AFTER)
+    [sighting] = (await scanner.scan(GRACE, STALE_AFTER)).sightings
+    assert (sighting.held, sighting.silent, sighting.stale) == (False, True, True)
+    assert await scanner.declare_dead("host:1", lock_id, STALE_AFTER) == (True, 1)
+    assert (await scanner.scan(GRACE, STALE_AFTER)).sightings == []
+    assert [s.invocation_id for s in await store.stale_attempts(60)] == [invocation_id]
+
+
 async def test_a_worker_declared_dead_learns_it_from_its_next_beat(
     store: Store, migrated_pg: str, sessions: list[LivenessSession]
 ) -> None:
@@ -148,7 +175,7 @@ async def test_a_clean_stop_leaves_a_stopped_row_that_no_scan_judges(
     worker = await open_session(migrated_pg, sessions)
     lock_id = await register(worker, "host:1")
     await worker.unregister("host:1", lock_id)
-    assert (await scanner.scan(GRACE)).sightings == []
+    assert (await scanner.scan(GRACE, STALE_AFTER)).sightings == []
 
 
 async def test_a_process_finds_what_an_earlier_process_of_its_name_left(
@@ -263,9 +290,60 @@ async def test_a_process_hands_back_what_a_dead_process_of_its_name_left_and_reg
         await asyncio.to_thread(thread.registered.wait, 20)
         assert found == ["found"]
         assert [s.invocation_id for s in await store.stale_attempts(60)] == [invocation_id]
-        [sighting] = (await scanner.scan(GRACE)).sightings
+        [sighting] = (await scanner.scan(GRACE, STALE_AFTER)).sightings
         assert sighting.name == "host:1" and sighting.held
     finally:
         thread.stop()
         await asyncio.to_thread(thread.join, 20)
-    assert (await scanner.scan(GRACE)).sightings == []  # stopped cleanly
+    assert (await scanner.scan(GRACE, STALE_AFTER)).sightings == []  # stopped cleanly
+
+
+async def enrol_unlocked(store: Store, session: LivenessSession, name: str) -> None:
+    """A row whose lock nobody holds: a worker killed before any scanner saw its lock (once its
+    beat is aged), or one re-establishing its session."""
+    async with store.engine.connect() as conn:
+        lock_id = int(await conn.scalar(sa.text("SELECT nextval('tether_worker_lock_ids')")))
+    assert await session.enrol(name, lock_id, fresh=True)
+
+
+async def states(store: Store) -> dict[str, str]:
+    async with store.engine.connect() as conn:
+        rows = (await conn.execute(sa.select(workers.c.name, workers.c.state))).all()
+    return {r.name: r.state for r in rows}
+
+
+async def test_a_worker_marks_dead_the_workers_nobody_saw_go_and_hands_their_attempts_back(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    """Thirty rows left ``alive`` by workers killed together, found by a worker started later;
+    a worker re-establishing its session (no lock, a fresh beat) and a frozen one (its lock
+    held, no beat for a minute) are left alive."""
+    writer = await open_session(migrated_pg, sessions)
+    orphans = [f"gone:{i}" for i in range(30)]
+    for name in orphans:
+        await enrol_unlocked(store, writer, name)
+        await age_beat(store, name, 60)
+    held_by_orphans = [await active_attempt(store, name) for name in orphans[:2]]
+    await enrol_unlocked(store, writer, "reconnecting:1")
+    frozen = await open_session(migrated_pg, sessions)
+    await register(frozen, "frozen:1")
+    await age_beat(store, "frozen:1", 60)
+
+    found: list[str] = []
+    thread = liveness_thread(migrated_pg, store, "host:1", found)
+    thread.start()
+    try:
+
+        async def orphans_dead() -> bool:
+            now = await states(store)
+            return all(now[name] == "dead" for name in orphans)
+
+        await until(orphans_dead, 20, "the orphaned rows to be marked dead")
+        now = await states(store)
+        assert (now["reconnecting:1"], now["frozen:1"], now["host:1"]) == ("alive",) * 3
+        assert "found" in found
+        stale = {s.invocation_id for s in await store.stale_attempts(60)}
+        assert stale == set(held_by_orphans)  # handed back: the reaper replaces them at once
+    finally:
+        thread.stop()
+        await asyncio.to_thread(thread.join, 20)

@@ -6,23 +6,41 @@ from __future__ import annotations
 from tether.liveness_keepalive import MAX_KEEPALIVE_COUNT, MAX_KEEPALIVE_IDLE, MAX_STALE_AFTER
 from tether.settings import Settings
 from tether.store.liveness import Sighting
-from tether.worker.liveness import Observer, liveness_url, scan_every
+from tether.worker.liveness import Death, Observer, liveness_url, scan_every
 
 
-def seen(name: str, held: bool, silent: bool, lock_id: int = 7) -> Sighting:
-    return Sighting(name, lock_id, held=held, silent=silent)
+def seen(name: str, held: bool, silent: bool, lock_id: int = 7, stale: bool = False) -> Sighting:
+    return Sighting(name, lock_id, held=held, silent=silent, stale=stale)
+
+
+def went(sighting: Sighting) -> Death:
+    return Death(sighting, seen_to_go=True)
 
 
 def test_a_lock_seen_held_then_gone_with_a_silent_worker_is_a_death() -> None:
     observer = Observer("me")
     assert observer.judge([seen("w", held=True, silent=False)]) == []
-    assert observer.judge([seen("w", held=False, silent=True)]) == [seen("w", False, True)]
+    assert observer.judge([seen("w", held=False, silent=True)]) == [went(seen("w", False, True))]
 
 
 def test_a_lock_never_seen_held_on_this_session_proves_nothing() -> None:
     """After a server restart every lock is gone and every beat is old: nobody is dead."""
     observer = Observer("me")
     assert observer.judge([seen("w", held=False, silent=True)]) == []
+
+
+def test_a_lockless_worker_silent_for_stale_after_is_dead_though_nobody_saw_it_go() -> None:
+    """Every worker killed at once, or one killed before anyone scanned: no witness is left."""
+    observer = Observer("me")
+    stale = seen("w", held=False, silent=True, stale=True)
+    assert observer.judge([stale]) == [Death(stale, seen_to_go=False)]
+
+
+def test_a_held_lock_keeps_a_worker_alive_however_long_it_is_silent() -> None:
+    """A frozen process keeps its session: the heartbeat rule replaces its attempts, not this."""
+    observer = Observer("me")
+    assert observer.judge([seen("w", held=True, silent=True, stale=True)]) == []
+    assert observer.judge([seen("w", held=True, silent=True, stale=True)]) == []
 
 
 def test_a_new_session_forgets_every_lock_it_saw() -> None:
@@ -36,7 +54,7 @@ def test_a_worker_that_still_beats_is_alive_without_its_lock() -> None:
     observer = Observer("me")
     observer.judge([seen("w", held=True, silent=False)])
     assert observer.judge([seen("w", held=False, silent=False)]) == []
-    assert observer.judge([seen("w", held=False, silent=True)]) == [seen("w", False, True)]
+    assert observer.judge([seen("w", held=False, silent=True)]) == [went(seen("w", False, True))]
 
 
 def test_a_worker_that_took_a_new_lock_is_judged_by_the_new_one() -> None:
