@@ -27,7 +27,13 @@ class Timers(SettingsSection):
         2.0, gt=0, le=MAX_STALE_AFTER / 2, description="How often a worker heartbeats."
     )
     stale_after: float = Field(
-        10.0, gt=0, le=MAX_STALE_AFTER, description="An attempt with an older heartbeat is dead."
+        10.0,
+        gt=0,
+        le=MAX_STALE_AFTER,
+        description=(
+            "An attempt with an older heartbeat is dead; so is a worker in tether_workers with "
+            "an older liveness beat whose session lock nobody holds."
+        ),
     )
     reaper_interval: float = Field(
         2.0, gt=0, le=MAX_PERIOD, description="How often each worker runs a reap pass."
@@ -44,8 +50,8 @@ class Timers(SettingsSection):
         le=MAX_STALE_AFTER / 2,
         description=(
             "How often each worker process beats its row in tether_workers and checks its "
-            "liveness connection, and (with more than 4 workers, less often) looks for workers "
-            "whose session ended."
+            "liveness connection, and (with more than 4 workers holding their lock, less often) "
+            "looks for workers whose session ended."
         ),
     )
     liveness_grace: float = Field(
