@@ -172,7 +172,12 @@ class Tenants:
 
     async def set(self, tenant: str, changes: Mapping[str, Any]) -> TenantRow:
         """Apply ``changes`` to the tenant's row; a tenant without one starts from the defaults.
-        Raises :class:`LimitInvalid` before writing anything."""
+        Raises :class:`LimitInvalid` before writing anything.
+
+        One upsert that writes the changed limits only: concurrent changes of other limits (two
+        admins, or the CLI beside the API) all land, and two first writes of one tenant make one
+        row (the later updates the earlier's) instead of a unique violation. A limit is checked
+        on its own, so the changed ones are valid on any row they land on."""
         check_tenant_name(tenant)
         async with self._db.transaction() as conn:
             current = await conn.execute(
@@ -182,12 +187,14 @@ class Tenants:
             start = rows.get(tenant) or rows.get(DEFAULTS) or TenantLimits()
             limits = start.changed(changes)
             values = {**limits.to_json(), "updated_at": self._db.now}
-            if tenant in rows:
-                await conn.execute(
-                    sa.update(tenants).where(tenants.c.tenant == tenant).values(**values)
+            insert = self._db.dialect.upsert(tenants).values(tenant=tenant, **values)
+            written = [*changes, "updated_at"]
+            await conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=[tenants.c.tenant],
+                    set_={name: insert.excluded[name] for name in written},
                 )
-            else:
-                await conn.execute(sa.insert(tenants).values(tenant=tenant, **values))
+            )
         row = await self.row(tenant)
         assert row is not None
         return row

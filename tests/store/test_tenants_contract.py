@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 
@@ -113,3 +116,42 @@ async def test_an_invocation_belongs_to_its_owner_unless_mapped(store: Store) ->
     assert (b.tenant, b.priority) == ("acme", 5)
     claim = await store.claim("b", "host:1")
     assert claim is not None and claim.tenant == "acme"
+
+
+CONCURRENT_CHANGES: list[dict[str, Any]] = [
+    {"max_active": 3},
+    {"max_queued": 40},
+    {"rate": 5.0},
+    {"burst": 9},
+    {"weight": 2.0},
+    {"tokens_per_period": 1000},
+]
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["first-write", "own-row"])
+async def test_concurrent_changes_of_different_limits_all_land(
+    store: Store, existing: bool
+) -> None:
+    """Each change writes its own limits only: a change read, edited and written back whole
+    lost the others' (and two first writes raced to insert the row: a unique violation)."""
+    if existing:
+        await store.tenants.set("acme", {"on_budget": "park"})
+    await asyncio.gather(*[store.tenants.set("acme", change) for change in CONCURRENT_CHANGES])
+    row = await store.tenants.row("acme")
+    assert row is not None
+    expected = TenantLimits(on_budget="park" if existing else "fail").changed(
+        {name: value for change in CONCURRENT_CHANGES for name, value in change.items()}
+    )
+    assert row.limits == expected
+
+
+async def test_a_first_write_starts_from_the_defaults_and_keeps_its_own_changes(
+    store: Store,
+) -> None:
+    await store.tenants.set(DEFAULTS, {"max_active": 3, "rate": 5.0})
+    await asyncio.gather(
+        store.tenants.set("acme", {"rate": None}), store.tenants.set("acme", {"burst": 2})
+    )
+    row = await store.tenants.row("acme")
+    assert row is not None
+    assert row.limits == TenantLimits(max_active=3, rate=None, burst=2)
