@@ -47,7 +47,7 @@ from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
 from tether.pubsub import CLOSING, Subscription
 from tether.services import Services
 from tether.settings import Settings
-from tether.store.errors import SchemaMissing
+from tether.store.errors import SchemaMissing, ValueRefused
 from tether.store.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,9 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
         if exc.status < 400:
             raise
         response = http_error(exc)
+    except ValueRefused as exc:  # the request's own value: repeating it cannot help
+        log.info("the database refused a value on %s %s (%s)", request.method, route, exc)
+        response = error_response(ErrorCode.INVALID_REQUEST, message=exc.public_message)
     except (StoreUnavailable, SchemaMissing) as exc:  # retryable: the client may try shortly
         if isinstance(exc, SchemaMissing):
             log.error("database not migrated on %s %s: run `tether migrate`", request.method, route)

@@ -54,7 +54,6 @@ from tether.store.store import (
     Conflict,
     OwnerLimitReached,
     TenantLimitReached,
-    ValueRefused,
 )
 
 log = logging.getLogger(__name__)
@@ -131,7 +130,9 @@ async def accept(
 
     An id already used for another request is a 409, and so is another owner's id, with the
     same body: ids are global, so only accepting could hide that one is taken, and the answer
-    says nothing more (not whose it is, nor its status, input or output).
+    says nothing more (not whose it is, nor its status, input or output). A value the
+    database refuses (this request alone: the others of its batch were accepted) is the error
+    middleware's 422, as on every route.
     """
     throttled = request.app[METRICS].throttled
     try:
@@ -147,8 +148,6 @@ async def accept(
     except TenantLimitReached as exc:
         throttled.labels(tenant=exc.tenant, reason="max_queued").inc()
         raise ApiError(ErrorCode.TENANT_QUEUE_FULL, headers=retry_after(request)) from None
-    except ValueRefused as exc:  # this request alone: the others of its batch were accepted
-        raise ApiError(ErrorCode.INVALID_REQUEST, message=exc.public_message) from None
     request.app[METRICS].count_accepted(mode, accepted.created)
     return accepted
 

@@ -13,6 +13,7 @@ import pytest
 from tests.unit.test_gateway_embedded import ClientFactory, client_for
 from tests.unit.test_tenant_gateway import ALICE, ROOT, WAITS, post, proxied, set_limits
 from tether.gateway.keys import SERVICES
+from tether.store.errors import REFUSED_MESSAGE, ValueRefused
 
 
 async def test_only_admins_reach_the_admin_api(
@@ -127,3 +128,27 @@ async def test_the_global_cap_is_set_and_lifted(
     assert bad.status == 422
     lifted = await client.put("/api/admin/global", json={"max_active": None}, headers=ROOT)
     assert await lifted.json() == {"max_active": None}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("PATCH", "/api/admin/tenants/alice"), ("PUT", "/api/admin/defaults")],
+)
+async def test_a_value_the_database_refuses_is_a_422_not_an_internal_error(
+    aiohttp_client: ClientFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    path: str,
+) -> None:
+    """As an accept answers it: the store's verdict on the request, never ``invocation_failed``
+    (a first write's race to insert the row was a 500 so)."""
+    client = await proxied(aiohttp_client, tmp_path)
+
+    async def refuses(*_: Any) -> None:
+        raise ValueRefused("UniqueViolation: duplicate key", REFUSED_MESSAGE)
+
+    monkeypatch.setattr(client.app[SERVICES].store.tenants, "set", refuses)
+    r = await client.request(method, path, json={"max_active": 1}, headers=ROOT)
+    assert r.status == 422
+    assert (await r.json())["error"] == {"code": "invalid_request", "message": REFUSED_MESSAGE}
