@@ -10,7 +10,14 @@ from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
 from tether.gateway.models import STRICT, Timestamp
 from tether.outcomes import iso_utc
-from tether.store.tenants import MIN_RATE, MIN_WEIGHT, OpenCounts, TenantLimits, TenantRow
+from tether.store.tenants import (
+    MAX_RATE,
+    MIN_RATE,
+    MIN_WEIGHT,
+    OpenCounts,
+    TenantLimits,
+    TenantRow,
+)
 
 Count = Annotated[StrictInt, Field(ge=0)]
 Number = StrictInt | StrictFloat
@@ -48,7 +55,7 @@ class LimitsChange(BaseModel):
     weight: Number | None = Field(None, ge=MIN_WEIGHT)
     max_active: Count | None = None
     max_queued: Count | None = None
-    rate: Number | None = Field(None, ge=MIN_RATE)
+    rate: Number | None = Field(None, ge=MIN_RATE, le=MAX_RATE)
     burst: Annotated[StrictInt, Field(ge=1)] | None = None
     tokens_per_invocation: Count | None = None
     tokens_per_period: Count | None = None

@@ -78,8 +78,11 @@ class Buckets:
 
     def _take(self, tenant: str, want: Want, clock: sa.ColumnElement[float]) -> sa.Executable:
         size = sa.literal(float(want.size), sa.Float)
-        elapsed = clock - bucket.at
-        refill = bucket.tokens + _larger(elapsed, sa.literal(0.0)) * sa.literal(want.rate)
+        # the seconds that fill it, and one more whatever the rounding: elapsed × rate
+        # overflowed a float for a rate such as 1e308 (PostgreSQL refuses an infinity)
+        filling = sa.literal(want.size / want.rate + 1.0, sa.Float)
+        elapsed = _smaller(_larger(clock - bucket.at, sa.literal(0.0)), filling)
+        refill = bucket.tokens + elapsed * sa.literal(want.rate)
         refilled = _smaller(refill, size)
         whole: sa.ColumnElement[Any] = self._db.dialect.whole(refilled)
         granted = _smaller(whole, sa.literal(want.count, sa.Integer))

@@ -97,7 +97,7 @@ class Dialect(ABC):
 
     @abstractmethod
     def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
-        """The largest whole number at most ``value`` (``value`` >= 0)."""
+        """The largest whole number at most ``value`` (``value`` >= 0), as a ``bigint``."""
 
     def upsert_on(self, table: sa.Table, key: str) -> Any:
         """``INSERT … ON CONFLICT (key) DO UPDATE`` every other column to the new value; the rows
@@ -167,7 +167,7 @@ class PostgreSQL(Dialect):
         return postgresql.insert(table)
 
     def whole(self, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
-        return sa.cast(sa.func.floor(value), sa.Integer)  # a cast alone rounds
+        return sa.cast(sa.func.floor(value), sa.BigInteger)  # a cast alone rounds
 
     async def held_rows(self, conn: Connection, invocation_ids: Sequence[str]) -> frozenset[str]:
         """``SKIP LOCKED``: a grouped write never waits for a lock while holding others, so it

@@ -26,7 +26,10 @@ DEFAULTS = "*"
 ON_BUDGET = ("fail", "park")
 MAX_NAME = 200
 
-
+MAX_COUNT = 2**31 - 1
+"""The largest count a limit's column holds (``integer``: max_active, max_queued, burst)."""
+MAX_TOKENS = 2**62 - 1
+"""The largest token budget (``bigint``, with room for the usage added to it)."""
 MIN_WEIGHT = 1e-6
 """The smallest weight: each claim of a tenant's work advances its pass by ``1 / weight``
 (:mod:`.fairness`), which must stay a number the claims can add to and store; below it a weight
@@ -35,6 +38,10 @@ MIN_RATE = 1e-6
 """The slowest accept rate, about one accept in 11.6 days: a refused accept's ``Retry-After``
 is ``(1 - tokens) / rate`` seconds (:mod:`.buckets`), a whole number of seconds that must stay
 one."""
+MAX_RATE = float(MAX_COUNT)
+"""The fastest accept rate: a bucket without a ``burst`` holds ``rate`` rounded up, a count like
+``burst``; past it, ``3e9`` was a bucket PostgreSQL's integer could not hold, and every accept of
+the tenant after its first was refused."""
 
 
 class LimitInvalid(ValueError):
@@ -74,7 +81,7 @@ class TenantLimits:
             _check_count(name, getattr(self, name), most=MAX_TOKENS)
         _check_count("burst", self.burst, least=1)
         if self.rate is not None:
-            _check_positive("rate", self.rate, least=MIN_RATE)
+            _check_positive("rate", self.rate, least=MIN_RATE, most=MAX_RATE)
         if self.cost_per_period is not None:
             _check_positive("cost_per_period", self.cost_per_period, zero=True)
         _check_positive("budget_period", self.budget_period)
@@ -109,18 +116,16 @@ def check_tenant_name(tenant: str) -> str:
     return tenant
 
 
-def _check_positive(name: str, value: float, *, zero: bool = False, least: float = 0.0) -> None:
+def _check_positive(
+    name: str, value: float, *, zero: bool = False, least: float = 0.0, most: float = math.inf
+) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise LimitInvalid(f"{name} must be a finite number")
     if value < least or value < 0 or (value == 0 and not zero):
         rule = f"at least {least:g}" if least else "at least 0" if zero else "above 0"
         raise LimitInvalid(f"{name} must be {rule}")
-
-
-MAX_COUNT = 2**31 - 1
-"""The largest count a limit's column holds (``integer``: max_active, max_queued, burst)."""
-MAX_TOKENS = 2**62 - 1
-"""The largest token budget (``bigint``, with room for the usage added to it)."""
+    if value > most:
+        raise LimitInvalid(f"{name} must be at most {most:.0f}")
 
 
 def _check_count(name: str, value: int | None, *, least: int = 0, most: int = MAX_COUNT) -> None:
@@ -270,10 +275,10 @@ def limits_from(row: Mapping[str, Any] | sa.RowMapping) -> TenantLimits:
     for name in ("weight", "budget_period"):
         values[name] = float(values[name])
     # a row written before the bounds may hold less or more: read as the bound, as it now must
-    # be set (SQLite stored counts up to 2^62)
+    # be set (SQLite stored counts up to 2^62; either store rates past MAX_RATE)
     values["weight"] = max(values["weight"], MIN_WEIGHT)
     if values["rate"] is not None:
-        values["rate"] = max(float(values["rate"]), MIN_RATE)
+        values["rate"] = min(max(float(values["rate"]), MIN_RATE), MAX_RATE)
     for name in ("max_active", "max_queued", "burst"):
         if values[name] is not None:
             values[name] = min(values[name], MAX_COUNT)

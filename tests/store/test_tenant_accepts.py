@@ -11,7 +11,7 @@ import pytest
 from tether.store.buckets import Want
 from tether.store.schema import NewInvocation, Status
 from tether.store.store import OwnerLimitReached, Store, TenantLimitReached
-from tether.store.tenants import OpenCounts
+from tether.store.tenants import MAX_RATE, OpenCounts, TenantLimits
 
 
 def new(owner: str, tenant: str | None = None, priority: int = 0) -> NewInvocation:
@@ -123,3 +123,21 @@ async def test_open_counts_group_by_tenant_and_status(store: Store) -> None:
         3,
         Status.QUEUED,
     )
+
+
+@pytest.mark.parametrize(
+    "want",
+    [
+        Want(count=1, rate=3e9, size=3e9),  # a bucket past PostgreSQL's integer
+        Want(count=1, rate=1e308, size=5),  # a refill past any float
+        Want(count=1, rate=MAX_RATE, size=TenantLimits(rate=MAX_RATE).bucket_size),
+    ],
+    ids=["size-past-int4", "rate-past-float", "largest-limits"],
+)
+async def test_a_bucket_of_any_rate_or_size_keeps_granting(store: Store, want: Want) -> None:
+    """The first take inserts the bucket; each later one refills it: no step of that may
+    overflow, or the tenant's every accept after its first was a 422 (found by QA)."""
+    for now in (0.0, 2.0, 1e9):
+        grant = (await store.buckets.take({"acme": want}, now=now))["acme"]
+        assert grant.granted == 1
+        assert grant.tokens == pytest.approx(want.size - 1)

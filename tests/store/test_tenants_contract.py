@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
-from tether.store.tenants import DEFAULTS, LimitInvalid, TenantLimits
+from tether.store.tenants import DEFAULTS, MAX_RATE, LimitInvalid, TenantLimits
 
 
 async def test_without_rows_no_tenant_has_limits(store: Store) -> None:
@@ -54,6 +54,8 @@ async def test_null_lifts_a_limit(store: Store) -> None:
         {"rate": 0},
         {"rate": 1e-320},  # Retry-After, (1 - tokens) / rate, past any whole number
         {"rate": 1e-7},
+        {"rate": MAX_RATE + 1},  # a bucket of ceil(rate) tokens: past a count
+        {"rate": 1e308},
         {"on_budget": "shrug"},
         {"colour": "red"},
         {"max_queued": True},
@@ -72,7 +74,7 @@ async def test_invalid_limits_are_refused_before_anything_is_written(
 
 
 async def test_the_largest_limits_are_stored(store: Store) -> None:
-    top = {"max_active": 2**31 - 1, "max_queued": 2**31 - 1, "burst": 2**31 - 1}
+    top = {"max_active": 2**31 - 1, "max_queued": 2**31 - 1, "burst": 2**31 - 1, "rate": MAX_RATE}
     await store.tenants.set("acme", {**top, "tokens_per_period": 2**62 - 1})
     row = await store.tenants.row("acme")
     assert row is not None and row.limits.max_active == 2**31 - 1
@@ -97,6 +99,19 @@ async def test_a_count_stored_past_the_bound_by_an_earlier_release_reads_as_the_
     row = await store.tenants.row("acme")
     assert row is not None and row.limits.max_queued == 2**31 - 1
     assert (await store.tenants.effective(["acme"]))["acme"].max_queued == 2**31 - 1
+
+
+async def test_a_rate_stored_past_the_bound_by_an_earlier_release_reads_as_the_bound(
+    store: Store,
+) -> None:
+    """A rate written before it was bounded (``3e9``): read as the bound, so the tenant's
+    bucket fits again instead of refusing every accept."""
+    await store.tenants.set("acme", {"rate": 5.0})
+    async with store.engine.begin() as conn:
+        await conn.execute(sa.text("UPDATE tether_tenants SET rate = 3e9 WHERE tenant = 'acme'"))
+    row = await store.tenants.row("acme")
+    assert row is not None and row.limits.rate == MAX_RATE
+    assert row.limits.bucket_size == MAX_RATE
 
 
 async def test_the_global_cap_is_one_row(store: Store) -> None:

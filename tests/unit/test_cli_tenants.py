@@ -99,6 +99,7 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
         (["set", "acme", "--max-active", "-1"], "max_active must be"),
         (["set", "acme", "--max-active", "x"], "--max-active: 'x' is not a whole number"),
         (["set", "acme", "--rate", "nan"], "rate must be a finite number"),
+        (["set", "acme", "--rate", "5e9"], "rate must be at most 2147483647"),
         (["set", "acme", "--on-budget", "shrug"], "on_budget must be one of"),
         (["set", "acme"], "nothing to set"),
         (["set", "*", "--weight", "2"], "use --defaults"),

@@ -55,6 +55,8 @@ async def test_dev_with_no_authentication_makes_its_one_user_admin(
         ({"weight": 5e-324}, "weight"),  # accepted once, then every tenant's claims stalled
         ({"rate": "fast"}, "rate"),
         ({"rate": 1e-320}, "rate"),  # accepted once, then the tenant's accepts were 500s
+        ({"rate": 3e9}, "rate"),  # accepted once, then every accept but the first a 422
+        ({"rate": 1e308, "burst": 5}, "rate"),
         ({"on_budget": "shrug"}, "on_budget"),
         ({"colour": "red"}, "colour"),
         ({"weight": None}, "weight"),
