@@ -12,6 +12,7 @@ from tether.gateway.models import STRICT, Timestamp
 from tether.outcomes import iso_utc
 from tether.store.tenants import (
     MAX_RATE,
+    MIN_BUDGET_PERIOD,
     MIN_RATE,
     MIN_WEIGHT,
     OpenCounts,
@@ -60,7 +61,7 @@ class LimitsChange(BaseModel):
     tokens_per_invocation: Count | None = None
     tokens_per_period: Count | None = None
     cost_per_period: Number | None = Field(None, ge=0)
-    budget_period: Number | None = Field(None, gt=0)
+    budget_period: Number | None = Field(None, ge=MIN_BUDGET_PERIOD)
     on_budget: StrictStr | None = Field(None, description="fail or park")
 
 

@@ -42,6 +42,9 @@ MAX_RATE = float(MAX_COUNT)
 """The fastest accept rate: a bucket without a ``burst`` holds ``rate`` rounded up, a count like
 ``burst``; past it, ``3e9`` was a bucket PostgreSQL's integer could not hold, and every accept of
 the tenant after its first was refused."""
+MIN_BUDGET_PERIOD = 1.0
+"""The shortest budget period, a second: a period starts at ``floor(now / period) × period``
+(:mod:`.usage`); ``1e-300`` made that infinite and failed every agent run of the tenant."""
 
 
 class LimitInvalid(ValueError):
@@ -84,7 +87,7 @@ class TenantLimits:
             _check_positive("rate", self.rate, least=MIN_RATE, most=MAX_RATE)
         if self.cost_per_period is not None:
             _check_positive("cost_per_period", self.cost_per_period, zero=True)
-        _check_positive("budget_period", self.budget_period)
+        _check_positive("budget_period", self.budget_period, least=MIN_BUDGET_PERIOD)
         if self.on_budget not in ON_BUDGET:
             raise LimitInvalid(f"on_budget must be one of {', '.join(ON_BUDGET)}")
 
@@ -277,6 +280,7 @@ def limits_from(row: Mapping[str, Any] | sa.RowMapping) -> TenantLimits:
     # a row written before the bounds may hold less or more: read as the bound, as it now must
     # be set (SQLite stored counts up to 2^62; either store rates past MAX_RATE)
     values["weight"] = max(values["weight"], MIN_WEIGHT)
+    values["budget_period"] = max(values["budget_period"], MIN_BUDGET_PERIOD)
     if values["rate"] is not None:
         values["rate"] = min(max(float(values["rate"]), MIN_RATE), MAX_RATE)
     for name in ("max_active", "max_queued", "burst"):

@@ -56,6 +56,8 @@ async def test_null_lifts_a_limit(store: Store) -> None:
         {"rate": 1e-7},
         {"rate": MAX_RATE + 1},  # a bucket of ceil(rate) tokens: past a count
         {"rate": 1e308},
+        {"budget_period": 1e-300},  # now / period is infinite: every budget check failed
+        {"budget_period": 0.5},
         {"on_budget": "shrug"},
         {"colour": "red"},
         {"max_queued": True},

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import sqlalchemy as sa
+
 from tests.agents.agent_server import wait_for
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
+from tether.store.tenants import MIN_BUDGET_PERIOD
 from tether.store.usage import period_start
 from tether.usage import ModelUsage, UsageTotals
 
@@ -55,14 +58,14 @@ async def test_a_new_period_starts_from_nothing_and_the_totals_keep_counting(
     store: Store,
 ) -> None:
     await store.accept(NewInvocation("inv-c", "ann", None, {}, "h", tenant="acme"))
-    await store.tenants.set("acme", {"budget_period": 0.05})
-    first = await store.usage.add("inv-c", "acme", 0.05, ModelUsage(40, 2))
+    await store.tenants.set("acme", {"budget_period": MIN_BUDGET_PERIOD})
+    first = await store.usage.add("inv-c", "acme", MIN_BUDGET_PERIOD, ModelUsage(40, 2))
 
     async def next_period() -> bool:  # the database clock is past the first call's period
         return (await store.usage.state("inv-c", "acme")).period_start != first
 
     await wait_for(next_period)
-    second = await store.usage.add("inv-c", "acme", 0.05, ModelUsage(5, 1))
+    second = await store.usage.add("inv-c", "acme", MIN_BUDGET_PERIOD, ModelUsage(5, 1))
     assert second > first
     state = await store.usage.state("inv-c", "acme")
     assert state.period_tokens == (6 if state.period_start == second else 0)
@@ -75,3 +78,19 @@ async def test_period_start_is_aligned_to_the_epoch() -> None:
     assert period_start(86400 * 3 + 5.0, 86400) == 86400 * 3
     assert period_start(100.0, 60) == 60
     assert period_start(59.999, 60) == 0
+
+
+async def test_a_period_stored_under_the_bound_by_an_earlier_release_reads_as_the_bound(
+    store: Store,
+) -> None:
+    """A ``budget_period`` of ``1e-300`` (accepted before it was bounded) made ``now / period``
+    infinite: every agent run of the tenant failed at its first budget check."""
+    await store.accept(NewInvocation("inv-d", "ann", None, {}, "h", tenant="acme"))
+    await store.tenants.set("acme", {"tokens_per_period": 100})
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            sa.text("UPDATE tether_tenants SET budget_period = 1e-300 WHERE tenant = 'acme'")
+        )
+    state = await store.usage.state("inv-d", "acme")
+    assert state.limits.budget_period == MIN_BUDGET_PERIOD
+    assert state.period_start == period_start(state.now, MIN_BUDGET_PERIOD)

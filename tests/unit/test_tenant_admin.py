@@ -57,6 +57,7 @@ async def test_dev_with_no_authentication_makes_its_one_user_admin(
         ({"rate": 1e-320}, "rate"),  # accepted once, then the tenant's accepts were 500s
         ({"rate": 3e9}, "rate"),  # accepted once, then every accept but the first a 422
         ({"rate": 1e308, "burst": 5}, "rate"),
+        ({"budget_period": 1e-300}, "budget_period"),  # every agent run of it was a 500
         ({"on_budget": "shrug"}, "on_budget"),
         ({"colour": "red"}, "colour"),
         ({"weight": None}, "weight"),
