@@ -2,10 +2,12 @@
 
 Every invocation belongs to a tenant: the one the trusted proxy names in ``auth.tenant_header``
 (forwarded mode only, from a trusted source: the same trust as the identity headers), else the
-owner's entry in ``auth.tenants``, else the owner. The admin API is for the owners named in
-``auth.admins``; with no authentication (``tether dev``'s one local user) that user is admin.
-Decided once at start (:func:`resolve_tenancy`); a setting that names an impossible tenant is an
-:class:`AuthConfigError` there, before anything listens.
+owner's entry in ``auth.tenants``, else the owner. A tenant's name is what an owner's may be, so
+every owner is a tenant name but ``*``, the defaults' name: that owner unmapped is a 400 at
+accept. The admin API is for the owners named in ``auth.admins``; with no authentication
+(``tether dev``'s one local user) that user is admin. Decided once at start
+(:func:`resolve_tenancy`); a setting that names an impossible tenant (a mapping's, or a bearer
+token's unmapped owner ``*``) is an :class:`AuthConfigError` there, before anything listens.
 """
 
 from __future__ import annotations
@@ -41,7 +43,15 @@ class Tenancy:
         named = self._from_header(request)
         if named is not None:
             return named
-        return self.mapping.get(owner, owner)
+        if owner in self.mapping:
+            return self.mapping[owner]
+        try:
+            return tenant_name(owner)
+        except LimitInvalid as exc:  # the owner "*", the defaults' name
+            raise invalid_identity(
+                f"the owner {owner!r} cannot be its own tenant ({exc}): an admin maps it to "
+                "one in auth.tenants"
+            ) from None
 
     def is_admin(self, owner: str) -> bool:
         return self.auth.mode == "none" or owner in self.admins
@@ -85,4 +95,13 @@ def resolve_tenancy(settings: AuthSettings, auth: Authenticator) -> Tenancy:
             tenant_name(tenant)
         except LimitInvalid as exc:
             raise AuthConfigError(f"auth.tenants: the tenant of {owner!r}: {exc}") from None
+    for token in auth.tokens if auth.mode == "bearer" else ():
+        if token.owner not in settings.tenants:
+            try:
+                tenant_name(token.owner)
+            except LimitInvalid as exc:
+                raise AuthConfigError(
+                    f"auth.tokens: the owner {token.owner!r} cannot be its own tenant ({exc}): "
+                    "map it to one in auth.tenants"
+                ) from None
     return Tenancy(auth, dict(settings.tenants), settings.tenant_header, frozenset(settings.admins))

@@ -72,7 +72,8 @@ class AuthSettings(SettingsSection):  # whose errors never echo a value, such as
         description=(
             "Owner name → tenant (whose limits, shares and budgets the owner's invocations "
             'count against); in the environment as JSON, e.g. {"alice@example.com": "team-a"}. '
-            "An owner not named here is its own tenant."
+            "An owner not named here is its own tenant; the owner *, the defaults' name, must "
+            "be named here to start work."
         ),
     )
     tenant_header: str = Field(

@@ -12,9 +12,9 @@ every worker process adds them to the tenants its claims read (:mod:`tether.stor
 
 
 def queued_message(tenants: list[str]) -> str:
-    """One message for these tenants: their names a line each. A name holds no line break (it
-    is printable, :func:`tether.store.tenants.check_tenant_name`, or an owner's name, which
-    holds no control character), and a message of one name is the name, as gateways before
+    """One message for these tenants: their names a line each. A name holds no line break (a
+    tenant's name is what an owner's may be, :func:`tether.store.tenants.check_tenant_name`,
+    which holds no control character), and a message of one name is the name, as gateways before
     2026-12-05 sent it, one message per tenant (each message a ``PUBLISH``, and a read in
     every worker process: about one per invocation in a burst from many owners)."""
     return "\n".join(tenants)

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tether.owners import MAX_OWNER_CHARS, owner_name_problem
 from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.schema import OPEN, Status, global_limits, invocations, status_is, tenants
@@ -24,7 +25,8 @@ from tether.store.schema import OPEN, Status, global_limits, invocations, status
 DEFAULTS = "*"
 """The row whose limits apply to every tenant without a row of its own."""
 ON_BUDGET = ("fail", "park")
-MAX_NAME = 200
+MAX_NAME = MAX_OWNER_CHARS
+"""A tenant's name is what an owner's may be (:func:`check_tenant_name`)."""
 
 MAX_COUNT = 2**31 - 1
 """The largest count a limit's column holds (``integer``: max_active, max_queued, burst)."""
@@ -113,9 +115,12 @@ FIELDS = tuple(f.name for f in fields(TenantLimits))
 
 
 def check_tenant_name(tenant: str) -> str:
-    """A tenant's name as the store keeps it; :data:`DEFAULTS` is the defaults row."""
-    if not tenant or len(tenant) > MAX_NAME or not tenant.isprintable():
-        raise LimitInvalid(f"a tenant name is 1 to {MAX_NAME} printable characters")
+    """A tenant's name as the store keeps it; :data:`DEFAULTS` is the defaults row. The rule of
+    owners' names (:mod:`tether.owners`), since an owner is its own tenant unless mapped: every
+    owner but ``*`` can be named by the admin API and the CLI."""
+    problem = owner_name_problem(tenant)
+    if problem:
+        raise LimitInvalid(f"a tenant name {problem}")
     return tenant
 
 

@@ -106,7 +106,7 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
         (["set", "*", "--weight", "2"], "use --defaults"),
         (["set", "--max-active", "1"], "name a tenant"),
         (["set", "--global", "--weight", "2"], "--global takes --max-active alone"),
-        (["show", "a" * 201], "a tenant name is 1 to 200"),
+        (["show", "a" * 257], "a tenant name is longer than 256 characters"),
     ],
 )
 def test_a_value_no_tenant_may_have_exits_2_and_writes_nothing(

@@ -5,6 +5,7 @@ Every answer is checked against the OpenAPI document."""
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from tests.unit.test_gateway_embedded import ClientFactory, body, client_for
 from tether.gateway.keys import ACCEPTOR, SERVICES
 from tether.gateway.tenant_limits import Fresh
+from tether.owners import MAX_OWNER_CHARS
 
 PROXY = {"mode": "forwarded", "trusted_proxies": ["127.0.0.1/32"]}
 ALICE = {"X-Forwarded-User": "alice"}
@@ -69,7 +71,7 @@ async def test_the_trusted_proxys_tenant_header_wins_over_the_mapping(
     )
 
 
-@pytest.mark.parametrize("value", ["*", "", "a\tb", "x" * 201])
+@pytest.mark.parametrize("value", ["*", "", "a\tb", "x" * (MAX_OWNER_CHARS + 1)])
 async def test_a_tenant_header_naming_no_tenant_is_a_400(
     aiohttp_client: ClientFactory, tmp_path: Path, value: str
 ) -> None:
@@ -101,6 +103,64 @@ async def test_the_tenant_header_is_refused_from_anyone_but_a_trusted_proxy(
     r = await post(client, headers, background=True)
     assert r.status == 401
     assert (await r.json())["error"]["code"] == "unauthenticated"
+
+
+async def test_every_owner_is_a_tenant_the_admin_api_can_name(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    """An owner is its own tenant, so a tenant name is what an owner's may be: 256 characters
+    (a 250-character owner's tenant was past the admin API's 200), and printable or not."""
+    client = await proxied(aiohttp_client, tmp_path)
+    for owner in ["u" * MAX_OWNER_CHARS, "ann\u00a0lee", "zero\u200bwidth"]:
+        headers = {"X-Forwarded-User": owner}
+        assert (await document_of(client, headers))["tenant"] == owner
+        quoted = urllib.parse.quote(owner, safe="")
+        shown = await set_limits(client, quoted, max_queued=1)
+        assert shown["tenant"] == owner and shown["own_limits"]
+        assert (await post(client, headers, input=WAITS, background=True)).status == 429
+
+
+async def test_the_owner_named_like_the_defaults_is_refused_unless_mapped(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    """``*`` names the defaults row, so it is no owner's tenant of its own: the owner ``*``
+    is a 400 (nothing written) until ``auth.tenants`` maps it, never the defaults' tenant."""
+    star = {"X-Forwarded-User": "*"}
+    client = await proxied(aiohttp_client, tmp_path)
+    request = body(input=WAITS, background=True)
+    r = await client.post("/api/invocations", json=request, headers=star)
+    assert r.status == 400
+    error = (await r.json())["error"]
+    assert error["code"] == "invalid_request" and "auth.tenants" in error["message"]
+    assert await client.app[SERVICES].store.get(request["id"]) is None
+    (tmp_path / "mapped").mkdir()
+    mapped = await proxied(aiohttp_client, tmp_path / "mapped", tenants={"*": "stars"})
+    assert (await document_of(mapped, star))["tenant"] == "stars"
+
+
+async def test_a_bearer_owner_named_like_the_defaults_stops_the_start_unless_mapped(
+    tmp_path: Path,
+) -> None:
+    from tests.unit.test_gateway_embedded import settings_for
+    from tether.cli.compose import dev_app
+    from tether.gateway.auth import AuthConfigError
+
+    tokens = {"*": "s" * 20}
+    with pytest.raises(AuthConfigError, match="auth.tenants"):
+        dev_app(settings_for(tmp_path, auth={"mode": "bearer", "tokens": tokens}), _app())
+    dev_app(
+        settings_for(tmp_path, auth={"mode": "bearer", "tokens": tokens, "tenants": {"*": "s"}}),
+        _app(),
+    )
+
+
+async def document_of(client: TestClient[Any, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """The status document of a new background invocation of the caller ``headers`` name."""
+    r = await post(client, headers, input=WAITS, background=True)
+    assert r.status == 202, await r.text()
+    got = await client.get(f"/api/invocations/{(await r.json())['id']}", headers=headers)
+    found: dict[str, Any] = await got.json()
+    return found
 
 
 async def test_a_mapping_to_an_impossible_tenant_stops_the_start(tmp_path: Path) -> None:
