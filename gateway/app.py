@@ -29,7 +29,6 @@ from tether.gateway.keys import (
     SERVICES,
     SETTINGS,
     STREAM_READS,
-    STREAM_STARTED,
     STREAMS,
     TENANCY,
     TENANT_COUNTS,
@@ -39,6 +38,7 @@ from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
 from tether.gateway.responses import ApiError, error_response
 from tether.gateway.routes import routes
+from tether.gateway.sse import EventStreamResponse
 from tether.gateway.stream_reads import StreamReads
 from tether.gateway.tenancy import resolve_tenancy
 from tether.gateway.tenant_limits import OpenCountsCache
@@ -94,7 +94,8 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
             raise
         response = http_error(exc)
     except ValueRefused as exc:  # the request's own value: repeating it cannot help
-        log.info("the database refused a value on %s %s (%s)", request.method, route, exc)
+        # WARNING: mostly a value past what a check knew, but a server bug may look the same
+        log.warning("the database refused a value on %s %s (%s)", request.method, route, exc)
         response = error_response(ErrorCode.INVALID_REQUEST, message=exc.public_message)
     except (StoreUnavailable, SchemaMissing) as exc:  # retryable: the client may try shortly
         if isinstance(exc, SchemaMissing):
@@ -109,7 +110,8 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("unhandled error on %s %s", request.method, route)
         response = internal_error()
-    answered = request.get(STREAM_STARTED) or time.perf_counter()  # a stream: its first byte
+    streamed = response.started_at if isinstance(response, EventStreamResponse) else None
+    answered = streamed or time.perf_counter()  # a stream: to its first byte
     metrics.answered(request.method, route, response.status, answered - started)
     return response
 

@@ -1,4 +1,4 @@
-"""Typed application and request state keys: the gateway keeps nothing in module globals."""
+"""Typed application state keys: the gateway keeps nothing in module globals."""
 
 from __future__ import annotations
 
@@ -28,6 +28,3 @@ TENANT_COUNTS = web.AppKey("tenant_counts", OpenCountsCache)
 STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")
 STREAM_READS = web.AppKey("stream_reads", StreamReads)
 INVOCATION_READS = web.AppKey("invocation_reads", InvocationReads)
-
-STREAM_STARTED = web.RequestKey("stream_started", float)
-"""``time.perf_counter()`` when a stream's status line went out: its time to the first byte."""

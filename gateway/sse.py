@@ -38,14 +38,7 @@ from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
 from tether.gateway.frames import frame
-from tether.gateway.keys import (
-    METRICS,
-    SERVICES,
-    SETTINGS,
-    STREAM_READS,
-    STREAM_STARTED,
-    STREAMS,
-)
+from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
 from tether.gateway.replay_cache import Replay, Wanted
 from tether.gateway.responses import ApiError
 from tether.gateway.stream_reads import StreamReads
@@ -273,6 +266,13 @@ class EventStream:
             raise ReaderTooSlow(self.invocation_id) from None
 
 
+class EventStreamResponse(web.StreamResponse):
+    """A stream's response, which knows when its status line went out: the request's time to
+    the first byte (``tether_http_request_seconds``)."""
+
+    started_at: float | None = None
+
+
 async def serve_stream(
     request: web.Request,
     invocation_id: str,
@@ -292,7 +292,7 @@ async def serve_stream(
         raise TypeError("serve_stream needs the owner to check or the row's seq")
     services, metrics = request.app[SERVICES], request.app[METRICS]
     limits = StreamLimits.of(request.app[SETTINGS])
-    response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+    response = EventStreamResponse(status=200, headers=SSE_HEADERS)
     events = EventStream(
         request.app[STREAM_READS],
         services.pubsub,
@@ -310,7 +310,7 @@ async def serve_stream(
             if first is None or (owner is not None and first.page.owner != owner):
                 raise ApiError(ErrorCode.NOT_FOUND)
             await response.prepare(request)
-            request[STREAM_STARTED] = time.perf_counter()
+            response.started_at = time.perf_counter()
             events.transport = request.transport
             if preamble:
                 await response.write(preamble)
