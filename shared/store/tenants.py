@@ -193,12 +193,11 @@ class Tenants:
         on its own, so the changed ones are valid on any row they land on."""
         check_tenant_name(tenant)
         async with self._db.transaction() as conn:
-            current = await conn.execute(
-                sa.select(tenants).where(tenants.c.tenant.in_([tenant, DEFAULTS]))
-            )
-            rows = {r.tenant: r.limits for r in map(_row, current.mappings())}
-            start = rows.get(tenant) or rows.get(DEFAULTS) or TenantLimits()
-            limits = start.changed(changes)
+            # A new row starts from the defaults, whatever row the tenant had when read: a
+            # remove that commits meanwhile must not see the removed limits come back.
+            current = await conn.execute(sa.select(tenants).where(tenants.c.tenant == DEFAULTS))
+            defaults = current.mappings().first()
+            limits = (_row(defaults).limits if defaults else TenantLimits()).changed(changes)
             values = {**limits.to_json(), "updated_at": self._db.now}
             insert = self._db.dialect.upsert(tenants).values(tenant=tenant, **values)
             written = [*changes, "updated_at"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.store.rows import until_a_lock_wait
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
 from tether.store.tenants import DEFAULTS, MAX_RATE, LimitInvalid, TenantLimits
@@ -172,3 +175,42 @@ async def test_a_first_write_starts_from_the_defaults_and_keeps_its_own_changes(
     row = await store.tenants.row("acme")
     assert row is not None
     assert row.limits == TenantLimits(max_active=3, rate=None, burst=2)
+
+
+async def test_a_change_waiting_behind_anothers_write_keeps_that_write(
+    pg_store: Store, migrated_pg: str
+) -> None:
+    """PostgreSQL, the interleaving forced: another transaction changes ``max_active`` and
+    holds the row; a change of ``weight`` that read the row before it committed waits for it,
+    then writes its own limit only (a write of the whole row read earlier lost the other)."""
+    store, tenant = pg_store, f"t-{uuid.uuid4()}"
+    await store.tenants.set(tenant, {"max_active": 1})
+    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
+    async with await psycopg.AsyncConnection.connect(dsn) as other:
+        await other.execute("UPDATE tether_tenants SET max_active = 9 WHERE tenant = %s", [tenant])
+        changing = asyncio.create_task(store.tenants.set(tenant, {"weight": 3.0}))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watch:
+            await until_a_lock_wait(watch)
+        await other.commit()
+        row = await asyncio.wait_for(changing, 10)
+    assert (row.limits.max_active, row.limits.weight) == (9, 3.0)
+
+
+async def test_a_change_racing_a_remove_starts_from_the_defaults(
+    pg_store: Store, migrated_pg: str
+) -> None:
+    """PostgreSQL: a remove commits while a change waits; the change makes a new row from the
+    defaults and its own limit, never bringing back the removed row's other limits."""
+    store, tenant = pg_store, f"t-{uuid.uuid4()}"
+    await store.tenants.set(tenant, {"max_active": 1, "max_queued": 5})
+    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
+    async with await psycopg.AsyncConnection.connect(dsn) as other:
+        await other.execute("DELETE FROM tether_tenants WHERE tenant = %s", [tenant])
+        changing = asyncio.create_task(store.tenants.set(tenant, {"weight": 3.0}))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watch:
+            await until_a_lock_wait(watch)
+        await other.commit()
+        row = await asyncio.wait_for(changing, 10)
+    defaults = await store.tenants.row(DEFAULTS)
+    start = defaults.limits if defaults is not None else TenantLimits()
+    assert row.limits == start.changed({"weight": 3.0})

@@ -144,12 +144,12 @@ async def test_a_value_the_database_refuses_is_a_422_not_an_internal_error(
     method: str,
     path: str,
 ) -> None:
-    """As an accept answers it: the store's verdict on the request, never ``invocation_failed``
-    (a first write's race to insert the row was a 500 so)."""
+    """As an accept answers it: the store's verdict on the request's value, never
+    ``invocation_failed``."""
     client = await proxied(aiohttp_client, tmp_path)
 
     async def refuses(*_: Any) -> None:
-        raise ValueRefused("UniqueViolation: duplicate key", REFUSED_MESSAGE)
+        raise ValueRefused("NumericValueOutOfRange: integer out of range", REFUSED_MESSAGE)
 
     monkeypatch.setattr(client.app[SERVICES].store.tenants, "set", refuses)
     r = await client.request(method, path, json={"max_active": 1}, headers=ROOT)
