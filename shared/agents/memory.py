@@ -10,6 +10,7 @@ failed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from tether import InvocationContext, ThreadTurn
 from tether.agents.definitions import AgentDefinition
 from tether.agents.types import Message
 
+log = logging.getLogger(__name__)
 HISTORY_STEP = "thread.history"  # agent step names always hold '#': these never collide
 ASKED_STEP = "thread.asked"
 SAVE_STEP = "thread.save"
@@ -65,9 +67,20 @@ async def remember(
 
 async def forget_after_failure(ctx: InvocationContext, agent: AgentDefinition) -> None:
     """An ephemeral agent's thread goes after a failed turn too (spec §4.11 P25); another
-    agent's keeps what was asked."""
-    if ctx.thread is not None and agent.ephemeral:
+    agent's keeps what was asked. A delete that fails is logged and left: the turn's own error
+    is what the run ends with (the reference swallows it too). An attempt another replaced
+    may delete before its fenced record is refused: harmless, since an ephemeral turn never
+    reads its thread and its winner deletes it as well."""
+    if ctx.thread is None or not agent.ephemeral:
+        return
+    try:
         await ctx.step(SAVE_STEP, ctx.thread.delete)
+    except Exception as exc:  # noqa: BLE001 (the turn's own error stands)
+        log.warning(
+            "invocation %s: its ephemeral thread was not deleted (%s)",
+            ctx.invocation_id,
+            type(exc).__name__,
+        )
 
 
 def _turn(message: Message) -> ThreadTurn:

@@ -26,6 +26,7 @@ from tests.agents.agent_server import (
 from tether.agents import AgentRegistry, build_agent_app, create_agent
 from tether.agents.types import AgentInput, TurnItem
 from tether.gateway.keys import SERVICES
+from tether.store.errors import StoreError
 from tether.store.schema import thread_messages
 
 pytestmark = pytest.mark.timeout(60)
@@ -169,3 +170,26 @@ async def test_an_ephemeral_turn_that_fails_leaves_no_thread(client: Any) -> Non
     _, frames = await chat(client, "and forget", agent="fleeting", threadId=thread)
     assert frames[-1]["event"] == "response.failed"
     assert await thread_messages_of(client, thread) is None
+
+
+async def test_an_ephemeral_turns_failed_delete_leaves_its_own_error_standing(
+    client: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The delete after a failed turn is logged when it fails, and the turn ends with its own
+    error (the model's), not the store's."""
+    _, frames = await chat(client, "hello", agent="fleeting")
+    [alone] = [f["data"]["error"] for f in frames if f["event"] == "error"]
+    _, frames = await chat(client, "remember me")
+    thread = meta(frames)["threadId"]
+    store = client.app[SERVICES].store
+
+    async def unavailable(*args: Any, **kwargs: Any) -> bool:
+        raise StoreError("the database went away")
+
+    monkeypatch.setattr(store.threads, "delete", unavailable)
+    _, frames = await chat(client, "and forget", agent="fleeting", threadId=thread)
+    assert frames[-1]["event"] == "response.failed"
+    assert [f["data"]["error"] for f in frames if f["event"] == "error"] == [alone]
+    assert "its ephemeral thread was not deleted (StoreError)" in caplog.text
+    monkeypatch.undo()
+    assert await thread_messages_of(client, thread) is not None
