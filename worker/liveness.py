@@ -29,8 +29,9 @@ the pool meanwhile.
 Such an event ends the scanner's own session too; its memory belongs to that session
 (:class:`Observer`), so after reconnecting it has seen nobody's lock held. W can only be found
 dead later if it re-took its lock on the new server, lost it again, and stopped beating: a new
-death, not the outage; or by rule 2, if the outage kept it silent for ``stale_after``, which is
-recovered like a crash in any case.
+death, not the outage; or by rule 2, if the outage kept it silent for ``stale_after`` (its
+attempts' heartbeats are as old: recovered like a crash in any case) and it has not beaten
+again by the time the scanner's new session is ``liveness_grace + 2 × liveness_interval`` old.
 
 **Why a live worker whose liveness session alone was dropped** (``pg_terminate_backend``, an
 idle-connection killer, a broken socket) **is not replaced.** It beats every
@@ -52,6 +53,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -127,18 +129,27 @@ class Observer:
     """Who died, judged from the scans of one scanner (pure: no I/O).
 
     It remembers which locks it saw held, and forgets them whenever the scanner's session
-    changes (:meth:`new_session`), which is what makes an outage of the server harmless.
+    changes (:meth:`new_session`), which is what makes an outage of the server harmless. Rule 2
+    waits ``settle`` seconds into each session of the scanner: after an outage every beat is
+    old, and the other workers need a moment to reconnect and beat again before their silence
+    means anything (else the first one back would declare the rest dead, and each would hand
+    back the attempts it had claimed since).
     """
 
-    def __init__(self, me: str) -> None:
+    def __init__(self, me: str, settle: float = 0.0) -> None:
         self._me = me
+        self._settle = settle
+        self._session_began = 0.0
         self._seen_held: set[tuple[str, int]] = set()
 
-    def new_session(self) -> None:
+    def new_session(self, now: float = 0.0) -> None:
         self._seen_held.clear()
+        self._session_began = now
 
-    def judge(self, sightings: Iterable[Sighting]) -> list[Death]:
-        """The workers this scan shows dead (rules 1 and 2 of the module's docstring)."""
+    def judge(self, sightings: Iterable[Sighting], now: float = 0.0) -> list[Death]:
+        """The workers this scan (at ``now``, on the clock of :meth:`new_session`) shows dead
+        (rules 1 and 2 of the module's docstring)."""
+        settled = now - self._session_began >= self._settle
         dead: list[Death] = []
         present: set[tuple[str, int]] = set()
         for sighting in sightings:
@@ -150,7 +161,7 @@ class Observer:
                 self._seen_held.add(key)
             elif key in self._seen_held and sighting.silent:
                 dead.append(Death(sighting, seen_to_go=True))
-            elif sighting.stale:
+            elif sighting.stale and settled:
                 dead.append(Death(sighting, seen_to_go=False))
         self._seen_held &= present
         return dead
@@ -181,7 +192,8 @@ class Liveness(threading.Thread):
         self._stale_after = timers.stale_after
         self._timeout = timers.stale_after / 2
         self._stopping = threading.Event()
-        self._observer = Observer(name)
+        # rule 2 once a peer has had two beats and the grace to reconnect after an outage
+        self._observer = Observer(name, settle=self._grace + 2 * self._interval)
         self._session: LivenessSession | None = None
         self._registration: Registration | None = None
         self._session_only = True  # until a pooler or a namesake says otherwise
@@ -243,7 +255,7 @@ class Liveness(threading.Thread):
             await session.close()
             raise
         self._session, self._registration = session, registration
-        self._observer.new_session()
+        self._observer.new_session(time.monotonic())
         self._connect_failures = 0
         self._ticks = 0
         self.registered.set()
@@ -326,7 +338,7 @@ class Liveness(threading.Thread):
         self._scan_every = scan_every(scan.sightings)
         self._until_scan = random.randint(1, self._scan_every)
         found = 0
-        for death in self._observer.judge(scan.sightings):
+        for death in self._observer.judge(scan.sightings, time.monotonic()):
             sighting = death.sighting
             grace = self._grace if death.seen_to_go else self._stale_after
             died, released = await self._session.declare_dead(
@@ -352,7 +364,7 @@ class Liveness(threading.Thread):
         if self._session is not None:
             log.warning("worker %s: liveness connection lost (%s); reconnecting", self._name, exc)
             session, self._session = self._session, None
-            self._observer.new_session()
+            self._observer.new_session(time.monotonic())
             await session.close()
         else:
             self._connect_failures += 1

@@ -36,6 +36,18 @@ def test_a_lockless_worker_silent_for_stale_after_is_dead_though_nobody_saw_it_g
     assert observer.judge([stale]) == [Death(stale, seen_to_go=False)]
 
 
+def test_the_unwitnessed_rule_waits_for_peers_to_reconnect_after_the_scanners_own_does() -> None:
+    """After an outage every beat is old: a scanner back first leaves the others the settle
+    time (in the worker: ``liveness_grace + 2 × liveness_interval``) to beat again."""
+    observer = Observer("me", settle=3.0)
+    observer.new_session(now=100.0)
+    stale = seen("w", held=False, silent=True, stale=True)
+    assert observer.judge([stale], now=102.9) == []
+    assert observer.judge([stale], now=103.0) == [Death(stale, seen_to_go=False)]
+    observer.new_session(now=200.0)  # each session of the scanner waits again
+    assert observer.judge([stale], now=201.0) == []
+
+
 def test_a_held_lock_keeps_a_worker_alive_however_long_it_is_silent() -> None:
     """A frozen process keeps its session: the heartbeat rule replaces its attempts, not this."""
     observer = Observer("me")
