@@ -28,6 +28,8 @@ in it: each marks a value or member the decoded JSON holds, and the three colons
 ``tracemalloc`` (``tests/unit/test_replay_cache.py``), the estimate is 1.0-2.0 times the real
 size for events of 100 KB to 4 MB of empty objects, small objects, one-number lists, numbers or
 text, 1.3-2.2 times for small agent events, and 5 times for a list of nulls (a pointer each).
+Text that holds many of those characters itself (JSON or CSV sent as a string) is counted at up
+to about 20 times its memory: fewer such events are kept, never more memory held.
 """
 
 from __future__ import annotations

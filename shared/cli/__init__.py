@@ -9,30 +9,25 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from tether.app import AgentApp, AppLoadError, load_app
-from tether.cli.listen import ListenRefused, check_listen, listening_addresses
+from tether.cli.listen import ListenRefused, check_listen
+from tether.cli.serving import LISTEN_BACKLOG, serve
 from tether.cli.settings_errors import settings_problems
 from tether.cli.tenants import add_parser as add_tenants_parser
-from tether.gateway.access_log import AccessLog
 from tether.gateway.auth import AuthConfigError, resolve_auth
 from tether.logs import flush_logs, setup_logging
-from tether.loops import UnknownLoop, loop_factory, new_loop
+from tether.loops import UnknownLoop, loop_factory
 from tether.settings import Settings, SettingsFileError, UnknownVariable, load_settings
 
 log = logging.getLogger("tether")
 DEFAULT_APP = "tether.examples.hello:app"
-LISTEN_BACKLOG = 4096
-"""Connections the kernel queues for the gateway before it accepts them (the kernel caps it at
-``net.core.somaxconn``). A reconnect storm arrives at once: at aiohttp's default of 128 the rest
-were dropped and their clients' SYNs retried 1, 3, 7 s later (``docs/performance.md``)."""
 INSECURE_HELP = (
     "listen on a non-loopback address even with no authentication (every caller is then the "
     "same user; see docs/security.md)"
@@ -109,25 +104,6 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"tether dev: {sqlite_error_message(exc, settings.embedded_path)}", file=sys.stderr)
         return 1
     return 0
-
-
-def serve(
-    web_app: web.Application,
-    settings: Settings,
-    on_listening: Callable[[str], None] | None = None,
-    **where: Any,
-) -> None:
-    """Serve ``web_app`` until stopped, on ``host``/``port`` or an inherited ``sock``, the way
-    every HTTP process of Tether serves: its own event loop, the lean access log unless
-    ``settings.access_log`` is off, the listen backlog (an inherited socket keeps the one it was
-    given). ``on_listening`` is called once it listens, with the addresses it listens on (the
-    port the system chose for port 0)."""
-    if "sock" not in where:
-        where.setdefault("backlog", LISTEN_BACKLOG)
-    if not settings.access_log:
-        where["access_log"] = None
-    announce = None if on_listening is None else listening_addresses(on_listening)
-    web.run_app(web_app, print=announce, loop=new_loop(), access_log_class=AccessLog, **where)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
 from ipaddress import IPv6Address, ip_address
 
 from tether.gateway.auth import Authenticator
@@ -62,15 +61,3 @@ def check_listen(command: str, host: str, auth: Authenticator, insecure: bool) -
         "(TETHER_AUTH__MODE=forwarded, TETHER_AUTH__TRUSTED_PROXIES), listen on 127.0.0.1, "
         "or pass --insecure to accept the risk. See docs/security.md."
     )
-
-
-def listening_addresses(then: Callable[[str], None]) -> Callable[[str], None]:
-    """aiohttp's ``run_app(print=...)``, which it calls once its sites listen, with a message
-    naming their addresses as bound ("======== Running on http://127.0.0.1:43121 ========"):
-    ``then`` gets those addresses alone."""
-
-    def announce(message: str) -> None:
-        first_line = message.splitlines()[0] if message else ""
-        then(first_line.removeprefix("======== Running on ").removesuffix(" ========"))
-
-    return announce

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.harness import Launch
@@ -35,7 +36,8 @@ def test_dev_on_port_0_names_the_port_it_was_given(tmp_path: Path) -> None:
 def listening(process: subprocess.Popen[str]) -> None:
     """The banner names the port, and that port answers."""
     assert process.stdout is not None
-    banner = process.stdout.readline()  # printed once it listens: blocks until then
+    with ThreadPoolExecutor(1) as reader:  # a server that never says it listens: 60 s, then
+        banner = reader.submit(process.stdout.readline).result(timeout=60)  # the kill ends it
     found = re.match(r"Tether dev server on http://127\.0\.0\.1:(\d+) \(app ", banner)
     assert found is not None, banner
     port = int(found.group(1))
