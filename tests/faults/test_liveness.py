@@ -29,6 +29,7 @@ from tests.faults.harness_ext import (
     until,
     worker_pid,
 )
+from tests.harness import Cluster, Proc
 from tether.store.liveness import LOCK_NAMESPACE
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
@@ -44,34 +45,41 @@ async def test_a_killed_worker_is_replaced_through_its_session_long_before_stale
     fresh_db: str, redis_url: str, make_cluster: MakeCluster
 ) -> None:
     cluster = make_cluster(fresh_db, redis_url, **LONG_STALE)
+    workers, db, ids = await two_workers_holding(cluster, fresh_db, 5)
+    victim_pid = worker_pid(db.row(ids[0]))
+    victim = owner_of(victim_pid, workers)
+    [survivor] = [w for w in workers if w is not victim]
+    mine = [i for i, r in db.rows(ids).items() if worker_pid(r) == victim_pid]
+
+    os.kill(victim_pid, signal.SIGKILL)
+    # well within stale_after (60 s): only the session can have told
+    await until(lambda: db.all_match(mine, lambda r: r["status"] == "completed"), 30, "recovery")
+    for invocation_id in mine:
+        events = db.events(invocation_id)
+        assert_clean_events(events)
+        assert attempts_started(events) == [1, 2]
+        assert db.row(invocation_id)["output"]["recovered"] is True
+    dead = [r for r in registry(db).values() if r["state"] == "dead"]
+    assert [int(r["name"].rsplit(":", 1)[1]) for r in dead] == [victim_pid]
+    assert log_has(survivor, FOUND_DEAD)
+
+
+async def two_workers_holding(
+    cluster: Cluster, fresh_db: str, count: int
+) -> tuple[list[Proc], Db, list[str]]:
+    """A gateway and two workers, registered and seen, running ``count`` invocations that hold
+    (each has emitted 3 events and waits): the workers, the database, the invocations' ids."""
     _, base = cluster.start_gateway()
     workers = start_workers(cluster, 2)
     db = Db(fresh_db)
     await until(lambda: settled(db, 2), 30, "both workers registered and seen")
-    ids = [new_id() for _ in range(5)]
+    ids = [new_id() for _ in range(count)]
     async with api_for(base) as api:
         for invocation_id in ids:
             body = {"id": invocation_id, "input": HOLD_THEN_RECOVER, "background": True}
             assert (await api.post(body))[0] == 202
-        await until(lambda: db.all_match(ids, holding(3)), 30, "the runs holding")
-        victim_pid = worker_pid(db.row(ids[0]))
-        victim = owner_of(victim_pid, workers)
-        [survivor] = [w for w in workers if w is not victim]
-        mine = [i for i, r in db.rows(ids).items() if worker_pid(r) == victim_pid]
-
-        os.kill(victim_pid, signal.SIGKILL)
-        # well within stale_after (60 s): only the session can have told
-        await until(
-            lambda: db.all_match(mine, lambda r: r["status"] == "completed"), 30, "recovery"
-        )
-        for invocation_id in mine:
-            events = db.events(invocation_id)
-            assert_clean_events(events)
-            assert attempts_started(events) == [1, 2]
-            assert db.row(invocation_id)["output"]["recovered"] is True
-        dead = [r for r in registry(db).values() if r["state"] == "dead"]
-        assert [int(r["name"].rsplit(":", 1)[1]) for r in dead] == [victim_pid]
-        assert log_has(survivor, FOUND_DEAD)
+    await until(lambda: db.all_match(ids, holding(3)), 30, "the runs holding")
+    return workers, db, ids
 
 
 async def test_workers_killed_together_are_marked_dead_by_a_later_one_and_their_runs_recovered(
@@ -81,33 +89,24 @@ async def test_workers_killed_together_are_marked_dead_by_a_later_one_and_their_
     next worker marks their rows dead once they are stale_after silent (before, they stayed
     alive until retention and slowed every scan)."""
     cluster = make_cluster(fresh_db, redis_url)  # fast timers: stale after 3 s
-    _, base = cluster.start_gateway()
-    workers = start_workers(cluster, 2)
-    db = Db(fresh_db)
-    await until(lambda: settled(db, 2), 30, "both workers registered and seen")
-    ids = [new_id() for _ in range(2)]
-    async with api_for(base) as api:
-        for invocation_id in ids:
-            body = {"id": invocation_id, "input": HOLD_THEN_RECOVER, "background": True}
-            assert (await api.post(body))[0] == 202
-        await until(lambda: db.all_match(ids, holding(3)), 30, "the runs holding")
-        killed = set(registry(db))
-        for worker in workers:
-            worker.signal(signal.SIGKILL)
-        [later] = start_workers(cluster, 1)
+    workers, db, ids = await two_workers_holding(cluster, fresh_db, 2)
+    killed = set(registry(db))
+    for worker in workers:
+        worker.signal(signal.SIGKILL)
+    [later] = start_workers(cluster, 1)
 
-        def all_dead() -> bool:
-            rows = registry(db)
-            return all(rows[name]["state"] == "dead" for name in killed)
+    def all_dead() -> bool:
+        rows = registry(db)
+        return all(rows[name]["state"] == "dead" for name in killed)
 
-        await until(all_dead, 30, "the killed workers' rows marked dead")
-        await until(lambda: db.all_match(ids, lambda r: r["status"] == "completed"), 30, "recovery")
-        for invocation_id in ids:
-            events = db.events(invocation_id)
-            assert_clean_events(events)
-            assert attempts_started(events) == [1, 2]
-        assert log_has(later, "no lock held and no beat for 3s: dead")
-        assert [r["state"] for n, r in registry(db).items() if n not in killed] == ["alive"]
+    await until(all_dead, 30, "the killed workers' rows marked dead")
+    await until(lambda: db.all_match(ids, lambda r: r["status"] == "completed"), 30, "recovery")
+    for invocation_id in ids:
+        events = db.events(invocation_id)
+        assert_clean_events(events)
+        assert attempts_started(events) == [1, 2]
+    assert log_has(later, "no lock held and no beat for 3s: dead")
+    assert [r["state"] for n, r in registry(db).items() if n not in killed] == ["alive"]
 
 
 async def test_a_frozen_worker_keeps_its_session_and_is_replaced_by_heartbeats_fenced(

@@ -177,6 +177,22 @@ async def test_a_first_write_starts_from_the_defaults_and_keeps_its_own_changes(
     assert row.limits == TenantLimits(max_active=3, rate=None, burst=2)
 
 
+async def change_behind(
+    store: Store, migrated_pg: str, statement: str, tenant: str, changes: dict[str, Any]
+) -> Any:
+    """``store.tenants.set(tenant, changes)`` started while another transaction, which ran
+    ``statement`` on the tenant's row, holds it; that transaction commits once the change waits
+    for its lock. The change's row."""
+    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
+    async with await psycopg.AsyncConnection.connect(dsn) as other:
+        await other.execute(statement, [tenant])
+        changing = asyncio.create_task(store.tenants.set(tenant, changes))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watch:
+            await until_a_lock_wait(watch)
+        await other.commit()
+        return await asyncio.wait_for(changing, 10)
+
+
 async def test_a_change_waiting_behind_anothers_write_keeps_that_write(
     pg_store: Store, migrated_pg: str
 ) -> None:
@@ -185,14 +201,8 @@ async def test_a_change_waiting_behind_anothers_write_keeps_that_write(
     then writes its own limit only (a write of the whole row read earlier lost the other)."""
     store, tenant = pg_store, f"t-{uuid.uuid4()}"
     await store.tenants.set(tenant, {"max_active": 1})
-    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
-    async with await psycopg.AsyncConnection.connect(dsn) as other:
-        await other.execute("UPDATE tether_tenants SET max_active = 9 WHERE tenant = %s", [tenant])
-        changing = asyncio.create_task(store.tenants.set(tenant, {"weight": 3.0}))
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watch:
-            await until_a_lock_wait(watch)
-        await other.commit()
-        row = await asyncio.wait_for(changing, 10)
+    update = "UPDATE tether_tenants SET max_active = 9 WHERE tenant = %s"
+    row = await change_behind(store, migrated_pg, update, tenant, {"weight": 3.0})
     assert (row.limits.max_active, row.limits.weight) == (9, 3.0)
 
 
@@ -203,14 +213,8 @@ async def test_a_change_racing_a_remove_starts_from_the_defaults(
     defaults and its own limit, never bringing back the removed row's other limits."""
     store, tenant = pg_store, f"t-{uuid.uuid4()}"
     await store.tenants.set(tenant, {"max_active": 1, "max_queued": 5})
-    dsn = migrated_pg.replace("postgresql+psycopg://", "postgresql://", 1)
-    async with await psycopg.AsyncConnection.connect(dsn) as other:
-        await other.execute("DELETE FROM tether_tenants WHERE tenant = %s", [tenant])
-        changing = asyncio.create_task(store.tenants.set(tenant, {"weight": 3.0}))
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watch:
-            await until_a_lock_wait(watch)
-        await other.commit()
-        row = await asyncio.wait_for(changing, 10)
+    remove = "DELETE FROM tether_tenants WHERE tenant = %s"
+    row = await change_behind(store, migrated_pg, remove, tenant, {"weight": 3.0})
     defaults = await store.tenants.row(DEFAULTS)
     start = defaults.limits if defaults is not None else TenantLimits()
     assert row.limits == start.changed({"weight": 3.0})
