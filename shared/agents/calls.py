@@ -111,14 +111,17 @@ class ToolCalls:
         limit = self.run.limits.max_tool_argument_bytes
         try:
             size = len(dumps(call.args).encode())
-            event = {**tool_call_event(call), "agent": self.agent.name}
-            event_size = len(dumps(event).encode())
         except ValueError:
             return "they hold characters that cannot be stored"
         if size > limit:
             return f"{size} bytes (limit {limit})"
         cap = self.run.max_event_bytes
-        if cap is not None and event_size > cap:
+        if cap is None:
+            return None
+        # the event around them, measured once with ``null`` (4 bytes) in their place
+        envelope = {**tool_call_event(replace(call, args=None)), "agent": self.agent.name}
+        event_size = size + len(dumps(envelope).encode()) - len("null")
+        if event_size > cap:
             return f"{size} bytes (their event would be {event_size}; events hold at most {cap})"
         return None
 

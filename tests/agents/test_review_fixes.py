@@ -21,6 +21,7 @@ from tether.agents import (
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.dispatch import normalize_result
 from tether.context import InvocationContext
+from tether.jsonvalue import dumps
 
 
 @tool
@@ -77,6 +78,9 @@ async def test_tool_arguments_under_their_cap_but_past_the_event_cap_are_refused
     assert "omitted" in call["args"]
     [refused] = sink.of_type("tool_result")
     assert "too large" in refused["error"] and "events hold at most 2000" in refused["error"]
+    whole = {"type": "tool_call", "callId": call["callId"], "name": "nul"}
+    whole |= {"args": {"x": "y" * 3000}, "agent": "a"}
+    assert f"their event would be {len(dumps(whole).encode())};" in refused["error"]
 
 
 async def test_sub_agent_call_ids_never_collide_with_the_parents_and_name_their_agent() -> None:
