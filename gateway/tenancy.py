@@ -45,13 +45,12 @@ class Tenancy:
             return named
         if owner in self.mapping:
             return self.mapping[owner]
-        try:
-            return tenant_name(owner)
-        except LimitInvalid as exc:  # the owner "*", the defaults' name
+        if owner == DEFAULTS:  # an owner passed the name rule at authentication; "*" is left
             raise invalid_identity(
-                f"the owner {owner!r} cannot be its own tenant ({exc}): an admin maps it to "
-                "one in auth.tenants"
-            ) from None
+                f"the owner {owner!r} cannot be its own tenant ({DEFAULTS!r} names the "
+                "defaults): an admin maps it to one in auth.tenants"
+            )
+        return owner
 
     def is_admin(self, owner: str) -> bool:
         return self.auth.mode == "none" or owner in self.admins
