@@ -17,6 +17,7 @@ from tether.gateway.accept import TenantRateLimited
 from tether.gateway.checks import caller_credential, checked_input
 from tether.gateway.keys import (
     ACCEPTOR,
+    AGENT_APP,
     AUTH,
     INVOCATION_READS,
     METRICS,
@@ -47,7 +48,7 @@ from tether.gateway.sse import serve_stream
 from tether.jsonvalue import InvalidJson, canonical, request_hash
 from tether.outcomes import outcome_of
 from tether.pubsub import Subscription
-from tether.store.errors import SchemaMissing
+from tether.store.errors import SchemaMissing, StoreError
 from tether.store.schema import Invocation, NewInvocation, Status
 from tether.store.store import (
     Accepted,
@@ -302,7 +303,22 @@ async def cancel_owned(request: web.Request, invocation: Invocation) -> Invocati
             log.warning(
                 "invocation %s: cancel publish failed (%s)", invocation.id, type(exc).__name__
             )
+    await _forget_an_ephemeral_thread(request, invocation)
     return await services.store.get(invocation.id) or invocation
+
+
+async def _forget_an_ephemeral_thread(request: web.Request, invocation: Invocation) -> None:
+    """A cancelled turn of an ephemeral agent deletes the thread it named, as its end would
+    have (spec §4.10: the stream's ``finally``), whether it was queued, waiting or running."""
+    agents = request.app[AGENT_APP].agents
+    if agents is None or invocation.session_id is None:
+        return
+    store = request.app[SERVICES].store
+    try:
+        if not agents.keeps_thread(await store.input_of(invocation.id)):
+            await store.threads.delete(invocation.owner, invocation.session_id, forget_open=False)
+    except StoreError as exc:  # the cancel stands; the thread is the user's to delete
+        log.warning("invocation %s: its ephemeral thread was not deleted (%s)", invocation.id, exc)
 
 
 @routes.get("/api/invocations")

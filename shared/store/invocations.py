@@ -135,6 +135,13 @@ class Invocations:
         async with self._db.connection() as conn:
             return await _get(conn, invocation_id)
 
+    async def input_of(self, invocation_id: str) -> Any:
+        """What was asked (None for no such invocation): read only where an answer depends on
+        it, as a cancel's on an agent turn's agent."""
+        async with self._db.connection() as conn:
+            query = sa.select(inv.input).where(inv.id == invocation_id)
+            return (await conn.execute(query)).scalar()
+
     async def get_many(self, invocation_ids: Sequence[str]) -> list[Invocation | None]:
         """Each id's invocation, in order, from one statement (None where there is none)."""
         if not invocation_ids:

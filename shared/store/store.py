@@ -226,6 +226,9 @@ class Store:
     async def get(self, invocation_id: str) -> Invocation | None:
         return await self._invocations.get(invocation_id)
 
+    async def input_of(self, invocation_id: str) -> Any:
+        return await self._invocations.input_of(invocation_id)
+
     async def get_many(self, invocation_ids: Sequence[str]) -> list[Invocation | None]:
         """Each id's invocation, in order, from one statement (None where there is none)."""
         return await self._invocations.get_many(invocation_ids)

@@ -22,8 +22,10 @@ from tests.agents.agent_server import (
     text_of,
     until_pending,
     wait_for,
+    wipe,
 )
-from tether.agents import AgentRegistry, build_agent_app, create_agent
+from tether.agents import AgentRegistry, ScriptedModel, build_agent_app, create_agent
+from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.types import AgentInput, TurnItem
 from tether.gateway.keys import SERVICES
 from tether.store.errors import StoreError
@@ -49,7 +51,16 @@ async def client(aiohttp_client: Any, tmp_path: Path) -> Any:
     base = registry(Counter())
     broken = create_agent("broken", "Fails.", model=Broken())
     fleeting = create_agent("fleeting", "Fails, keeping nothing.", model=Broken(), ephemeral=True)
-    agents = AgentRegistry.of([*base.agents.values(), broken, fleeting], approval=base.approval)
+    wiping = [ScriptedTurn(tool_calls=(("wipe", {}),)), ScriptedTurn("done")]
+    vanishing = create_agent(
+        "vanishing",
+        "Wipes, keeping nothing.",
+        model=ScriptedModel(wiping),
+        tools=[wipe],
+        ephemeral=True,
+    )
+    everyone = [*base.agents.values(), broken, fleeting, vanishing]
+    agents = AgentRegistry.of(everyone, approval=base.approval)
     return await serve(aiohttp_client, tmp_path, build_agent_app(agents))
 
 
@@ -65,10 +76,12 @@ async def status_of(client: Any, invocation_id: str) -> str:
     return str((await r.json())["status"])
 
 
-async def parked_turn(client: Any, thread: str | None = None) -> tuple[str, str, Any]:
-    """A turn of the wiper agent, waiting for the approval of its tool: (thread, stream, the
+async def parked_turn(
+    client: Any, thread: str | None = None, agent: str = "wiper"
+) -> tuple[str, str, Any]:
+    """A turn of a wiping agent, waiting for the approval of its tool: (thread, stream, the
     open stream's response)."""
-    body = {"message": "wipe it", "agent": "wiper"}
+    body = {"message": "wipe it", "agent": agent}
     if thread is not None:
         body["threadId"] = thread
     stream = await client.post("/api/agents/chat", json=body, headers=ALICE)
@@ -170,6 +183,20 @@ async def test_an_ephemeral_turn_that_fails_leaves_no_thread(client: Any) -> Non
     _, frames = await chat(client, "and forget", agent="fleeting", threadId=thread)
     assert frames[-1]["event"] == "response.failed"
     assert await thread_messages_of(client, thread) is None
+
+
+async def test_a_cancelled_ephemeral_turn_deletes_the_thread_it_named(client: Any) -> None:
+    """Spec §4.10: the thread goes in the stream's ``finally``, so after an abort too; a
+    waiting turn runs no code when cancelled, so the cancel deletes it."""
+    _, frames = await chat(client, "remember me")
+    thread = meta(frames)["threadId"]
+    _, stream_id, pending = await parked_turn(client, thread, agent="vanishing")
+    assert await thread_messages_of(client, thread) is not None
+    await client.post("/api/agents/cancel", json={"streamId": stream_id}, headers=ALICE)
+    assert await status_of(client, stream_id) == "cancelled"
+    assert await thread_messages_of(client, thread) is None
+    rest = parse_sse(await pending["response"].text())
+    assert not [f for f in rest if f["event"] in ("error", "response.failed")], rest
 
 
 async def test_an_ephemeral_turns_failed_delete_leaves_its_own_error_standing(
