@@ -18,7 +18,10 @@ MAX_FILES = 1000
 
 def bundled_files(root: Path) -> tuple[str, ...]:
     """Regular files under ``root`` as sorted relative POSIX paths, ``SKILL.md`` at the top
-    excluded. Symbolic links are neither files nor folders here: never listed, never followed."""
+    excluded. Symbolic links are neither files nor folders here: never listed, never followed.
+    Hidden entries (``.git/``, ``.env``, ``.DS_Store``) are skipped like hidden skill folders:
+    they are not the skill's resources, may hold secrets, and would crowd its files out of the
+    listing's cap (a dot sorts before letters)."""
     found: list[str] = []
 
     def walk(folder: Path, prefix: str) -> None:
@@ -26,7 +29,7 @@ def bundled_files(root: Path) -> tuple[str, ...]:
             for entry in sorted(entries, key=lambda e: e.name):
                 if len(found) >= MAX_FILES:
                     return
-                if entry.is_symlink():
+                if entry.is_symlink() or entry.name.startswith("."):
                     continue
                 relative = f"{prefix}{entry.name}"
                 if entry.is_dir(follow_symlinks=False):
