@@ -8,6 +8,7 @@ import pytest
 
 from tests.agents.skill_fixtures import write_skill
 from tether.agents import ToolError
+from tether.agents.mcp import McpConfig, McpHub, McpPolicyError, build_policy, check_mcp_url
 from tether.agents.skills import load_skills_dir, resolve_catalog
 from tether.agents.skills.tools import READ_SKILL_FILE, skill_tools
 
@@ -35,3 +36,32 @@ async def test_a_hidden_file_cannot_be_read_through_read_skill_file(tmp_path: Pa
     read = skill_tools(catalog)[READ_SKILL_FILE]
     with pytest.raises(ToolError, match="has no bundled file"):
         await read.call({"skill": "pdf", "path": ".env"})
+
+
+def test_trusted_hosts_given_as_one_string_is_a_clear_error() -> None:
+    """``McpConfig(trusted_hosts="mcp.example.com")`` trusted the hosts 'm', 'c', 'p', …"""
+    with pytest.raises(McpPolicyError, match="list of host names"):
+        McpHub(McpConfig(trusted_hosts="mcp.example.com"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "entry", ["https://mcp.example.com", "mcp.example.com:8443", "mcp.example.com/mcp"]
+)
+def test_a_trusted_host_that_could_never_match_is_a_clear_error(entry: str) -> None:
+    with pytest.raises(McpPolicyError, match="bare host name"):
+        build_policy([entry])
+
+
+def test_a_bracketed_ipv6_trusted_host_matches_its_url() -> None:
+    trusted = build_policy(["[2001:db8::1]", "2001:DB8::2"])
+    assert check_mcp_url("https://[2001:db8::1]/mcp", trusted).forward_auth is False
+    assert check_mcp_url("https://[2001:db8::2]/mcp", trusted).forward_auth is False
+
+
+def test_an_invalid_databricks_host_is_ignored_but_bad_trusted_hosts_still_raise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABRICKS_HOST", "https://")
+    assert McpHub(McpConfig(trusted_hosts=["mcp.example.com"])).policy.workspace_hostname is None
+    with pytest.raises(McpPolicyError, match="bare host name"):
+        McpHub(McpConfig(trusted_hosts=["https://mcp.example.com"]))

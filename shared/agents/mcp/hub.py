@@ -20,7 +20,13 @@ from tether.agents.errors import ToolError
 from tether.agents.mcp.config import McpConfig
 from tether.agents.mcp.credentials import Caller, caller_authorization, databricks_service_auth
 from tether.agents.mcp.errors import McpPolicyError, McpRefused, McpUnavailable
-from tether.agents.mcp.policy import Admission, McpHostPolicy, build_policy, check_mcp_url
+from tether.agents.mcp.policy import (
+    Admission,
+    McpHostPolicy,
+    build_policy,
+    check_mcp_url,
+    workspace_hostname,
+)
 from tether.agents.mcp.resolve import assert_resolved_host_safe, system_resolver
 from tether.agents.mcp.servers import McpServer
 from tether.agents.mcp.specs import McpToolSpec
@@ -41,11 +47,8 @@ def _policy(config: McpConfig) -> McpHostPolicy:
     workspace = config.workspace_host
     if workspace is None and os.environ.get("DATABRICKS_HOST"):
         try:
-            return build_policy(
-                config.trusted_hosts,
-                os.environ["DATABRICKS_HOST"],
-                allow_localhost=config.allow_localhost,
-            )
+            workspace_hostname(os.environ["DATABRICKS_HOST"])
+            workspace = os.environ["DATABRICKS_HOST"]
         except McpPolicyError:
             log.warning("DATABRICKS_HOST is not a valid workspace URL; MCP ignores it")
     return build_policy(config.trusted_hosts, workspace, allow_localhost=config.allow_localhost)

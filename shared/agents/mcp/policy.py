@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from tether.agents.mcp.addresses import parse_ip
 from tether.agents.mcp.errors import McpPolicyError
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", "0:0:0:0:0:0:0:1"})
@@ -51,6 +52,24 @@ def workspace_hostname(workspace_host: str | None) -> str | None:
     return host.lower()
 
 
+def _trusted_host(entry: object) -> str:
+    """A trusted host as URLs name it: stripped, lower-cased, an IPv6 literal unbracketed.
+    A URL, a port or a path is refused: it could never match, and the host would be refused
+    with a message saying to trust the very host the operator believes they trusted."""
+    if not isinstance(entry, str):
+        raise McpPolicyError(f"Trusted MCP host {entry!r} must be a host name (a string)")
+    host = entry.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    bad = any(c in host for c in "/@?#[] \\") or (":" in host and parse_ip(host) is None)
+    if bad:
+        raise McpPolicyError(
+            f"Trusted MCP host {entry.strip()!r} must be a bare host name, such as "
+            "'mcp.example.com' (no scheme, port or path)"
+        )
+    return host
+
+
 def build_policy(
     trusted_hosts: Iterable[str] = (),
     workspace_host: str | None = None,
@@ -58,7 +77,14 @@ def build_policy(
     allow_localhost: bool = False,
 ) -> McpHostPolicy:
     """The policy (spec §5.1). Localhost is refused unless allowed: ``tether dev`` allows it."""
-    trusted = frozenset(h.strip().lower() for h in trusted_hosts if h.strip())
+    if isinstance(trusted_hosts, str):
+        raise McpPolicyError(
+            "Trusted MCP hosts must be a list of host names, not one string "
+            f"(trusted_hosts=[{trusted_hosts.strip()!r}])"
+        )
+    trusted = frozenset(
+        _trusted_host(h) for h in trusted_hosts if not isinstance(h, str) or h.strip()
+    )
     return McpHostPolicy(workspace_hostname(workspace_host), trusted, allow_localhost)
 
 
