@@ -33,7 +33,7 @@ def read_definition(path: Path, what: str) -> str:
     """A definition file's text (UTF-8); a file that cannot be read is a :class:`DefinitionError`
     naming it and the failure's type (``what``: "agent file", "skill file")."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a leading byte order mark is dropped
     except (OSError, UnicodeDecodeError) as exc:
         raise DefinitionError(f"Cannot read {what} {path}: {type(exc).__name__}") from None
 
