@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,23 @@ def test_an_invalid_databricks_host_is_ignored_but_bad_trusted_hosts_still_raise
     assert McpHub(McpConfig(trusted_hosts=["mcp.example.com"])).policy.workspace_hostname is None
     with pytest.raises(McpPolicyError, match="bare host name"):
         McpHub(McpConfig(trusted_hosts=["https://mcp.example.com"]))
+
+
+def test_a_skill_file_saved_with_a_byte_order_mark_parses(tmp_path: Path) -> None:
+    """Editors on Windows save UTF-8 with a BOM; the file was refused as having no front
+    matter although it plainly has one."""
+    folder = tmp_path / "skills" / "pdf"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_bytes(b"\xef\xbb\xbf---\nname: pdf\ndescription: d\n---\nBody")
+    [found] = load_skills_dir(folder.parent, "library")
+    assert (found.name, found.body) == ("pdf", "Body")
+
+
+def test_a_symlinked_skill_folder_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = write_skill(tmp_path / "elsewhere", "pdf")
+    (tmp_path / "skills").mkdir()
+    os.symlink(real, tmp_path / "skills" / "pdf")
+    assert load_skills_dir(tmp_path / "skills", "library") == []
+    assert "symbolic link" in caplog.text

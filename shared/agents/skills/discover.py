@@ -74,8 +74,13 @@ def load_skills_dir(directory: str | Path | None, source: SkillSource) -> list[S
     if not root.is_dir():
         return []
     skills = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         if folder.name.startswith("."):
+            continue
+        if folder.is_symlink():
+            log.warning(
+                "Skipping %s: a skill folder that is a symbolic link is not followed", folder
+            )
             continue
         if not (folder / SKILL_FILE).is_file():
             log.warning("Skipping %s: no %s", folder, SKILL_FILE)
