@@ -1,4 +1,5 @@
-"""QA regressions for the MCP host policy and Agent Skills (spec §5, §6)."""
+"""Skill folders and the MCP host policy as users lay them out and configure them: hidden files,
+byte order marks, linked folders, trusted hosts written as URLs (spec §5, §6)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ async def test_a_hidden_file_cannot_be_read_through_read_skill_file(tmp_path: Pa
 def test_trusted_hosts_given_as_one_string_is_a_clear_error() -> None:
     """``McpConfig(trusted_hosts="mcp.example.com")`` trusted the hosts 'm', 'c', 'p', …"""
     with pytest.raises(McpPolicyError, match="list of host names"):
-        McpHub(McpConfig(trusted_hosts="mcp.example.com"))  # type: ignore[arg-type]
+        McpHub(McpConfig(trusted_hosts="mcp.example.com"))
 
 
 @pytest.mark.parametrize(
