@@ -40,6 +40,14 @@ class RunningAttempt:
         itself, its fenced park committed or refused)."""
         return self.in_handler and not self.writer.parking
 
+    def leave(self, attempts: dict[str, RunningAttempt]) -> None:
+        """Drop this attempt, which ended, from its process's running ones, unless a later
+        attempt of its invocation took its place: a parked handler may still be unwinding (a
+        ``finally`` that awaits) when its input resumes the run in the same process, and the
+        resumed attempt must keep its heartbeat and its cancel."""
+        if attempts.get(self.claim.invocation_id) is self:
+            del attempts[self.claim.invocation_id]
+
 
 def handler_failed(invocation_id: str, exc: Exception) -> Outcome:
     """How a handler that raised ends (called in its ``except`` block, to log the traceback)."""

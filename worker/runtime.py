@@ -242,7 +242,7 @@ class Runtime:
             )
             self._abandoned.add((claim.invocation_id, claim.attempt))
         finally:
-            self.attempts.pop(claim.invocation_id, None)
+            running.leave(self.attempts)
             self.slots.give()
             if not self._closing:
                 self.freed.slot_freed()

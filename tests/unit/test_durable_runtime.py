@@ -155,3 +155,52 @@ async def test_a_step_record_and_a_park_are_retried_through_a_database_blip(
     assert parked is not None and parked.status is Status.WAITING  # not failed by the blips
     assert failures == {"record_step": 0, "park_many": 0} and calls == [1]
     assert (await store.journal.load(invocation_id)).steps["charge"].result == "charged"
+
+
+async def test_a_resumed_attempt_stays_registered_while_the_parked_one_is_still_unwinding(
+    store: Store,
+) -> None:
+    """A handler may still be unwinding its park (an ``async with`` closing a client, a
+    ``finally`` that awaits) when its input arrives and the same process claims the resumed
+    attempt. The parked attempt's end must not drop the resumed one from the process's
+    attempts: it would get no heartbeat (the reaper then replaces it while it still runs, and
+    its steps run twice) and no cancel."""
+    app, unwind, resumed_running, release = (
+        AgentApp(),
+        asyncio.Event(),
+        asyncio.Event(),
+        asyncio.Event(),
+    )
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        try:
+            value = await ctx.wait_for_input("approve")
+        finally:
+            if ctx.attempt == 1:
+                await unwind.wait()  # closing something, slowly
+        resumed_running.set()
+        await release.wait()
+        return value
+
+    runtime = runtime_for(store, app)
+    invocation_id = await accepted(store)
+    assert await runtime.start(invocation_id)
+    for _ in range(500):  # until the park committed (the first attempt has not left yet)
+        row = await store.get(invocation_id)
+        if row is not None and row.status is Status.WAITING:
+            break
+        await asyncio.sleep(0.01)
+    parked = runtime.attempts[invocation_id]
+    assert await store.journal.resolve_input(invocation_id, "approve", "yes") == "resumed"
+    assert await runtime.start(invocation_id)  # the resumed attempt, in the same process
+    await asyncio.wait_for(resumed_running.wait(), 10)
+    unwind.set()  # the parked attempt now leaves
+    assert parked.task is not None
+    await asyncio.wait_for(asyncio.gather(parked.task), 10)
+
+    assert runtime.owned() == [(invocation_id, 2)]  # still beaten by the heartbeat
+    release.set()
+    await run_to_end(runtime, invocation_id)
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.COMPLETED and done.attempt == 2
