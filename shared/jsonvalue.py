@@ -20,6 +20,7 @@ import json
 import re
 import sys
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 # JSON always escapes a real NUL as \u0000; an even run of backslashes before it is literal text.
@@ -231,6 +232,26 @@ def canonical(value: Any) -> str:
     as :func:`dumps` does (a float literal too large parses as infinity: ``1e999``), but not
     what only a column cannot (:func:`checked` refuses that)."""
     return _encoded_by(_CANONICAL, value)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON, as PostgreSQL's ``jsonb`` compares them:
+    numbers by their decimal value, whatever their spelling or Python type (``jsonb`` gives
+    ``1e300`` back as ``1000…0``, an int to Python, and ``-0.0`` as ``0``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return _decimal(a) == _decimal(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(map(same_value, a, b))
+    return type(a) is type(b) and a == b
+
+
+def _decimal(number: int | float) -> Decimal:
+    """A float as the decimal its JSON spelling means (``repr``: the shortest that reads back)."""
+    return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
 
 
 def request_hash(input_text: str, session_id: str | None, priority: int = 0) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tether.jsonvalue import canonical
+from tether.jsonvalue import same_value
 from tether.outcomes import wait_entry
 from tether.store.attempts import fence
 from tether.store.connection import Connection
@@ -185,9 +185,7 @@ class Journal:
             if row.resolution == Resolution.TIMEOUT or (row.resolution is None and row.due):
                 return InputAnswer.TIMED_OUT  # a due timeout is the timer's to resolve
             if row.resolution is not None:
-                same = row.resolution == Resolution.INPUT and canonical(row.value) == canonical(
-                    value
-                )
+                same = row.resolution == Resolution.INPUT and same_value(row.value, value)
                 return InputAnswer.ALREADY if same else InputAnswer.CONFLICT
             resumed = await self._resume(conn, [invocation_id])
             if not resumed:

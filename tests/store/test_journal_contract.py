@@ -86,6 +86,19 @@ async def test_input_resumes_once_is_idempotent_and_conflicts_on_another_value(
     assert recorded.waits["w"].resolution is Resolution.INPUT
 
 
+@pytest.mark.parametrize("value", [1e300, 1.5e20, -0.0, {"n": [2e16, 0.5]}])
+async def test_the_same_input_again_is_idempotent_however_the_store_spells_its_numbers(
+    store: Store, value: Any
+) -> None:
+    """PostgreSQL's jsonb keeps a number's value, not its spelling: 1e300 comes back as
+    1000...0 (an int to Python), -0.0 as 0. The same value posted again is still the same."""
+    claim = await parked(store)
+    journal = store.journal
+    assert await journal.resolve_input(claim.invocation_id, "w", value) is InputAnswer.RESUMED
+    assert await journal.resolve_input(claim.invocation_id, "w", value) is InputAnswer.ALREADY
+    assert await journal.resolve_input(claim.invocation_id, "w", [value]) is InputAnswer.CONFLICT
+
+
 async def test_concurrent_inputs_resume_exactly_once(store: Store) -> None:
     claim = await parked(store)
     answers = await asyncio.gather(

@@ -19,6 +19,7 @@ from tether.jsonvalue import (
     encoded,
     loads,
     request_hash,
+    same_value,
 )
 from tether.store.bound import BoundBatch, Carriage
 from tether.store.dialect import SQLite
@@ -204,3 +205,12 @@ def test_sqlite_takes_a_json_value_out_as_json_where_it_has_arrows() -> None:
     assert "json_extract(anon_1.value, '$[0]') AS id" in sql(Carriage.SQLITE_JSON)
     assert "anon_1.value -> '$[1]' AS doc" in sql(Carriage.SQLITE_JSON)
     assert "json_extract(anon_1.value, '$[1]') AS doc" in sql(Carriage.SQLITE_TEXT)
+
+
+def test_same_value_compares_numbers_by_value_as_jsonb_does() -> None:
+    """What jsonb gives back for a number it stored is the same value, spelt its own way."""
+    assert same_value(1e300, 10**300) and same_value(-0.0, 0) and same_value(1, 1.0)
+    assert same_value({"a": [1.5e20, "x", None]}, {"a": [150000000000000000000, "x", None]})
+    assert not same_value(1e300, 10**300 + 1) and not same_value(0.1, 0.1000001)
+    assert not same_value(True, 1) and not same_value(0, False) and not same_value(None, 0)
+    assert not same_value("1", 1) and not same_value([1], [1, 1]) and not same_value({"a": 1}, {})
