@@ -136,8 +136,11 @@ class Journal:
         """Record a finished step under the attempt's fence; False if the attempt was superseded.
 
         A row already there (an earlier attempt recorded it just before dying) wins: the first
-        recorded value is the one every replay returns."""
+        recorded value is the one every replay returns. The fence holds the invocation's row
+        (``FOR SHARE``) until the record commits, so the attempt cannot be replaced between
+        them: a replacement claimed meanwhile would not replay this record."""
         fenced = sa.select(sa.literal(1)).where(*fence(invocation_id, attempt))
+        fenced = fenced.with_for_update(read=True)
         async with self._db.transaction() as conn:
             if await conn.scalar(fenced) is None:
                 return False
