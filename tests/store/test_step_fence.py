@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from tether.store.connection import Connection
+from tether.store.engine import Database
 from tether.store.journal import Journal
 from tether.store.schema import NewInvocation
 from tether.store.store import Store
@@ -60,7 +61,9 @@ async def test_an_attempt_replaced_between_its_fence_and_its_record_records_noth
     assert first is not None
     frozen = PausedAfterFence(store.db)
     recording = asyncio.create_task(
-        Journal(frozen).record_step(invocation_id, first.attempt, "charge", "first's", None)
+        Journal(cast(Database, frozen)).record_step(
+            invocation_id, first.attempt, "charge", "first's", None
+        )
     )
     await asyncio.wait_for(frozen.fenced.wait(), 10)
 
