@@ -27,7 +27,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from tether.jsonvalue import dumps, loads
+from tether.jsonvalue import as_stored, dumps
 from tether.store.errors import Superseded
 from tether.store.journal import NewWait, Recorded, Resolution, WaitKind
 
@@ -167,7 +167,7 @@ class Durable:
         if (outer := _step_key.get()) is not None:  # inside a step: part of it, unrecorded
             token = _step_key.set(f"{outer}/{name}")  # its own key, stable as the outer's
             try:
-                return loads(dumps(await _call(fn, args, kwargs)))
+                return as_stored(await _call(fn, args, kwargs))
             finally:
                 _step_key.reset(token)
         token = _step_key.set(f"{self._invocation_id}/{name}")
@@ -178,7 +178,7 @@ class Durable:
             raise
         finally:
             _step_key.reset(token)
-        stored = loads(dumps(result))  # what every replay returns, so the first run sees it too
+        stored = as_stored(result)  # what every replay returns, so the first run sees it too
         await self._sink.record_step(name, stored, None)
         return stored
 

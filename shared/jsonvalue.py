@@ -60,6 +60,18 @@ _CANONICAL = json.JSONEncoder(
 )
 
 
+def _as_jsonb_number(text: str) -> int | float:
+    """A float's JSON spelling as PostgreSQL's ``jsonb`` gives it back: a positive exponent
+    (Python writes one from 1e16 up) names an integer, given back as that integer (``1e+23`` as
+    10**23, not the float's nearest binary value), and ``-0.0`` as ``0.0``."""
+    if "e+" in text:
+        return int(Decimal(text))
+    return float(text) or 0.0
+
+
+_AS_STORED = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_as_jsonb_number)
+
+
 def _decoded(text: str | bytes) -> str:
     """The text ``json.loads`` would parse: bytes decoded as it decodes them (UTF-8, -16 or
     -32, lone surrogates kept), a UTF-8 byte order mark refused as it refuses one."""
@@ -101,6 +113,13 @@ def _may_spell_unstorable(text: str | bytes) -> bool:
     if isinstance(text, bytes | bytearray):
         return b"\\u" in text or b"\xed" in text or b"\x00" in text
     return "\\u" in text or _has_surrogate(text)
+
+
+def as_stored(value: Any) -> Any:
+    """A copy of ``value`` as either store gives it back: through JSON, its numbers as
+    PostgreSQL's ``jsonb`` keeps them (by value, not spelling). What a durable step's first run
+    returns, so it sees what every replay will; SQLite, storing this copy, gives it back alike."""
+    return _AS_STORED.decode(dumps(value))
 
 
 def dumps(value: Any) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tether.jsonvalue import as_stored
 from tether.store.journal import InputAnswer, NewWait, Resolution, WaitKind
 from tether.store.schema import Claim, NewInvocation, Status, waits
 from tether.store.store import Store
@@ -53,6 +54,18 @@ async def test_a_step_is_recorded_under_the_fence_and_the_first_record_wins(stor
     assert not await store.journal.record_step(claim.invocation_id, 99, "t", 1, None)
     recorded = await store.journal.load(claim.invocation_id)
     assert recorded.steps["s"].result == {"v": 1} and "t" not in recorded.steps
+
+
+@pytest.mark.parametrize("value", [1e23, 1.5e20, -0.0, 1e-7, 0.1, {"n": [2e16, 0.5, 1e300]}])
+async def test_a_steps_first_run_sees_the_value_its_replays_will(store: Store, value: Any) -> None:
+    """A step's result is recorded (and handed to its first run) as ``as_stored`` copies it:
+    PostgreSQL's jsonb gives 1e23 back as 10**23, an int, and -0.0 as 0.0, so a plain JSON copy
+    differed from every replay there; the copy is what both stores give back."""
+    claim = await running(store)
+    first = as_stored(value)
+    assert await store.journal.record_step(claim.invocation_id, claim.attempt, "s", first, None)
+    replayed = (await store.journal.load(claim.invocation_id)).steps["s"].result
+    assert repr(replayed) == repr(first)
 
 
 async def test_parking_ends_the_attempt_as_waiting_with_its_events(store: Store) -> None:
