@@ -127,6 +127,8 @@ class EventWriter:
         """Between the handler's park and its unwinding: the row may already be ``waiting``."""
         self.cancel_pending = False
         """A cancel, requested while the attempt ran, stopped it from parking."""
+        self.before_park: Callable[[], None] = _may_park
+        """Raises where this attempt may not park (its run went past a limit)."""
 
     async def emit(self, event_type: str, data: Any) -> int:
         if self.superseded:
@@ -246,6 +248,7 @@ class EventWriter:
 
     async def park(self, waits: Sequence[NewWait]) -> None:
         """End this attempt as ``waiting`` (with its buffered events) and tell the readers."""
+        self.before_park()
         self.parking = True
         try:
             stored = await self._park(waits)
@@ -293,3 +296,7 @@ class EventWriter:
         resumed = self._claim.resumed_by == RESUME
         data = started_data(self._claim.attempt, resumed=resumed)
         return Event(self._claim.started_cursor, data["type"], data)
+
+
+def _may_park() -> None:
+    """Every attempt may park unless told otherwise (:class:`RunningAttempt`)."""

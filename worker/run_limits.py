@@ -59,9 +59,14 @@ class AttemptLimits:
         self.exceeded: str | None = None
         """Which limit the attempt went past, or None."""
 
-    def charge(self, size: int) -> None:
+    def check(self) -> None:
+        """:class:`LimitExceeded` once the attempt went past a limit: it may emit no more and
+        may not park, so the run fails however its handler ends."""
         if self.exceeded is not None:
             raise LimitExceeded(f"this run went past its limit on {self.exceeded}")
+
+    def charge(self, size: int) -> None:
+        self.check()
         events, event_bytes = self.events + 1, self.event_bytes + size
         limits = self._limits
         if limits.max_events and events > limits.max_events:

@@ -35,6 +35,9 @@ class RunningAttempt:
     stop_reason: StopReason | None = None
     in_handler: bool = False
 
+    def __post_init__(self) -> None:
+        self.writer.before_park = self.limits.check  # a run past a limit fails, never waits
+
     def interruptible(self) -> bool:
         """In its handler and not parking: a stop cancels it (a parking attempt leaves by
         itself, its fenced park committed or refused)."""

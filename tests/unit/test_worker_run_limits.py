@@ -107,6 +107,27 @@ async def test_a_handler_that_catches_the_limit_and_returns_still_fails(store: S
     ]
 
 
+async def test_a_handler_past_the_limit_cannot_wait_its_way_out(store: Store) -> None:
+    """A wait would park the run and let a later attempt start afresh: past a limit it raises
+    like an emit, and the run fails however the handler ends."""
+    refused: list[str] = []
+
+    async def wait_it_out(input: Any, ctx: InvocationContext) -> Any:
+        with contextlib.suppress(LimitExceeded):
+            for i in range(10):
+                await ctx.emit({"type": "tick", "i": i})
+        try:
+            return await ctx.wait_for_input("more", timeout=60)
+        except LimitExceeded as exc:
+            refused.append(str(exc))
+        return {"partial": True}
+
+    invocation_id = await run(store, wait_it_out, RunLimits(max_events=2))
+    assert refused == ["this run went past its limit on events (2)"]
+    types = await assert_failed_past_a_limit(store, invocation_id)
+    assert types == ["run.started", "tick", "tick", "run.failed"]
+
+
 async def test_a_handler_that_carries_on_past_the_limit_is_cancelled_after_the_grace(
     store: Store,
 ) -> None:
