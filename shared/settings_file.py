@@ -37,6 +37,9 @@ def read_settings_file(path: str) -> dict[str, Any]:
             f"{path}: the settings file must hold a mapping of setting names to values, "
             f"not {_kind(loaded)}"
         )
+    for key in loaded:  # pydantic takes them as keywords: another kind of key is a TypeError
+        if not isinstance(key, str):
+            raise SettingsFileError(f"{path}: every setting name must be text, not {_kind(key)}")
     return loaded
 
 
@@ -56,4 +59,10 @@ def _kind(value: object) -> str:
         return "a list"
     if isinstance(value, str):
         return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
     return f"a single value ({type(value).__name__})"

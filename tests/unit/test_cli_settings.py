@@ -58,6 +58,18 @@ def test_a_file_that_holds_no_mapping_says_what_it_holds_instead(
     ]
 
 
+@pytest.mark.parametrize(
+    ("text", "kind"), [("1: 2\n", "a number"), ("null: x\n", "null"), ("true: x\n", "a boolean")]
+)
+def test_a_file_whose_top_level_key_is_no_name_says_so_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, kind: str
+) -> None:
+    config = tmp_path / "keys.yaml"
+    config.write_text(f"port: 8000\n{text}")
+    lines = refused(["--config", str(config), "dev"], capsys)
+    assert lines == [f"tether: {config}: every setting name must be text, not {kind}"]
+
+
 def test_a_file_that_cannot_be_read_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
