@@ -79,37 +79,48 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
     """Hold an exclusive lock on ``<path>.lock`` while the block runs. When this is the one
     ``tether dev`` serving ``path``, yields a check that stays true until another process tries
     to serve it too: each that finds the lock taken signs the file (its pid), which the holder
-    empties when it takes the lock. The operating system drops the lock when the process ends,
+    empties when it takes the lock, and holds a shared lock on ``<path>.peers`` while it serves,
+    so that one taking the lock after its holder died knows it is not alone (the attempts that
+    process runs are alive). The operating system drops the locks when the process ends,
     however it ends. A throwaway store (``:memory:``, a new file nobody else opens) is always
     alone. None (no recovery at start: heartbeats decide, after ``stale_after``) where locks are
-    unsupported, or when another process holds it."""
+    unsupported, or when another process serves the file."""
     if path == Store.THROWAWAY:
         yield lambda: True
         return
     if fcntl is None:
         yield None
         return
-    lock_path = Path(f"{path}.lock")
+    lock_path, peers_path = Path(f"{path}.lock"), Path(f"{path}.peers")
     try:
-        handle = lock_path.open("a")
+        handle, peers = lock_path.open("a"), peers_path.open("a")
     except OSError as exc:
         log.warning("could not open %s (%s): no recovery at start", lock_path, exc)
         yield None
         return
-    with handle:
+    with handle, peers:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             handle.write(f"{os.getpid()}\n")  # the holder's freed slots claim from now on
             handle.flush()
-            log.warning(
-                "another process serves %s: its running attempts are left to the heartbeat rule",
-                path,
-            )
-            yield None
+            fcntl.flock(peers.fileno(), fcntl.LOCK_SH)  # the holder has it for an instant only
+            yield _not_alone(path)
             return
+        try:  # a process that found the lock taken serves on after its holder died
+            fcntl.flock(peers.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield _not_alone(path)
+            return
+        fcntl.flock(peers.fileno(), fcntl.LOCK_UN)
         os.ftruncate(handle.fileno(), 0)
         yield lambda: _unsigned(lock_path)
+
+
+def _not_alone(path: str) -> None:
+    log.warning(
+        "another process serves %s: its running attempts are left to the heartbeat rule", path
+    )
 
 
 def _unsigned(lock_path: Path) -> bool:

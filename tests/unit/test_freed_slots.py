@@ -5,6 +5,7 @@ start work whose token came when it could not run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -513,6 +514,22 @@ def test_a_second_server_on_the_file_signs_the_lock(tmp_path: Path) -> None:
         assert again is not None and again()
     with sole_server(":memory:") as throwaway:  # a new file of its own: always alone
         assert throwaway is not None and throwaway()
+
+
+def test_a_server_started_while_a_second_one_still_serves_is_not_alone(tmp_path: Path) -> None:
+    """The lock's holder dies (kill -9) while the second `tether dev` on the file runs on. A third
+    started then takes the free lock, but the second still serves: every attempt it runs is
+    alive, so the third must not count itself alone (it would hand them back and replace them)."""
+    path = str(tmp_path / "t.db")
+    with contextlib.ExitStack() as servers:
+        first = contextlib.ExitStack()
+        assert first.enter_context(sole_server(path)) is not None
+        assert servers.enter_context(sole_server(path)) is None  # the second one
+        first.close()  # the holder dies; the second serves on
+        with sole_server(path) as third:
+            assert third is None
+    with sole_server(path) as alone:  # once the second is gone too, the next one is alone
+        assert alone is not None and alone()
 
 
 async def test_a_second_dev_on_the_file_makes_the_firsts_freed_slots_claim(tmp_path: Path) -> None:
