@@ -24,6 +24,7 @@ from tether.gateway.keys import (
     QUEUED,
     SERVICES,
     SETTINGS,
+    STREAMS,
     TENANCY,
 )
 from tether.gateway.models import (
@@ -47,7 +48,7 @@ from tether.gateway.responses import ApiError, json_response
 from tether.gateway.sse import serve_stream
 from tether.jsonvalue import InvalidJson, canonical, request_hash
 from tether.outcomes import outcome_of
-from tether.pubsub import Subscription
+from tether.pubsub import CLOSING, Subscription
 from tether.store.errors import SchemaMissing, StoreError
 from tether.store.schema import Invocation, NewInvocation, Status
 from tether.store.store import (
@@ -215,30 +216,39 @@ async def wait_until_terminal(
 ) -> Invocation:
     """Woken by the terminal event on ``sub`` (subscribed before ``invocation`` was read); the
     outcome comes from that event when it carries it all, else from the store, which is also
-    re-read on a resync or a quiet spell. A run that parks (``run.waiting``) ends the wait too."""
+    re-read on a resync or a quiet spell. A run that parks (``run.waiting``) ends the wait too,
+    and so does the process stopping (the caller gets 202 and the URLs, not a closed socket)."""
     store = request.app[SERVICES].store
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     current: Invocation | None = invocation
-    while current is not None and not current.status.is_terminal:
-        if current.status is Status.WAITING:
-            break
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
-        if isinstance(message, str):
-            batch = decode_batch(message)
-            terminal = [e for e in batch if e.is_terminal]
-            if not terminal:
-                if any(e.type == RUN_WAITING for e in batch):
-                    current = await store.get(invocation.id)
-                continue
-            ended = ended_by(current, terminal[-1])
-            if ended is not None:
-                current = ended
-                continue
-        current = await store.get(invocation.id)
+    open_streams = request.app[STREAMS]  # told CLOSING when the process stops, as streams are
+    open_streams.add(sub)
+    try:
+        while current is not None and not current.status.is_terminal:
+            if current.status is Status.WAITING:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
+            if message is CLOSING:  # stopping: answer now, as things stand (202, the URLs)
+                current = await store.get(invocation.id)
+                break
+            if isinstance(message, str):
+                batch = decode_batch(message)
+                terminal = [e for e in batch if e.is_terminal]
+                if not terminal:
+                    if any(e.type == RUN_WAITING for e in batch):
+                        current = await store.get(invocation.id)
+                    continue
+                ended = ended_by(current, terminal[-1])
+                if ended is not None:
+                    current = ended
+                    continue
+            current = await store.get(invocation.id)
+    finally:
+        open_streams.discard(sub)
     if current is None:
         raise ApiError(ErrorCode.NOT_FOUND)
     return current

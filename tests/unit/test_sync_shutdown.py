@@ -1,0 +1,52 @@
+"""A sync caller still waiting when ``tether dev`` stops (SIGTERM) gets its answer at once: 202
+with the URLs to follow the run, which is durable. It was left waiting for aiohttp's shutdown
+timeout, twice, and then its connection was closed with no answer at all."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tether import AgentApp, InvocationContext
+from tether.cli.compose import dev_app
+from tether.settings import load_settings
+
+app = AgentApp(name="stuck")
+
+
+@app.invoke
+async def invoke(value: Any, ctx: InvocationContext) -> Any:
+    await asyncio.Event().wait()  # runs until the node hands it back
+
+
+async def test_a_waiting_sync_caller_gets_202_when_the_server_stops(tmp_path: Path) -> None:
+    settings = load_settings(
+        None, embedded_path=str(tmp_path / "t.db"), timers={"shutdown_grace": 0.2}
+    )
+    runner = web.AppRunner(dev_app(settings, app), shutdown_timeout=5)  # as `tether dev` serves
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    invocation_id = str(uuid.uuid4())
+    async with aiohttp.ClientSession() as http:
+        url = f"http://{host}:{port}/api/invocations"
+        post = asyncio.create_task(http.post(url, json={"id": invocation_id, "input": {}}))
+        async with http.get(f"{url}/{invocation_id}") as r:  # the sync POST is waiting by now
+            assert r.status in (200, 404)
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        stopping = asyncio.create_task(runner.cleanup())
+        response = await asyncio.wait_for(post, 10)
+        assert response.status == 202, await response.text()
+        body = await response.json()
+        assert body["id"] == invocation_id and body["status"] == "active"
+        assert body["status_url"].endswith(invocation_id)
+        assert time.monotonic() - started < 2
+        await stopping
