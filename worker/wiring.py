@@ -105,12 +105,14 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
             handle.write(f"{os.getpid()}\n")  # the holder's freed slots claim from now on
             handle.flush()
             fcntl.flock(peers.fileno(), fcntl.LOCK_SH)  # the holder has it for an instant only
-            yield _not_alone(path)
+            _not_alone(path)
+            yield None
             return
         try:  # a process that found the lock taken serves on after its holder died
             fcntl.flock(peers.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            yield _not_alone(path)
+            _not_alone(path)
+            yield None
             return
         fcntl.flock(peers.fileno(), fcntl.LOCK_UN)
         os.ftruncate(handle.fileno(), 0)
