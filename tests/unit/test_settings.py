@@ -107,6 +107,37 @@ def test_other_variables_with_the_prefix_are_not_settings_and_not_read(
     assert load_settings() == Settings()
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("TETHER_PROT", "TETHER_PORT"), ("TETHER_DATABASE_UR", "TETHER_DATABASE_URL")],
+)
+def test_a_variable_spelt_almost_like_a_setting_is_logged_as_a_likely_typo(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str, meant: str
+) -> None:
+    """Not refused (the prefix is shared), but a typo that silently kept the default port or
+    database is said: one WARNING naming the setting meant."""
+    monkeypatch.setenv(name, "8001")
+    assert load_settings() == Settings()
+    assert f"{name} is no setting and is ignored; did you mean {meant}?" in caplog.text
+
+
+def test_the_projects_other_variables_are_no_typos(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tether.agents.cli import AGENTS_DIR_ENV
+    from tether.loops import ENV as EVENT_LOOP_ENV
+    from tether.settings_env import OTHER_VARIABLES
+    from tether.settings_file import CONFIG_ENV
+    from tether.store.migrate import MIGRATIONS_ENV
+
+    assert {AGENTS_DIR_ENV, EVENT_LOOP_ENV, CONFIG_ENV, MIGRATIONS_ENV} == OTHER_VARIABLES
+    for name in (*OTHER_VARIABLES, "TETHER_TEST_SOMETHING", "TETHER_MYAPP_KEY"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.delenv(CONFIG_ENV)
+    load_settings()
+    assert "did you mean" not in caplog.text
+
+
 def test_a_rule_between_settings_judges_the_merged_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
