@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple, TypeGuard
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,7 +18,7 @@ from tether.auth_settings import MIN_TOKEN_CHARS, AuthSettings
 from tether.service_urls import checked_database_url, checked_redis_url
 from tether.settings_env import ENV_DELIMITER, ENV_PREFIX, UnknownVariable, environment_values
 from tether.settings_file import CONFIG_ENV, SettingsFileError, read_settings_file
-from tether.settings_section import SETTINGS_RULES, SettingsSection
+from tether.settings_section import SETTINGS_RULES, SettingsSection, no_booleans_for_numbers
 from tether.timer_settings import Timers
 
 __all__ = [
@@ -155,6 +155,7 @@ class Settings(BaseSettings):
     app: str = Field(
         "tether.examples.hello:app", description="The AgentApp to serve, as module:attribute."
     )
+
     database_url: str = Field(
         "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
         description=(
@@ -201,6 +202,11 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        return no_booleans_for_numbers(cls, data)
 
     @field_validator("log_level")
     @classmethod

@@ -266,3 +266,24 @@ def test_stale_after_is_bounded_by_the_keepalive_the_kernel_accepts() -> None:
     assert timers.stale_after == 900
     with pytest.raises(ValidationError, match="less than or equal to 65788"):
         Settings.model_validate({"timers": {"stale_after": MAX_STALE_AFTER + 0.5}})
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("port: on\n", "port is a number, not true"),
+        ("limits:\n  max_queued: off\n", "max_queued is a number, not false"),
+        ("timers:\n  stale_after: yes\n", "stale_after is a number, not true"),
+    ],
+)
+def test_a_boolean_is_no_number_in_the_settings_file(
+    tmp_path: Path, text: str, refused: str
+) -> None:
+    """YAML reads on, off, yes and no as booleans, which pydantic took as 1 and 0: ``port: on``
+    served on port 1."""
+    path = tmp_path / "tether.yaml"
+    path.write_text(text)
+    with pytest.raises(ValidationError, match=refused):
+        load_settings(str(path))
+    path.write_text("access_log: on\n")  # a boolean setting still takes them
+    assert load_settings(str(path)).access_log is True
