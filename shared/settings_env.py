@@ -6,7 +6,7 @@ A variable of a known section that names no setting in it (``TETHER_TIMERS__STAL
 refused by the section itself, as the same key in the file is. A ``TETHER_`` variable without
 ``__`` that names no setting is not read here: the prefix is shared with variables that are no
 settings (``TETHER_CONFIG``, ``TETHER_EVENT_LOOP``, ``TETHER_AGENTS_DIR``, an app's own). One
-spelled almost like a setting (``TETHER_PROT``) is logged as a likely typo, once per load.
+spelled almost like a setting (``TETHER_PROT``) is logged as a likely typo, once per process.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ OTHER_VARIABLES = frozenset(
 holds this set to them)."""
 
 log = logging.getLogger(__name__)
+_warned: set[str] = set()
+"""The likely typos already logged: a process loads its settings more than once."""
 
 
 class UnknownVariable(ValueError):
@@ -57,8 +59,9 @@ def environment_values(
 
 def _warn_if_misspelt(upper: str, settings_class: type[BaseSettings], sections: set[str]) -> None:
     names = [ENV_PREFIX + f.upper() for f in settings_class.model_fields if f not in sections]
-    if upper in names or upper in OTHER_VARIABLES:
+    if upper in names or upper in OTHER_VARIABLES or upper in _warned:
         return
     close = difflib.get_close_matches(upper, [*names, *OTHER_VARIABLES], n=1, cutoff=0.85)
     if close:
+        _warned.add(upper)
         log.warning("settings: %s is no setting and is ignored; did you mean %s?", upper, close[0])
