@@ -77,6 +77,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from tether.cli.service_errors import sqlite_error_message, unusable_sqlite_file
     from tether.store.errors import StoreError
 
+    if args.skills and not args.agents:
+        raise AppLoadError("--skills is for --agents' agents: give --agents DIR too")
     settings = settings_from(
         args, embedded_path=args.db, agents={"skills_dir": args.skills} if args.skills else None
     )

@@ -34,6 +34,17 @@ def test_skills_flag_and_setting_reach_the_agents(
         agent_app_for(load_settings(None), str(folder))
 
 
+def test_skills_without_agents_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was ignored in silence: the default app served and the skills were never read."""
+    from tether.cli import main
+
+    assert main(["dev", "--skills", str(tmp_path), "--db", str(tmp_path / "t.db")]) == 2
+    assert "--skills is for --agents' agents" in capsys.readouterr().err
+    assert not (tmp_path / "t.db").exists()
+
+
 def test_dev_admits_loopback_and_the_trusted_hosts_and_refuses_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
