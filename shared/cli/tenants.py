@@ -198,7 +198,8 @@ def set_global(args: argparse.Namespace, changes: dict[str, Any]) -> Verb:
         except ValueError as exc:
             raise Refused(str(exc)) from None
         value = await store.tenants.global_max_active()
-        print(json.dumps({"max_active": value}) if args.json else f"global max_active: {value}")
+        shown = LIFT if value is None else value  # as `list` prints it
+        print(json.dumps({"max_active": value}) if args.json else f"global max_active: {shown}")
         return 0
 
     return run

@@ -89,7 +89,8 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
     assert read(store.tenants.effective(["anyone"]))["anyone"].max_queued == 10
     assert tether("tenants", "set", "--global", "--max-active", "5", *options).returncode == 0
     assert read(store.tenants.global_max_active()) == 5
-    assert tether("tenants", "set", "--global", "--max-active", "none", *options).returncode == 0
+    lifted = tether("tenants", "set", "--global", "--max-active", "none", *options)
+    assert lifted.returncode == 0 and lifted.stdout.strip() == "global max_active: none"
     assert read(store.tenants.global_max_active()) is None
 
 
