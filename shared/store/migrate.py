@@ -128,7 +128,24 @@ async def migrate(engine: AsyncEngine) -> list[str]:
             )
             applied_now.append(migration.version)
             log.info("applied migration %s", migration.path.name)
+    await _say_if_newer(engine, pending[-1].version if pending else "")
     return applied_now
+
+
+async def _say_if_newer(engine: AsyncEngine, newest: str) -> None:
+    """A database a newer release migrated runs this one on as docs/operations.md says (its
+    readers ignore what they do not know), but an older release writing to it may be refused
+    where the newer added a rule: said once, at start, so a 422 later has its cause logged."""
+    async with engine.connect() as conn:
+        query = sa.text(f"SELECT version FROM {LEDGER} WHERE version > :v ORDER BY version")
+        unknown = [r[0] for r in await conn.execute(query, {"v": newest})]
+    if unknown:
+        log.warning(
+            "the database holds migrations this release does not know (%s): a newer Tether "
+            "migrated it; run that release, or expect this one's writes to be refused where "
+            "the newer schema asks more",
+            ", ".join(unknown),
+        )
 
 
 async def applied_versions(engine: AsyncEngine) -> list[str]:

@@ -196,3 +196,25 @@ async def test_a_do_block_with_semicolons_and_a_percent_runs_as_one_statement(
             assert await conn.scalar(sa.text("SELECT n FROM probe")) == 7
     finally:
         await store.close()
+
+
+async def test_a_database_a_newer_release_migrated_is_said_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It is served (readers ignore what they do not know), but an older release's writes may be
+    refused by a rule the newer added: the log says why at start, not only a 422 later."""
+    store = Store.embedded(str(tmp_path / "m.db"))
+    try:
+        await store.migrate()
+        assert "does not know" not in caplog.text
+        async with store.engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO tether_schema_migrations (version, name, applied_at) "
+                    "VALUES ('9999', '9999_later.sql', CURRENT_TIMESTAMP)"
+                )
+            )
+        assert await store.migrate() == []
+        assert "holds migrations this release does not know (9999)" in caplog.text
+    finally:
+        await store.close()
