@@ -121,7 +121,10 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
 
 def _not_alone(path: str) -> None:
     log.warning(
-        "another process serves %s: its running attempts are left to the heartbeat rule", path
+        "another process serves %s: its running attempts are left to the heartbeat rule, and "
+        "its runs' live events reach this process's streams only when they read the file again "
+        "(timers.ping_interval, 15 s): serve one file from one process",
+        path,
     )
 
 
