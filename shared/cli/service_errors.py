@@ -4,6 +4,7 @@ driver's text, never a traceback."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -81,11 +82,15 @@ def _sqlite_file_problem(path: str) -> str | None:
     try:
         with file.open("rb") as opened:
             head = opened.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        return None
+    except FileNotFoundError:  # created: SQLite writes the file and its journal beside it
+        return None if os.access(file.parent, os.W_OK) else "its folder is read-only"
     except OSError as exc:
         return exc.strerror or type(exc).__name__
-    return None if head in (b"", SQLITE_HEADER) else "it is not an SQLite database"
+    if head not in (b"", SQLITE_HEADER):
+        return "it is not an SQLite database"
+    if not (os.access(file, os.W_OK) and os.access(file.parent, os.W_OK)):
+        return "it or its folder is read-only"
+    return None
 
 
 def _cause(error: StoreError) -> str:

@@ -90,3 +90,22 @@ def test_a_file_that_fails_once_opened_is_named_with_the_drivers_error_class(
     assert (
         message == f"cannot use the SQLite file {path} (OperationalError): choose another with --db"
     )
+
+
+@pytest.mark.parametrize(
+    ("existing", "why"),
+    [(False, "its folder is read-only"), (True, "it or its folder is read-only")],
+)
+def test_a_read_only_place_is_named_as_such_before_the_file_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bool, why: str
+) -> None:
+    """A read-only file system (or folder) was "(OperationalError)" once opening failed, with at
+    times a traceback from the driver's thread after the loop had closed. The access check is
+    faked: the tests may run as root, whom permissions do not stop."""
+    path = tmp_path / "t.db"
+    if existing:
+        path.write_bytes(b"")
+    monkeypatch.setattr("os.access", lambda *args, **kwargs: False)
+    assert unusable_sqlite_file(str(path)) == (
+        f"cannot use the SQLite file {path} ({why}): choose another with --db"
+    )
