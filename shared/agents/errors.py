@@ -29,11 +29,21 @@ class DefinitionError(AgentError, ValueError):
     """An agent definition, a Markdown file or a tool is invalid."""
 
 
+MAX_DEFINITION_BYTES = 1_000_000
+"""The largest agent or skill file: its text goes to the model whole, as a bundled file's does
+(:data:`tether.agents.skills.resource.MAX_FILE_BYTES`)."""
+
+
 def read_definition(path: Path, what: str) -> str:
-    """A definition file's text (UTF-8); a file that cannot be read is a :class:`DefinitionError`
-    naming it and the failure's type (``what``: "agent file", "skill file")."""
+    """A definition file's text (UTF-8); a file that cannot be read, or is larger than
+    :data:`MAX_DEFINITION_BYTES`, is a :class:`DefinitionError` naming it and why (``what``:
+    "agent file", "skill file")."""
     try:
-        return path.read_text(encoding="utf-8-sig")  # a leading byte order mark is dropped
+        with path.open("rb") as file:
+            data = file.read(MAX_DEFINITION_BYTES + 1)
+        if len(data) > MAX_DEFINITION_BYTES:
+            raise DefinitionError(f"Cannot read {what} {path}: over {MAX_DEFINITION_BYTES:,} bytes")
+        return data.decode("utf-8-sig")  # a leading byte order mark is dropped
     except (OSError, UnicodeDecodeError) as exc:
         raise DefinitionError(f"Cannot read {what} {path}: {type(exc).__name__}") from None
 

@@ -87,3 +87,22 @@ def test_a_symlinked_skill_folder_is_skipped_with_a_warning(
     os.symlink(real, tmp_path / "skills" / "pdf")
     assert load_skills_dir(tmp_path / "skills", "library") == []
     assert "symbolic link" in caplog.text
+
+
+def test_a_skill_or_agent_file_past_the_size_cap_is_refused_by_name(tmp_path: Path) -> None:
+    """Its text goes to the model whole: one past the cap bundled files have is refused when
+    the agents load, not read into memory whole and sent."""
+    from tether.agents import DefinitionError, load_agents_dir
+    from tether.agents.errors import MAX_DEFINITION_BYTES
+
+    folder = tmp_path / "skills" / "pdf"
+    folder.mkdir(parents=True)
+    head = b"---\nname: pdf\ndescription: d\n---\n"
+    (folder / "SKILL.md").write_bytes(head + b"x" * MAX_DEFINITION_BYTES)
+    with pytest.raises(DefinitionError, match="SKILL.md: over 1,000,000 bytes"):
+        load_skills_dir(folder.parent, "library")
+    agent = tmp_path / "agents" / "a"
+    agent.mkdir(parents=True)
+    (agent / "agent.md").write_bytes(b"---\nmodel: scripted\n---\n" + b"x" * MAX_DEFINITION_BYTES)
+    with pytest.raises(DefinitionError, match="agent.md: over 1,000,000 bytes"):
+        load_agents_dir(agent.parent)
