@@ -70,6 +70,15 @@ POST_REFUSALS = (
 )
 
 
+NO_RETRY = {
+    "x-should-retry": {
+        "description": "false on a run that ended: posting again would start a new run "
+        "(OpenAI's client library retries a 409 or 500 unless told not to)",
+        "schema": {"const": "false"},
+    }
+}
+
+
 def _not_found(text: str = NOT_AGENTS) -> Json:
     return {"404": answer(text, error_schema(ErrorCode.NOT_FOUND))}
 
@@ -124,10 +133,15 @@ def agent_paths() -> Json:
                 "202": answer(
                     "Still running after timers.sync_timeout, or waiting", ref(AcceptedResponse)
                 ),
-                "409": answer("Cancelled", ended_schema("cancelled", {"const": "cancelled"})),
+                "409": answer(
+                    "Cancelled",
+                    ended_schema("cancelled", {"const": "cancelled"}),
+                    NO_RETRY,
+                ),
                 "500": answer(
                     "The run failed (a fixed message), or a server error",
                     {"oneOf": [ended_schema("failed", {}), error_schema()]},
+                    NO_RETRY,
                 ),
                 **turn_refusals,
             },

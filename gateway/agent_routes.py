@@ -166,7 +166,10 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if current.status is Status.COMPLETED:
         return await responses_answer(request, agents, current, int(time.time()))
     if current.status.is_terminal:
-        return answer_ended(current)
+        ended = answer_ended(current)
+        # an outcome, not a fault: OpenAI's client library would post again (a new run)
+        ended.headers["x-should-retry"] = "false"
+        return ended
     return json_response(AcceptedResponse.of(current), 202)
 
 
