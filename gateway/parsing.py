@@ -112,6 +112,8 @@ def validation_message(exc: ValidationError) -> str:
     for where, kind, text in found:
         if _is_a_mismatch(kind) and _another_member_took_it(where, found):
             continue
+        if kind == "model_type":  # pydantic names the model class: "… or instance of X"
+            text = "Input should be an object"
         part = f"{where}: {text}"
         if part not in parts:
             parts.append(part)
