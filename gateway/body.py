@@ -51,11 +51,14 @@ async def read_body(request: web.Request, handler: Handler) -> web.StreamRespons
         except ConnectionResetError:
             return client_left(request, "mid-upload")
     try:
-        return await handler(request)
+        answer = await handler(request)
     except ConnectionResetError:
         if not is_gone(request):
             raise
         return client_left(request, "before its answer")
+    if not answer.prepared and is_gone(request):  # a sync wait outlived its caller
+        return client_left(request, "before its answer")
+    return answer
 
 
 def is_gone(request: web.Request) -> bool:

@@ -109,3 +109,25 @@ async def test_a_body_that_arrives_in_time_is_handled_as_before(tmp_path: Path) 
     ):
         assert r.status == 200
         assert (await r.json())["output"]["output"] == 7
+
+
+async def test_a_sync_caller_that_hangs_up_before_its_answer_is_counted_as_499(
+    tmp_path: Path,
+) -> None:
+    """docs/operations.md: a client that hangs up "mid-upload or before its answer" is counted
+    as 499, not as the answer nobody received."""
+    async with dev_server(tmp_path) as base:
+        quitter = await RawConnection.open(base)
+        payload = json.dumps(body(input={"sleep": 0.5})).encode()
+        await quitter.send(upload_head(len(payload)) + payload)
+        await asyncio.sleep(0.1)  # the body is read; the sync wait has begun
+        quitter.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        metrics = ""
+        while 'route="/api/invocations",status=' not in metrics:
+            assert loop.time() < deadline, f"the request was never counted:\n{metrics}"
+            await asyncio.sleep(0.05)
+            metrics = await metrics_text(base)
+    assert 'route="/api/invocations",status="499"' in metrics
+    assert 'route="/api/invocations",status="200"' not in metrics
