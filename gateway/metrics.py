@@ -12,6 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from tether.store.tenants import OpenCounts
 
 TENANT_GAUGES = ("queued", "running", "waiting")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The methods counted by name; any other is ``other``: aiohttp's pure-Python parser takes any
+token as a method, and a series per name would let any client add series without end."""
 
 
 class GatewayMetrics:
@@ -75,6 +78,8 @@ class GatewayMetrics:
     def answered(self, method: str, route: str, status: int, seconds: float) -> None:
         """One request answered: its latency and its count, through each label set's child
         (``labels()`` checks and converts its values on every call; this is once per set)."""
+        if method not in METHODS:
+            method = "other"
         key = (method, route, status)
         children = self._answered.get(key)
         if children is None:
