@@ -6,10 +6,11 @@ line of each request), and with the standard library's handler each line was a w
 call of its own and a ``strftime`` of the same second. :class:`TurnBufferedHandler` writes the
 lines an event loop's thread logged at the loop's next turn, together (at most
 :data:`MAX_BUFFERED` at a time, in writes a pipe takes whole); any other thread's line, and the
-buffered ones before it, go out at once, in the order they were logged. :class:`LineFormatter`
-formats a second's time once. At four lines a loop turn (what a no-op invocation logs in
-``tether dev``), a line costs 0.82 of the standard handler's and formatter's CPU; at one line a
-turn, 1.02–1.06 (``python -m bench logging``).
+buffered ones before it, go out at once, in the order they were logged; lines whose loop does
+not turn for :data:`STALLED_AFTER` (a handler blocking it) are written by a thread of this
+module. :class:`LineFormatter` formats a second's time once. At four lines a loop turn (what a
+no-op invocation logs in ``tether dev``), a line costs 0.82 of the standard handler's and
+formatter's CPU; at one line a turn, 1.02–1.06 (``python -m bench logging``).
 
 The lines logged for every request and every attempt (the access line, an attempt starting and
 ending) go through :func:`log_line`: where the standard call would give the line to this
@@ -22,9 +23,9 @@ method of someone else's, a format with other fields) the call is the standard o
 a line whose arguments do not format; a write that fails is reported as a record's is.
 
 What a crash can lose: a process killed outright (SIGKILL, the OOM killer) loses the lines of
-the loop turn it was in, which it had not written yet; an orderly exit writes them
-(``logging.shutdown`` flushes every handler, and so does :func:`flush_logs`, for a process that
-leaves through ``os._exit``).
+the loop turn it was in, which it had not written yet (at most :data:`STALLED_AFTER` old); an
+orderly exit writes them (``logging.shutdown`` flushes every handler, and so does
+:func:`flush_logs`, for a process that leaves through ``os._exit``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ from typing import Any, TextIO
 FORMAT = "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"
 MAX_BUFFERED = 256
 """Lines a loop's turn may buffer before they are written at once."""
+STALLED_AFTER = 0.2
+"""Seconds a loop's buffered lines wait for its next turn at most: past that (a handler blocking
+the loop with CPU work or ``time.sleep``) a thread of this module writes them, so the line that
+names what blocks the loop is not held back for as long as it blocks."""
 ATOMIC_WRITE = select.PIPE_BUF
 """The most bytes one write takes to a pipe whole (4,096 on Linux), never interleaved with
 another writer's."""
@@ -110,6 +115,8 @@ class TurnBufferedHandler(logging.StreamHandler[TextIO]):
         super().__init__(stream)
         self._lines: list[str] = []
         self._scheduled: asyncio.AbstractEventLoop | None = None
+        self._since = 0.0
+        """When the buffered lines were scheduled for the next turn (``time.monotonic``)."""
         _handlers.add(self)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -160,6 +167,10 @@ class TurnBufferedHandler(logging.StreamHandler[TextIO]):
         elif self._scheduled is None:
             loop.call_soon(self._turn_ended, loop)
             self._scheduled = loop
+            self._since = time.monotonic()
+            pending = _pending if _pending is not None else _stall_watch()
+            if not pending.is_set():  # a lock and a notify otherwise: once per watch is enough
+                pending.set()
 
     def flush(self) -> None:
         self.acquire()
@@ -179,6 +190,23 @@ class TurnBufferedHandler(logging.StreamHandler[TextIO]):
             self.handleError(logging.makeLogRecord({"msg": "buffered log lines"}))
         finally:
             self.release()
+
+    def write_stalled(self, now: float) -> bool:
+        """Write the buffered lines if their loop has not turned for :data:`STALLED_AFTER`;
+        whether lines are still waiting for a turn."""
+        if self._scheduled is None:
+            return False
+        if now - self._since < STALLED_AFTER:
+            return True
+        self.acquire()
+        try:
+            if self._scheduled is not None and now - self._since >= STALLED_AFTER:
+                self._write_buffered()
+        except Exception:
+            self.handleError(logging.makeLogRecord({"msg": "buffered log lines"}))
+        finally:
+            self.release()
+        return False
 
     def _forget_buffered(self) -> None:
         """In a child process just forked: its parent writes the lines it had buffered."""
@@ -223,9 +251,41 @@ def atomic_writes(lines: list[str]) -> list[str]:
 
 
 _handlers: weakref.WeakSet[TurnBufferedHandler] = weakref.WeakSet()
+_pending: threading.Event | None = None
+"""Set when a loop buffers lines; its thread (started with it) writes those a blocked loop
+holds (:data:`STALLED_AFTER`)."""
+_starting = threading.Lock()
+
+
+def _stall_watch() -> threading.Event:
+    global _pending
+    if _pending is None:
+        with _starting:
+            if _pending is None:
+                pending = threading.Event()
+                threading.Thread(
+                    target=_write_stalled, args=(pending,), name="tether-log-stalls", daemon=True
+                ).start()
+                _pending = pending
+    return _pending
+
+
+def _write_stalled(pending: threading.Event) -> None:
+    while True:
+        pending.wait()
+        pending.clear()
+        waiting = True
+        while waiting:  # until every loop turned (or was written for)
+            time.sleep(STALLED_AFTER / 2)
+            now = time.monotonic()
+            waiting = False
+            for handler in list(_handlers):
+                waiting = handler.write_stalled(now) or waiting
 
 
 def _after_fork_in_child() -> None:
+    global _pending, _starting
+    _pending, _starting = None, threading.Lock()  # no thread of the parent's runs here
     for handler in list(_handlers):
         handler._forget_buffered()
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,24 @@ def test_flush_writes_what_a_loop_buffered_even_if_the_loop_never_turns_again(
     assert stream.getvalue() == ""
     handler.flush()  # what logging.shutdown and tether.logs.flush_logs do
     assert stream.getvalue() == "the last line before the loop stopped\n"
+
+
+def test_a_loop_blocked_by_a_handler_does_not_hold_its_lines_back(
+    logger: tuple[logging.Logger, TurnBufferedHandler, CountingStream],
+) -> None:
+    """A handler that blocks the loop (CPU work, ``time.sleep``) right after its attempt's
+    "started" line: that line, the one naming the culprit, must not wait for the loop's next
+    turn (which may never come before the process is killed)."""
+    log, _, stream = logger
+
+    async def main() -> str:
+        log.info("invocation x: attempt 1 started")
+        deadline = time.monotonic() + 5
+        while not stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)  # noqa: ASYNC251 (the loop is blocked on purpose)
+        return stream.getvalue()
+
+    assert asyncio.run(main()) == "invocation x: attempt 1 started\n"
 
 
 def test_a_full_buffer_is_written_within_the_turn(
