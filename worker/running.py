@@ -52,7 +52,7 @@ class RunningAttempt:
             del attempts[self.claim.invocation_id]
 
 
-def handler_failed(invocation_id: str, exc: Exception) -> Outcome:
+def handler_failed(invocation_id: str, exc: BaseException) -> Outcome:
     """How a handler that raised ends (called in its ``except`` block, to log the traceback)."""
     if isinstance(exc, BudgetExceeded):
         log.info("invocation %s: %s", invocation_id, exc)

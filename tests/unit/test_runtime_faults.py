@@ -131,6 +131,25 @@ async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
     assert superseded is not None and superseded.status is Status.ACTIVE
 
 
+async def test_a_handler_that_calls_sys_exit_fails_its_run_and_not_the_process(
+    store: BlippingStore,
+) -> None:
+    """``sys.exit`` in a handler (or in a library it calls with the user's input: argparse on a
+    bad command line) fails that run; it once left the event loop, stopping ``tether dev``."""
+    app = AgentApp()
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        raise SystemExit("usage: tool [-h]")
+
+    runtime = runtime_for(store, app)
+    invocation_id = await submitted(store)
+    await ran(runtime, invocation_id)
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.FAILED
+    assert done.error_code == "invocation_failed"
+
+
 def test_a_stop_signal_repeated_at_once_counts_once_and_later_means_exit_now(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
