@@ -107,7 +107,7 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
             message="the database is unavailable; retry later",
             headers={"Retry-After": str(request.app[SETTINGS].limits.retry_after)},
         )
-    except Exception:
+    except (Exception, SystemExit):  # sys.exit in a custom route ends that request alone
         log.exception("unhandled error on %s %s", request.method, route)
         response = internal_error()
     streamed = response.started_at if isinstance(response, EventStreamResponse) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -114,9 +115,16 @@ async def test_custom_routes_are_served(aiohttp_client: ClientFactory, tmp_path:
     async def hello(request: web.Request) -> web.Response:
         return web.json_response({"hello": "world"})
 
+    @app.route("GET", "/leave")
+    async def leave(request: web.Request) -> web.Response:
+        sys.exit("password=hunter2")  # argparse on a bad query does this too
+
     client = await client_for(aiohttp_client, tmp_path, app=app)
     r = await client.get("/hello")
     assert r.status == 200 and await r.json() == {"hello": "world"}
+    r = await client.get("/leave")  # that request's end, not the server's
+    assert r.status == 500 and "hunter2" not in await r.text()
+    assert (await client.get("/hello")).status == 200
 
 
 async def test_unknown_routes_and_methods_answer_json(
