@@ -44,14 +44,28 @@ class Heartbeat(threading.Thread):
         loop = asyncio.new_event_loop()
         store = self._store.sibling()
         last_ok = time.monotonic()
+        beat: asyncio.Task[bool] | None = None
         try:
             while not self._stopping.wait(self._interval):
-                if loop.run_until_complete(self._beat(store)):
-                    last_ok = time.monotonic()
-                elif time.monotonic() - last_ok > self._stale_after:
+                if beat is None:
+                    beat = loop.create_task(self._beat(store))
+                # A beat that hangs (a server or a network that stopped answering, no error)
+                # is waited for only until the attempts would go stale, then left pending: the
+                # stale check below must run all the same, or they run beside their replacements.
+                left = self._stale_after - (time.monotonic() - last_ok)
+                loop.run_until_complete(asyncio.wait({beat}, timeout=max(0.0, left) + 0.1))
+                if beat.done():
+                    ok, beat = not beat.cancelled() and beat.result(), None
+                    if ok:
+                        last_ok = time.monotonic()
+                        continue
+                if time.monotonic() - last_ok > self._stale_after:
                     log.error("no heartbeat for %.0fs: stopping every attempt", self._stale_after)
                     self._call(self._runtime.stop_all, StopReason.SUPERSEDED)
         finally:
+            if beat is not None:
+                beat.cancel()
+                loop.run_until_complete(asyncio.wait({beat}, timeout=1.0))
             loop.run_until_complete(store.close())
             loop.close()
 
