@@ -20,6 +20,7 @@ import dramatiq
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.errors import ConnectionClosed
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications
 
 from tether.worker.dramatiq_private import unsleeping_consumer
@@ -63,11 +64,21 @@ def build_broker(redis_url: str, *extra: dramatiq.Middleware) -> RedisBroker:
     return WokenRedisBroker(client=client, middleware=middleware)  # type: ignore[no-untyped-call]
 
 
+def unreachable(exc: redis.RedisError) -> ConnectionClosed:
+    """Redis refused or stopped answering: Dramatiq's connection error, which its consumer thread
+    logs as one line and restarts from, where any other exception is logged as an "unexpected
+    error" with its traceback, every 3 s per consumer for as long as Redis is gone."""
+    return ConnectionClosed(exc)  # type: ignore[no-untyped-call]
+
+
 class WokenRedisBroker(RedisBroker):
     """Dramatiq's Redis broker whose consumers wait for wake-ups instead of sleeping."""
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Consumer:
-        wake_ups = WakeUpListener(self.client, queue_name)  # before any fetch: none is missed
+        try:
+            wake_ups = WakeUpListener(self.client, queue_name)  # before any fetch: none missed
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise unreachable(exc) from None
         fetcher = unsleeping_consumer(self, queue_name, prefetch)
         return WokenConsumer(fetcher, wake_ups, prefetch=prefetch, idle_wait=timeout / 1000)
 
@@ -97,7 +108,10 @@ class WokenConsumer(Consumer):
                 self._room.wait_for(self._half_free, timeout=self._idle_wait)
         if full:
             return None
-        message = next(self._fetcher)
+        try:
+            message = next(self._fetcher)
+        except redis.TimeoutError as exc:  # Dramatiq's consumer converts ConnectionError only
+            raise unreachable(exc) from None
         if message is None:
             self._wake_ups.wait(self._idle_wait)
             return None

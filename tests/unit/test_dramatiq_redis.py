@@ -8,9 +8,12 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
+import fakeredis
 import pytest
+import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.errors import ConnectionClosed
 from dramatiq.middleware import Retries, TimeLimit
 
 from tests.unit.test_dramatiq_wakeups import Fetcher
@@ -28,6 +31,39 @@ from tether.worker.wakeups import WakeUpListener, WakeUpOnEnqueue
 IDLE_MS = 600_000
 """A poll interval no test could sit out: a consumer answers in time only if it was woken."""
 DEADLINE = 10.0
+
+
+def test_a_consumer_on_an_unreachable_redis_fails_with_dramatiqs_connection_error() -> None:
+    """Not an "unexpected error": Dramatiq's consumer thread logs that with a traceback, every
+    3 s per consumer, for as long as Redis is down."""
+    broker = build_broker("redis://127.0.0.1:1/0")  # nothing listens on port 1
+    try:
+        with pytest.raises(ConnectionClosed):
+            broker.consume("q")
+    finally:
+        broker.close()
+
+
+class Unanswered(Consumer):
+    """A fetcher whose Redis stopped answering."""
+
+    def __next__(self) -> MessageProxy | None:
+        raise redis.TimeoutError("Timeout reading from socket")
+
+    def ack(self, message: MessageProxy) -> None: ...
+
+    def nack(self, message: MessageProxy) -> None: ...
+
+
+def test_a_fetch_that_times_out_is_dramatiqs_connection_error() -> None:
+    server = fakeredis.FakeServer()
+    wake_ups = WakeUpListener(fakeredis.FakeRedis(server=server), "q")
+    consumer = WokenConsumer(Unanswered(), wake_ups, prefetch=2, idle_wait=0.1)
+    try:
+        with pytest.raises(ConnectionClosed):
+            next(consumer)
+    finally:
+        consumer.close()
 
 
 def test_the_broker_never_retries_or_times_out_a_run_and_wakes_consumers() -> None:
