@@ -60,6 +60,8 @@ from tether.store.store import (
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
+READY_WITHIN = 2.0
+"""Seconds each ``/readyz`` check may take."""
 WAIT_RECHECK = 5.0
 
 
@@ -354,25 +356,35 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
+    """The three checks at once, each given ``READY_WITHIN``: one that has not answered by then is
+    unavailable, left to end by itself (a hung server's driver may take seconds to cancel)."""
     services = request.app[SERVICES]
-    checks: dict[str, str] = {}
-    probes = (
-        ("database", services.store.ping),
-        ("broker", services.queue.ping),
-        ("pubsub", services.pubsub.ping),
-    )
-    for name, probe in probes:
-        try:
-            await asyncio.wait_for(probe(), timeout=2.0)
-            checks[name] = "ok"
-        except SchemaMissing:
-            log.warning("readyz: the database is not migrated (run `tether migrate`)")
-            checks[name] = "not_migrated"
-        except Exception as exc:
-            log.warning("readyz: %s unavailable (%s)", name, type(exc).__name__)
-            checks[name] = "unavailable"
+    probes = {
+        "database": services.store.ping,
+        "broker": services.queue.ping,
+        "pubsub": services.pubsub.ping,
+    }
+    tasks = {name: asyncio.ensure_future(probe()) for name, probe in probes.items()}
+    await asyncio.wait(tasks.values(), timeout=READY_WITHIN)
+    checks = {name: _readiness(name, task) for name, task in tasks.items()}
     ready = all(v == "ok" for v in checks.values())
     body = ReadyResponse.model_validate(
         {"status": "ready" if ready else "unavailable", "checks": checks}
     )
     return json_response(body, 200 if ready else 503)
+
+
+def _readiness(name: str, task: asyncio.Future[None]) -> str:
+    if not task.done():
+        task.cancel()
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+        log.warning("readyz: %s unavailable (no answer in %g s)", name, READY_WITHIN)
+        return "unavailable"
+    error = task.exception() if not task.cancelled() else asyncio.CancelledError()
+    if isinstance(error, SchemaMissing):
+        log.warning("readyz: the database is not migrated (run `tether migrate`)")
+        return "not_migrated"
+    if error is not None:
+        log.warning("readyz: %s unavailable (%s)", name, type(error).__name__)
+        return "unavailable"
+    return "ok"

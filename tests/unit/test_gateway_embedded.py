@@ -206,3 +206,29 @@ async def test_a_database_without_this_releases_migrations_is_not_ready_and_refu
     finally:
         async with store.engine.begin() as conn:
             await conn.execute(sa.text("ALTER TABLE moved_away RENAME TO tether_invocations"))
+
+
+async def test_readyz_answers_without_waiting_for_a_hung_check_to_cancel(
+    aiohttp_client: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that stops answering hangs its check, and its driver may take seconds more to
+    cancel it (psycopg: 5 s + 5 s): /readyz said so only once the cancel had ended. It answers
+    now, the hung check unavailable, the others as they are; the check ends later by itself."""
+    from tether.gateway import routes
+
+    monkeypatch.setattr(routes, "READY_WITHIN", 0.05)
+    client = await client_for(aiohttp_client, tmp_path)
+    released = asyncio.Event()
+
+    async def hung() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await released.wait()  # the cancel itself takes until the test lets it end
+            raise
+
+    monkeypatch.setattr(client.app[SERVICES].store, "ping", hung)
+    r = await client.get("/readyz")
+    assert r.status == 503
+    assert (await r.json())["checks"] == {"database": "unavailable", "broker": "ok", "pubsub": "ok"}
+    released.set()
