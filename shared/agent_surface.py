@@ -35,7 +35,8 @@ class AgentsSurface(Protocol):
 
     def keeps_thread(self, value: Any) -> bool:
         """Whether a turn of ``value`` (an input this surface made) keeps its thread: False for
-        an ephemeral agent's, which deletes it after the turn."""
+        an ephemeral agent's, which deletes it after the turn; True for an agent it no longer
+        has. Never raises."""
         ...
 
     def info(self) -> dict[str, Any]:

@@ -59,8 +59,14 @@ class AgentsView:
         return value
 
     def keeps_thread(self, value: Any) -> bool:
+        """An agent this app no longer has (a turn stored before a redeploy) keeps its thread:
+        nothing says it was ephemeral."""
         name = value.get("agent") if isinstance(value, Mapping) else None
-        return not self._agent(name if isinstance(name, str) else None).ephemeral
+        try:
+            agent = self._registry.get(name if isinstance(name, str) else None)
+        except DefinitionError:
+            return True
+        return not agent.ephemeral
 
     def responses_input(self, items: str | Sequence[Mapping[str, Any]]) -> Any:
         agent = self._agent(None)

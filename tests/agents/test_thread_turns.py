@@ -29,7 +29,7 @@ from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.types import AgentInput, TurnItem
 from tether.gateway.keys import SERVICES
 from tether.store.errors import StoreError
-from tether.store.schema import thread_messages
+from tether.store.schema import invocations, thread_messages
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -197,6 +197,26 @@ async def test_a_cancelled_ephemeral_turn_deletes_the_thread_it_named(client: An
     assert await thread_messages_of(client, thread) is None
     rest = parse_sse(await pending["response"].text())
     assert not [f for f in rest if f["event"] in ("error", "response.failed")], rest
+
+
+async def test_cancelling_a_turn_of_an_agent_no_longer_loaded_keeps_its_thread(
+    client: Any,
+) -> None:
+    """A turn stored before a redeploy may name an agent the app no longer has: its cancel is
+    the usual ``{"cancelled": true}`` (it was a 500 once the cancel had been applied), and the
+    thread stays: nothing says that agent was ephemeral."""
+    thread, stream_id, pending = await parked_turn(client)
+    store = client.app[SERVICES].store
+    gone = {"messages": "wipe it", "agent": "retired"}
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            sa.update(invocations).where(invocations.c.id == stream_id).values(input=gone)
+        )
+    r = await client.post("/api/agents/cancel", json={"streamId": stream_id}, headers=ALICE)
+    assert r.status == 200 and await r.json() == {"cancelled": True}
+    assert await status_of(client, stream_id) == "cancelled"
+    assert await thread_messages_of(client, thread) == [("user", "wipe it")]
+    await pending["response"].text()
 
 
 async def test_an_ephemeral_turns_failed_delete_leaves_its_own_error_standing(
