@@ -62,6 +62,10 @@ class Heartbeat(threading.Thread):
                 if time.monotonic() - last_ok > self._stale_after:
                     log.error("no heartbeat for %.0fs: stopping every attempt", self._stale_after)
                     self._call(self._runtime.stop_all, StopReason.SUPERSEDED)
+                    if beat is not None:  # hung: the next beat tries on another connection
+                        beat.add_done_callback(lambda t: t.cancelled() or t.exception())
+                        beat.cancel()
+                        beat = None
         finally:
             if beat is not None:
                 beat.cancel()

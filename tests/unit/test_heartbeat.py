@@ -175,3 +175,49 @@ async def test_when_beats_fail_for_stale_after_every_attempt_is_stopped(
     finally:
         thread.stop()
         thread.join(10)
+
+
+class HangsOnce:
+    """A store whose first heartbeat never answers (a connection gone half-open) and whose later
+    ones, on another connection, do."""
+
+    def __init__(self) -> None:
+        self.beats = 0
+
+    def sibling(self) -> HangsOnce:
+        return self
+
+    async def heartbeat(self, owned: list[tuple[str, int]], *args: Any) -> dict[str, bool]:
+        self.beats += 1
+        if self.beats == 1:
+            await asyncio.Event().wait()
+        return {invocation_id: False for invocation_id, _ in owned}  # alive, no cancel
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_hung_beat_is_given_up_once_stale_and_the_next_one_beats_again(
+    runtime: FakeRuntime,
+) -> None:
+    """The attempts stop once the hung beat makes them stale, and the next beat is a new one:
+    waiting on the hung one for good would stop every attempt claimed from then on."""
+    runtime.running.append(("some-invocation", 1))
+    store = HangsOnce()
+    thread = Heartbeat(
+        store=cast(Store, store),
+        runtime=cast(Runtime, runtime),
+        loop=asyncio.get_running_loop(),
+        interval=0.05,
+        stale_after=0.3,
+    )
+    thread.start()
+    try:
+        await eventually(lambda: store.beats >= 3)
+        stops = len(runtime.stops)
+        await eventually(lambda: store.beats >= 6)
+        assert runtime.stops[:1] == [("*", StopReason.SUPERSEDED, None)]
+        assert len(runtime.stops) == stops  # beating again: no more stops
+    finally:
+        thread.stop()
+        await asyncio.to_thread(thread.join, 10)
