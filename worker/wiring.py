@@ -102,12 +102,15 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            # Shared first, then signed: a holder that empties the file before it looks at the
+            # peers either sees this lock or finds the signature written after it emptied it.
+            fcntl.flock(peers.fileno(), fcntl.LOCK_SH)  # the holder has it for an instant only
             handle.write(f"{os.getpid()}\n")  # the holder's freed slots claim from now on
             handle.flush()
-            fcntl.flock(peers.fileno(), fcntl.LOCK_SH)  # the holder has it for an instant only
             _not_alone(path)
             yield None
             return
+        os.ftruncate(handle.fileno(), 0)
         try:  # a process that found the lock taken serves on after its holder died
             fcntl.flock(peers.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -115,7 +118,6 @@ def sole_server(path: str) -> Iterator[Callable[[], bool] | None]:
             yield None
             return
         fcntl.flock(peers.fileno(), fcntl.LOCK_UN)
-        os.ftruncate(handle.fileno(), 0)
         yield lambda: _unsigned(lock_path)
 
 
@@ -123,7 +125,7 @@ def _not_alone(path: str) -> None:
     log.warning(
         "another process serves %s: its running attempts are left to the heartbeat rule, and "
         "its runs' live events reach this process's streams only when they read the file again "
-        "(timers.ping_interval, 15 s): serve one file from one process",
+        "(timers.ping_interval): serve one file from one process",
         path,
     )
 
