@@ -12,6 +12,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import sqlalchemy as sa
+
 from tether.store.connection import Connection
 from tether.store.engine import Database
 from tether.store.journal import Journal
@@ -76,9 +78,21 @@ async def test_an_attempt_replaced_between_its_fence_and_its_record_records_noth
         return set((await store.journal.load(invocation_id)).steps)
 
     replacing = asyncio.create_task(replace())
-    await asyncio.wait({replacing}, timeout=1)  # done at once, or held by the record's fence
+    while not replacing.done() and not await waiting_for_a_lock(store):
+        await asyncio.wait({replacing}, timeout=0.05)  # done, or held by the record's fence
     frozen.go.set()  # the frozen attempt thaws and goes on with its record
     recorded = await asyncio.wait_for(recording, 10)
     replayed = await asyncio.wait_for(replacing, 10)
     # Recorded: then before the replacement read it (it replays the value, never runs again).
     assert recorded == ("charge" in replayed)
+
+
+async def waiting_for_a_lock(store: Store) -> bool:
+    """Whether a statement of this test's database waits for a row lock (the requeue, behind
+    the frozen record's fence)."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    async with store.engine.connect() as conn:
+        return bool(await conn.scalar(query))
