@@ -204,3 +204,24 @@ async def test_a_resumed_attempt_stays_registered_while_the_parked_one_is_still_
     await run_to_end(runtime, invocation_id)
     done = await store.get(invocation_id)
     assert done is not None and done.status is Status.COMPLETED and done.attempt == 2
+
+
+async def test_a_steps_first_run_gets_its_value_as_every_replay_will(store: Store) -> None:
+    """The first run gets the value as the store gives it back: numbers as PostgreSQL's jsonb
+    keeps them (1e23 as 10**23, -0.0 as 0.0), on SQLite too, so no run sees another value."""
+    app, seen = AgentApp(), []
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        async def measure() -> list[float]:
+            return [1e23, -0.0, 0.5]
+
+        seen.append(await ctx.step("measure", measure))
+        return None
+
+    runtime = runtime_for(store, app)
+    invocation_id = await accepted(store)
+    assert await runtime.start(invocation_id)
+    await run_to_end(runtime, invocation_id)
+    replayed = (await store.journal.load(invocation_id)).steps["measure"].result
+    assert repr(seen) == repr([replayed]) == repr([[10**23, 0.0, 0.5]])
