@@ -23,9 +23,9 @@ method of someone else's, a format with other fields) the call is the standard o
 a line whose arguments do not format; a write that fails is reported as a record's is.
 
 What a crash can lose: a process killed outright (SIGKILL, the OOM killer) loses the lines of
-the loop turn it was in, which it had not written yet (at most :data:`STALLED_AFTER` old); an
-orderly exit writes them (``logging.shutdown`` flushes every handler, and so does
-:func:`flush_logs`, for a process that leaves through ``os._exit``).
+the loop turn it was in, which it had not written yet (at most 1.5 × :data:`STALLED_AFTER` old:
+the thread looks every half of it); an orderly exit writes them (``logging.shutdown`` flushes
+every handler, and so does :func:`flush_logs`, for a process that leaves through ``os._exit``).
 """
 
 from __future__ import annotations

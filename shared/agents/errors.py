@@ -30,8 +30,8 @@ class DefinitionError(AgentError, ValueError):
 
 
 MAX_DEFINITION_BYTES = 1_000_000
-"""The largest agent or skill file: its text goes to the model whole, as a bundled file's does
-(:data:`tether.agents.skills.resource.MAX_FILE_BYTES`)."""
+"""The largest agent, skill or bundled file (:data:`tether.agents.skills.resource.MAX_FILE_BYTES`):
+its text goes to the model whole."""
 
 
 def read_definition(path: Path, what: str) -> str:

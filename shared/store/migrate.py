@@ -128,7 +128,7 @@ async def migrate(engine: AsyncEngine) -> list[str]:
             )
             applied_now.append(migration.version)
             log.info("applied migration %s", migration.path.name)
-    await _say_if_newer(engine, pending[-1].version if pending else "")
+    await _say_if_newer(engine, newest_version(dialect.name))
     return applied_now
 
 

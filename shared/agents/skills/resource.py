@@ -13,10 +13,10 @@ import re
 import stat
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from tether.agents.errors import ToolError
+from tether.agents.errors import MAX_DEFINITION_BYTES, ToolError
 
 MAX_PATH_CHARS = 4096
-MAX_FILE_BYTES = 1_000_000
+MAX_FILE_BYTES = MAX_DEFINITION_BYTES  # a bundled file goes to the model whole, as SKILL.md
 
 
 class SkillFileError(ToolError):
