@@ -162,19 +162,25 @@ async def test_when_beats_fail_for_stale_after_every_attempt_is_stopped(
     runtime: FakeRuntime,
 ) -> None:
     runtime.running.append(("some-invocation", 1))
+    thread = beating_on(Unreachable(), runtime)
+    try:
+        await eventually(lambda: ("*", StopReason.SUPERSEDED, None) in runtime.stops)
+    finally:
+        thread.stop()
+        thread.join(10)
+
+
+def beating_on(store: object, runtime: FakeRuntime) -> Heartbeat:
+    """A heartbeat thread, started, on a fake store whose attempts go stale after 0.3 s."""
     thread = Heartbeat(
-        store=cast(Store, Unreachable()),
+        store=cast(Store, store),
         runtime=cast(Runtime, runtime),
         loop=asyncio.get_running_loop(),
         interval=0.05,
         stale_after=0.3,
     )
     thread.start()
-    try:
-        await eventually(lambda: ("*", StopReason.SUPERSEDED, None) in runtime.stops)
-    finally:
-        thread.stop()
-        thread.join(10)
+    return thread
 
 
 class HangsOnce:
@@ -204,14 +210,7 @@ async def test_a_hung_beat_is_given_up_once_stale_and_the_next_one_beats_again(
     waiting on the hung one for good would stop every attempt claimed from then on."""
     runtime.running.append(("some-invocation", 1))
     store = HangsOnce()
-    thread = Heartbeat(
-        store=cast(Store, store),
-        runtime=cast(Runtime, runtime),
-        loop=asyncio.get_running_loop(),
-        interval=0.05,
-        stale_after=0.3,
-    )
-    thread.start()
+    thread = beating_on(store, runtime)
     try:
         await eventually(lambda: store.beats >= 3)
         stops = len(runtime.stops)
