@@ -120,6 +120,8 @@ class EventWriter:
         """This writer's place in the next (or the running) batch."""
         self._handing_over = False
         """The finish (or a park) takes what is buffered: a write that ends leaves the rest."""
+        self._failed_writes = 0
+        """Event writes failed in a row (an outage): the first is logged as a warning."""
         self._checkpoint = claim.checkpoint
         self.superseded = False
         self.parked = False
@@ -157,13 +159,23 @@ class EventWriter:
         if isinstance(exc, Superseded):
             self.superseded = True
         elif exc is not None:
-            log.warning(
+            self._failed_writes += 1  # said once an outage, not at every emit's retry
+            log.log(
+                logging.WARNING if self._failed_writes == 1 else logging.DEBUG,
                 "invocation %s: writing events failed (%s)",
                 self._claim.invocation_id,
                 type(exc).__name__,
             )
-        elif self._buffer and not self._handing_over:
-            self._write_soon()
+        else:
+            if self._failed_writes:
+                log.info(
+                    "invocation %s: events written again after %d failed writes",
+                    self._claim.invocation_id,
+                    self._failed_writes,
+                )
+                self._failed_writes = 0
+            if self._buffer and not self._handing_over:
+                self._write_soon()
 
     def take_buffer(self) -> list[NewEvent]:
         """The buffered events, for the batch being written (see :meth:`put_back`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -165,6 +166,27 @@ async def test_a_failed_write_keeps_its_events_in_order_for_the_next(store: Watc
     assert await stored(store, claim) == [(start + n + 1, {"n": n}) for n in range(3)]
     assert [len(r.events) for [r] in store.appends] == [2, 3]
     assert await writer.take_pending() == []
+
+
+async def test_an_outage_is_logged_once_a_writer_and_its_end_once(
+    store: WatchedStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each emit during an outage retries the write: a WARNING at each (every 0.5 s per running
+    invocation, as QA saw) said nothing the first had not. The first is a WARNING, the rest
+    DEBUG, and the write that works again says how many failed."""
+    caplog.set_level(logging.INFO, logger="tether.worker.attempt")
+    writer = EventWriter(store, MemoryPubSub(), await claimed(store))
+    store.failures = 3
+    for n in range(3):
+        await writer.emit("tick", {"n": n})
+        with pytest.raises(StoreUnavailable):
+            await writer.flush()
+    await writer.flush()
+    said = [(r.levelname, r.getMessage().split(": ", 1)[1]) for r in caplog.records]
+    assert said == [
+        ("WARNING", "writing events failed (StoreUnavailable)"),
+        ("INFO", "events written again after 3 failed writes"),
+    ]
 
 
 async def test_a_write_whose_waiter_is_cancelled_still_stores_and_publishes(
