@@ -44,7 +44,7 @@ from tether.gateway.tenancy import resolve_tenancy
 from tether.gateway.tenant_limits import OpenCountsCache
 from tether.gateway.unparsed import install as install_unparsed_answers
 from tether.gateway.usage_metrics import TENANT_USAGE, TenantUsageMetrics
-from tether.pubsub import CLOSING, Subscription
+from tether.pubsub import OpenStreams
 from tether.services import Services
 from tether.settings import Settings
 from tether.store.errors import SchemaMissing, ValueRefused
@@ -145,10 +145,9 @@ async def openapi_view(request: web.Request) -> web.Response:
 
 
 async def close_streams(app: web.Application) -> None:
-    """On shutdown, end every open stream with a final comment so clients reconnect elsewhere."""
-    streams: set[Subscription] = app[STREAMS]
-    for sub in list(streams):
-        sub.put(CLOSING)
+    """On shutdown, end every open stream with a final comment so clients reconnect elsewhere,
+    and answer every waiting sync caller (202 and the URLs); one that begins after is told too."""
+    app[STREAMS].close()
 
 
 ServicesFactory = Callable[[], contextlib.AbstractAsyncContextManager[Services]]
@@ -176,8 +175,7 @@ def create_app(
     app[TENANCY] = resolve_tenancy(settings.auth, app[AUTH])
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()
-    open_streams: set[Subscription] = set()
-    app[STREAMS] = open_streams
+    app[STREAMS] = OpenStreams()
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
         async with open_services() as services:

@@ -12,7 +12,7 @@ from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.stream_reads import StreamReads
 from tether.gateway.tenancy import Tenancy
 from tether.gateway.tenant_limits import OpenCountsCache
-from tether.pubsub import Subscription
+from tether.pubsub import OpenStreams
 from tether.services import Services
 from tether.settings import Settings
 
@@ -25,6 +25,6 @@ ACCEPTOR = web.AppKey("acceptor", Acceptor)
 QUEUED = web.AppKey("queued", QueuedGauge)
 TENANCY = web.AppKey("tenancy", Tenancy)
 TENANT_COUNTS = web.AppKey("tenant_counts", OpenCountsCache)
-STREAMS: web.AppKey[set[Subscription]] = web.AppKey("streams")
+STREAMS: web.AppKey[OpenStreams] = web.AppKey("streams")
 STREAM_READS = web.AppKey("stream_reads", StreamReads)
 INVOCATION_READS = web.AppKey("invocation_reads", InvocationReads)

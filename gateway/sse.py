@@ -42,7 +42,7 @@ from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREA
 from tether.gateway.replay_cache import Replay, Wanted
 from tether.gateway.responses import ApiError
 from tether.gateway.stream_reads import StreamReads
-from tether.pubsub import CLOSING, RESYNC, Published, PubSub, Subscription
+from tether.pubsub import CLOSING, RESYNC, OpenStreams, Published, PubSub, Subscription
 from tether.settings import Settings
 from tether.store.errors import StoreError
 
@@ -132,7 +132,7 @@ class EventStream:
     """The owner the caller will check the first read against, if any."""
     largest_frame: int = field(default=0, init=False)
 
-    async def run(self, open_streams: set[Subscription]) -> None:
+    async def run(self, open_streams: OpenStreams) -> None:
         """Open and follow the stream, whoever owns the invocation (the caller checked)."""
         async with self.opened() as (sub, first):
             if first is not None:
@@ -152,7 +152,7 @@ class EventStream:
             yield sub, await self._read()
 
     async def follow(
-        self, sub: Subscription | None, first: Replay, open_streams: set[Subscription]
+        self, sub: Subscription | None, first: Replay, open_streams: OpenStreams
     ) -> None:
         """Send ``first`` and what follows it, until the terminal event or the process closes."""
         if sub is None:  # a finished log: ``first`` holds all of it

@@ -150,6 +150,24 @@ class Subscription:
             self._timer = loop.call_at(self._deadline, self._expire)
 
 
+class OpenStreams(set[Subscription]):
+    """The subscriptions of a process's open streams and waiting sync callers: :meth:`close`
+    tells each CLOSING as the process stops, and one added after that is told at once (a request
+    already being handled when the process began to stop)."""
+
+    closing = False
+
+    def add(self, sub: Subscription) -> None:
+        super().add(sub)
+        if self.closing:
+            sub.put(CLOSING)
+
+    def close(self) -> None:
+        self.closing = True
+        for sub in list(self):
+            sub.put(CLOSING)
+
+
 class PubSub(Protocol):
     async def publish(self, channel: str, messages: list[str]) -> None: ...
 

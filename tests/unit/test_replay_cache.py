@@ -26,7 +26,7 @@ from tether.gateway.sse import EventStream, StreamLimits
 from tether.gateway.stream_reads import StreamReads
 from tether.jsonvalue import dumps, loads
 from tether.outcomes import completed
-from tether.pubsub import MemoryPubSub
+from tether.pubsub import MemoryPubSub, OpenStreams
 from tether.status import Status
 from tether.store.schema import NewInvocation
 from tether.store.store import (
@@ -280,14 +280,14 @@ async def test_a_stream_of_a_kept_finished_log_takes_no_subscription(store: Stor
     pubsub.subscribe = spying  # type: ignore[method-assign]
     limits = StreamLimits(ping_interval=5, send_timeout=5, buffer_bytes=64 * 1024)
     sink = Sink()
-    await EventStream(reads, pubsub, ID, sink, limits, 2, seq=first.page.seq).run(set())
+    await EventStream(reads, pubsub, ID, sink, limits, 2, seq=first.page.seq).run(OpenStreams())
     assert sink.data == b"".join(frame(e) for e in await truth(store, 2))
     assert subscribed == []
     await store.delete_expired(retention=-1)
     await emitted(store, "bob", 2, finish=False)
     sink = Sink()
     reads.kept.forget(ID)
-    await EventStream(reads, pubsub, ID, sink, limits, seq=first.page.seq).run(set())
+    await EventStream(reads, pubsub, ID, sink, limits, seq=first.page.seq).run(OpenStreams())
     assert sink.data == b""  # the stream's row is gone; bob's is not its to send
     assert subscribed == [events_channel(ID)]
 

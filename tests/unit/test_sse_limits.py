@@ -24,7 +24,7 @@ from tether import AgentApp, InvocationContext
 from tether.gateway.keys import SERVICES, STREAMS
 from tether.gateway.sse import EventStream, ReaderTooSlow, StreamLimits
 from tether.gateway.stream_reads import StreamReads
-from tether.pubsub import CLOSING, RESYNC, Subscription
+from tether.pubsub import CLOSING, RESYNC, OpenStreams, Subscription
 from tether.services import Services
 from tether.store.schema import Status
 from tether.store.store import StreamRead
@@ -140,7 +140,7 @@ async def test_a_stalled_reader_holds_a_bounded_backlog_then_gets_every_event_on
     )
     services = client.app[SERVICES]
     invocation_id = await start(client, {"before": 3, "after": 300})
-    sink, subs = Sink(reading=False), set[Subscription]()
+    sink, subs = Sink(reading=False), OpenStreams()
     stream = EventStream(
         StreamReads(services.store), services.pubsub, invocation_id, sink, limits()
     )
@@ -179,7 +179,7 @@ async def test_replay_pages_and_chunks_are_sized_to_the_buffer(
     sink = Sink()
     await EventStream(
         StreamReads(services.store), services.pubsub, invocation_id, sink, limits()
-    ).run(set())
+    ).run(OpenStreams())
     assert_clean_log(sink.events())
     frame_size = max(len(c) for c in b"".join(sink.chunks).split(b"\n\n"))
     assert pages[0] <= 16 and all(p <= BOUND // frame_size for p in pages[1:]), pages
@@ -198,7 +198,7 @@ async def test_a_reader_that_takes_nothing_within_the_send_timeout_is_too_slow(
     stream = EventStream(reads, services.pubsub, invocation_id, stalled, limits(send_timeout=0.2))
     with pytest.raises(ReaderTooSlow):
         async with asyncio.timeout(20):
-            await stream.run(set())
+            await stream.run(OpenStreams())
 
 
 async def test_a_socket_that_stops_reading_is_closed_and_resumes_with_after_losing_nothing(

@@ -51,3 +51,29 @@ async def test_a_waiting_sync_caller_gets_202_when_the_server_stops(tmp_path: Pa
         assert body["id"] == invocation_id and body["status"] == "active"
         assert body["status_url"].endswith(invocation_id)
         await stopping
+
+
+async def test_a_sync_caller_that_begins_to_wait_once_stopping_has_begun_is_answered_too(
+    tmp_path: Path,
+) -> None:
+    """A request already being handled when the process began to stop registers its wait after
+    the streams were told: it is told at once, not left to its sync_timeout (here 300 s)."""
+    settings = load_settings(
+        None,
+        embedded_path=str(tmp_path / "t.db"),
+        timers={"shutdown_grace": 0.2, "sync_timeout": 300},
+    )
+    runner = web.AppRunner(dev_app(settings, app), shutdown_timeout=5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        runner.app[STREAMS].close()  # what the shutdown does first, before this request waits
+        async with aiohttp.ClientSession() as http:
+            body = {"id": str(uuid.uuid4()), "input": {}}
+            post = http.post(f"http://{host}:{port}/api/invocations", json=body)
+            response = await asyncio.wait_for(post, 10)
+            assert response.status == 202, await response.text()
+    finally:
+        await runner.cleanup()
