@@ -145,6 +145,17 @@ class Timers(SettingsSection):
         le=MAX_PERIOD,
         description="A request body must arrive whole within this, else 408.",
     )
+    store_deadline: float = Field(
+        10.0,
+        ge=0,
+        le=MAX_PERIOD,
+        description=(
+            "Longest one use of a PostgreSQL connection (a transaction or a read, the wait for "
+            "the connection included) may take: a server that stops answering without refusing "
+            "(frozen, a half-open connection) then costs a 503 or a retry, not a request that "
+            "waits as long as the operating system keeps the connection (0: no deadline)."
+        ),
+    )
     max_run_duration: float = Field(
         0.0,
         ge=0,

@@ -39,7 +39,11 @@ async def distributed_services(
 ) -> AsyncIterator[Services]:
     """A gateway's services (or, with ``database_url`` and ``separate_reads=False``, a worker
     node's: see :meth:`Store.postgres`)."""
-    store = Store.postgres(database_url or settings.database_url, separate_reads=separate_reads)
+    store = Store.postgres(
+        database_url or settings.database_url,
+        separate_reads=separate_reads,
+        deadline=settings.timers.store_deadline,
+    )
     pubsub = RedisPubSub(settings.pubsub_redis, settings.limits.stream_buffer_bytes)
     queue = Queue(AsyncEnqueuer(settings.redis_url, settings.worker.queue))
     async with opened(store, pubsub, queue) as services:

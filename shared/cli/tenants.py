@@ -114,7 +114,9 @@ async def on_store(settings: Settings, db: str | None, verb: Verb) -> int:
         store = Store.embedded(db)
         await store.migrate()  # as `tether dev` does at start
     else:
-        store = Store.postgres(settings.database_url, pool_size=1)
+        store = Store.postgres(
+            settings.database_url, pool_size=1, deadline=settings.timers.store_deadline
+        )
     try:
         return await verb(store)
     finally:

@@ -6,9 +6,11 @@ wrapped (:mod:`tether.store.errors`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -16,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from tether.jsonvalue import dumps
 from tether.store.connection import Connection
 from tether.store.dialect import Dialect, dialect_named
-from tether.store.errors import wrapped
+from tether.store.errors import StoreUnavailable, store_error, wrapped
 from tether.store.pg_direct import DirectConnection
 from tether.store.sqlite_sync import GATHER_TURNS, SyncPools
 
@@ -62,11 +64,19 @@ class Database:
     sync: SyncPools | None = None
     """Where transactions and reads run instead of the engines, where the dialect has them:
     the embedded store's (:mod:`.sqlite_sync`). The engines then serve migrations only."""
+    deadline: float = 0.0
+    """Seconds one checkout of the engines may last, the wait for its connection included
+    (``timers.store_deadline``; 0: none): past it, its connection is given up and the work
+    fails with :class:`.errors.StoreUnavailable` (:meth:`_lent`). The embedded store's run on
+    the loop's thread and have none."""
 
     @classmethod
-    def of(cls, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
+    def of(
+        cls, engine: AsyncEngine, reader: AsyncEngine | None = None, *, deadline: float = 0.0
+    ) -> Database:
         dialect = dialect_named(engine.dialect.name)
-        return cls(engine, dialect, reader, dialect.sync_pools(engine.url, **ENGINE_OPTIONS))
+        sync = dialect.sync_pools(engine.url, **ENGINE_OPTIONS)
+        return cls(engine, dialect, reader, sync, deadline)
 
     @property
     def gather_turns(self) -> int:
@@ -99,8 +109,7 @@ class Database:
                 async with self.sync.writer.transaction() as sync_conn:
                     yield sync_conn
                 return
-            async with self.engine.connect() as conn:
-                direct = DirectConnection(conn)
+            async with self._lent(self.engine) as direct:
                 try:
                     yield direct
                 except BaseException:
@@ -118,9 +127,8 @@ class Database:
                 yield conn
             return
         with wrapped():
-            async with self.engine.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                yield DirectConnection(conn)
+            async with self._lent(self.engine, isolation_level="AUTOCOMMIT") as direct:
+                yield direct
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -130,8 +138,8 @@ class Database:
                 async with self.sync.reader.transaction() as sync_conn:
                     yield sync_conn
                 return
-            async with (self.reader or self.engine).connect() as conn:
-                yield DirectConnection(conn)
+            async with self._lent(self.reader or self.engine) as direct:
+                yield direct
 
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[Connection]:
@@ -143,8 +151,45 @@ class Database:
                 yield conn
             return
         with wrapped():
-            async with self.engine.connect() as conn:
-                await conn.execution_options(
-                    isolation_level="REPEATABLE READ", postgresql_readonly=True
-                )
+            async with self._lent(
+                self.engine, isolation_level="REPEATABLE READ", postgresql_readonly=True
+            ) as direct:
+                yield direct
+
+    @contextlib.asynccontextmanager
+    async def _lent(self, engine: AsyncEngine, **options: Any) -> AsyncIterator[DirectConnection]:
+        """A connection of ``engine``'s pool with the execution ``options``, for as long as
+        :attr:`deadline` allows. The wait for it is cancelled at the deadline (no statement
+        runs yet); a statement on it is not (:meth:`.DirectConnection.expire`)."""
+        if not self.deadline:
+            async with engine.connect() as conn:
+                if options:
+                    await conn.execution_options(**options)
                 yield DirectConnection(conn)
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.deadline
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                async with asyncio.timeout_at(due):
+                    conn = await stack.enter_async_context(engine.connect())
+                    if options:
+                        await conn.execution_options(**options)
+                    driver = (await conn.get_raw_connection()).driver_connection
+            except TimeoutError:
+                raise self._late("no connection") from None
+            direct = DirectConnection(conn, driver)
+            expiry = loop.call_at(due, direct.expire)
+            try:
+                yield direct
+            except Exception as exc:
+                if direct.expired and store_error(exc) is not None:
+                    raise self._late("no answer") from None
+                raise
+            finally:
+                expiry.cancel()
+
+    def _late(self, what: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"{what} from PostgreSQL within {self.deadline:g} s (timers.store_deadline)"
+        )

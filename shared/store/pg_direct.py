@@ -28,6 +28,8 @@ connection).
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -50,12 +52,19 @@ CONNECTION_OPTIONS = frozenset({"isolation_level", "postgresql_readonly"})
 class DirectConnection(ScalarOfExecute):
     """A SQLAlchemy connection whose statements run on its psycopg connection (module doc)."""
 
-    __slots__ = ("_conn", "_cursor", "_direct", "_driver")
+    __slots__ = ("_conn", "_cursor", "_direct", "_driver", "expired")
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(
+        self, conn: AsyncConnection, driver: psycopg.AsyncConnection[Any] | None = None
+    ) -> None:
         self._conn = conn
-        self._driver: psycopg.AsyncConnection[Any] | None = None
+        self._driver = driver
+        """The psycopg connection: given where the checkout has a deadline (:meth:`expire`
+        needs it), else read at the first direct statement."""
         self._cursor: psycopg.AsyncCursor[Any] | None = None
+        self.expired = False
+        """Whether :meth:`expire` ended the connection: its statements' errors are the
+        deadline's."""
         options = conn.sync_connection.get_execution_options() if conn.sync_connection else {}
         self._direct = options.keys() <= CONNECTION_OPTIONS
 
@@ -80,8 +89,9 @@ class DirectConnection(ScalarOfExecute):
         try:
             cursor = self._cursor
             if cursor is None:  # the first direct statement of this checkout
-                driver: Any = (await conn.get_raw_connection()).driver_connection
-                self._driver = driver
+                driver: Any = self._driver
+                if driver is None:
+                    driver = self._driver = (await conn.get_raw_connection()).driver_connection
                 cursor = self._cursor = driver.cursor()  # may find the connection closed
             if parameters is None or isinstance(parameters, Mapping):
                 await cursor.execute(plan.sql, plan.params(parameters))
@@ -121,6 +131,23 @@ class DirectConnection(ScalarOfExecute):
             error = await self._failed("COMMIT" if commit else "ROLLBACK", exc)
             if commit:
                 raise error from None
+
+    def expire(self) -> None:
+        """Give the connection up at its checkout's deadline: shut its socket down (the file
+        descriptor stays psycopg's), so the statement waiting on it, or the next one, fails at
+        once as on a lost connection, whichever path it took (direct or SQLAlchemy's) and
+        whatever psycopg's version. Cancelling the task instead would not do: psycopg answers
+        a cancelled query by asking the server to cancel it and waiting for its answer, which
+        a server that stopped answering never gives."""
+        self.expired = True
+        driver = self._driver
+        if driver is None or driver.closed:
+            return
+        try:
+            with socket.socket(fileno=os.dup(driver.pgconn.socket)) as lent:
+                lent.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):  # closed meanwhile: nothing left to give up
+            pass
 
     async def _failed(self, sql: str, exc: psycopg.Error) -> sa.exc.DBAPIError:
         """The driver's error as SQLAlchemy raises it; a lost connection invalidated first."""

@@ -85,9 +85,10 @@ class Store:
         *,
         reader: AsyncEngine | None = None,
         temporary_file: Path | None = None,
+        deadline: float = 0.0,
     ) -> None:
         self.engine = engine
-        self.db = Database.of(engine, reader)
+        self.db = Database.of(engine, reader, deadline=deadline)
         self.dialect = self.db.dialect.name
         self._temporary_file = temporary_file
         self._invocations = Invocations(self.db)
@@ -114,16 +115,24 @@ class Store:
         (:mod:`tether.store.planner_statistics`)."""
 
     @classmethod
-    def postgres(cls, url: str, *, pool_size: int = 10, separate_reads: bool = True) -> Store:
-        """PostgreSQL at ``url``. ``separate_reads``: reads go to a pool of their own in
-        autocommit (:func:`create_reader`), as a gateway's status reads and streams' pages gain
-        by; False: on the writer's pool, each in a transaction of its own, as a worker's do.
-        With the reader in the worker, ``bench flood``'s tenant A finished 223-231 invocations
-        a second where it finished 270-280 without it, and B's accept -> start p99 was
-        3.2-3.9x its idle figure against 1.6-1.8x (docs/performance-history.md); why was not
-        found."""
+    def postgres(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        separate_reads: bool = True,
+        deadline: float = 0.0,
+    ) -> Store:
+        """PostgreSQL at ``url``, each checkout of a connection given up after ``deadline``
+        seconds (:attr:`.engine.Database.deadline`; 0: never). ``separate_reads``: reads go to
+        a pool of their own in autocommit (:func:`create_reader`), as a gateway's status reads
+        and streams' pages gain by; False: on the writer's pool, each in a transaction of its
+        own, as a worker's do. With the reader in the worker, ``bench flood``'s tenant A
+        finished 223-231 invocations a second where it finished 270-280 without it, and B's
+        accept -> start p99 was 3.2-3.9x its idle figure against 1.6-1.8x
+        (docs/performance-history.md); why was not found."""
         reader = create_reader(url, pool_size=pool_size) if separate_reads else None
-        return cls(create_engine(url, pool_size=pool_size), reader=reader)
+        return cls(create_engine(url, pool_size=pool_size), reader=reader, deadline=deadline)
 
     THROWAWAY = ":memory:"
     """The embedded path of a throwaway store (a temporary file removed on close)."""

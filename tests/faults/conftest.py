@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
 from tests.faults.harness_ext import FAST_TIMERS, PrivatePostgres, PrivateRedis, hard_stop
-from tests.harness import Cluster
-from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+from tests.harness import ROOT, Cluster, free_port, wait_for
+from tests.services import PG_ADMIN_URL, create_database, drop_database, reachable, require
 from tether.store.store import Store
 
 
@@ -130,3 +133,41 @@ def private_pg() -> Iterator[PrivatePostgres]:
         yield server
     finally:
         server.destroy()
+
+
+ProxyTo = Callable[[str], tuple[str, "subprocess.Popen[bytes]"]]
+
+
+@pytest.fixture
+def proxy_to(tmp_path: Path) -> Iterator[ProxyTo]:
+    """Starts a proxy to a database URL's server; gives the URL through it, and the proxy."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(database_url: str) -> tuple[str, subprocess.Popen[bytes]]:
+        parsed = urlparse(database_url.replace("postgresql+psycopg://", "postgresql://", 1))
+        port = free_port()
+        with (tmp_path / f"proxy-{port}.log").open("wb") as log:
+            popen = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.faults.tcp_proxy",
+                    str(port),
+                    parsed.hostname or "127.0.0.1",
+                    str(parsed.port or 5432),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        started.append(popen)
+        wait_for(lambda: reachable(f"tcp://127.0.0.1:{port}", port), 10, "the proxy")
+        netloc = f"{parsed.username or 'postgres'}@127.0.0.1:{port}"
+        return database_url.replace(parsed.netloc, netloc, 1), popen
+
+    yield start
+    for popen in started:
+        popen.send_signal(signal.SIGCONT)
+        popen.kill()
+        popen.wait(10)

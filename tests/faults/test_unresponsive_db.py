@@ -4,23 +4,23 @@ fails. The worker must still stop its attempts once they go stale, as when Postg
 it (docs/operations.md, "a worker cannot reach PostgreSQL for stale_after"), so they do not run
 beside the replacements another worker makes.
 
-The worker reaches the test's database through a TCP proxy this test starts and freezes; the
-shared PostgreSQL is never touched.
+Nor may a gateway's request, or any other use of the store, wait for it as long as the operating
+system keeps the connection: each checkout of a connection has a deadline
+(``timers.store_deadline``), past which it is given up as a lost one.
+
+The worker (or the store) reaches the test's database through a TCP proxy this test starts and
+freezes; the shared PostgreSQL is never touched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
 from tests.client import new_id
-from tests.faults.conftest import MakeCluster
+from tests.faults.conftest import MakeCluster, ProxyTo
 from tests.faults.harness_ext import (
     STALE_AFTER,
     Db,
@@ -32,48 +32,10 @@ from tests.faults.harness_ext import (
     start_workers,
     until,
 )
-from tests.harness import ROOT, free_port, wait_for
-from tests.services import reachable
+from tests.store import rows
+from tether.store.store import Store, StoreUnavailable
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
-
-
-ProxyTo = Callable[[str], tuple[str, "subprocess.Popen[bytes]"]]
-
-
-@pytest.fixture
-def proxy_to(tmp_path: Path) -> Iterator[ProxyTo]:
-    """Starts a proxy to a database URL's server; gives the URL through it, and the proxy."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(database_url: str) -> tuple[str, subprocess.Popen[bytes]]:
-        parsed = urlparse(database_url.replace("postgresql+psycopg://", "postgresql://", 1))
-        port = free_port()
-        with (tmp_path / f"proxy-{port}.log").open("wb") as log:
-            popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.faults.tcp_proxy",
-                    str(port),
-                    parsed.hostname or "127.0.0.1",
-                    str(parsed.port or 5432),
-                ],
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        started.append(popen)
-        wait_for(lambda: reachable(f"tcp://127.0.0.1:{port}", port), 10, "the proxy")
-        netloc = f"{parsed.username or 'postgres'}@127.0.0.1:{port}"
-        return database_url.replace(parsed.netloc, netloc, 1), popen
-
-    yield start
-    for popen in started:
-        popen.send_signal(signal.SIGCONT)
-        popen.kill()
-        popen.wait(10)
 
 
 async def test_a_worker_whose_database_stops_answering_stops_its_attempts_itself(
@@ -111,3 +73,56 @@ async def test_a_worker_whose_database_stops_answering_stops_its_attempts_itself
             events = db.events(invocation_id)
             assert_clean_events(events)
             assert attempts_started(events) == [1, 2], invocation_id
+
+
+HANG_GUARD = 60.0
+"""How long a test waits for what the deadline must end within about a second: only so that,
+without it, the test fails rather than hangs (nothing is timed)."""
+
+
+async def test_a_checkout_past_its_deadline_is_given_up_and_the_pool_recovers(
+    fresh_db: str, proxy_to: ProxyTo
+) -> None:
+    proxied_url, proxy = proxy_to(fresh_db)
+    store = Store.postgres(proxied_url, pool_size=1, deadline=1.0)
+    try:
+        first = rows.new()
+        assert (await store.accept(first)).created
+        assert (await store.get(first.id)) is not None  # its connections are pooled
+
+        proxy.send_signal(signal.SIGSTOP)  # their statements now hang, and so would new ones'
+        async with asyncio.timeout(HANG_GUARD):
+            with pytest.raises(StoreUnavailable, match="from PostgreSQL within 1 s"):
+                await store.get(first.id)  # a pooled connection: no answer
+            with pytest.raises(StoreUnavailable, match="from PostgreSQL within 1 s"):
+                await store.accept(rows.new())  # a new connection: none
+        proxy.send_signal(signal.SIGCONT)
+
+        row = await store.get(first.id)  # the given-up connections replaced
+        assert row is not None and row.status == "queued"
+    finally:
+        proxy.send_signal(signal.SIGCONT)
+        await store.close()
+
+
+async def test_a_gateway_whose_database_stops_answering_answers_503_and_recovers(
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster, proxy_to: ProxyTo
+) -> None:
+    proxied_url, proxy = proxy_to(fresh_db)
+    cluster = make_cluster(proxied_url, redis_url, TETHER_TIMERS__STORE_DEADLINE="1")
+    gateway, base = cluster.start_gateway()
+    async with api_for(base, request_limit=HANG_GUARD) as api:
+        invocation_id = new_id()
+        body = {"id": invocation_id, "input": {}, "background": True}
+        assert (await api.post(body))[0] == 202
+
+        proxy.send_signal(signal.SIGSTOP)
+        status, answer = await api.get(invocation_id)
+        assert status == 503 and answer["error"]["code"] == "overloaded", answer
+        status, answer = await api.post({"id": new_id(), "input": {}, "background": True})
+        assert status == 503 and answer["error"]["code"] == "overloaded", answer
+        assert log_has(gateway, "from PostgreSQL within 1 s (timers.store_deadline)")
+        proxy.send_signal(signal.SIGCONT)
+
+        status, answer = await api.get(invocation_id)
+        assert status == 200 and answer["status"] == "queued", answer  # no worker: queued
