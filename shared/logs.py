@@ -54,6 +54,19 @@ ATOMIC_WRITE = select.PIPE_BUF
 another writer's."""
 
 
+CONTINUATION = "  "  # begins every line of a record after its first
+
+
+def fenced(text: str) -> str:
+    """A formatted record whose every line after the first begins with :data:`CONTINUATION`,
+    and whose carriage returns (a terminal's way back to a line's start) are written ``\\r``:
+    text from outside (a handler's exception message quoting its input, a tool's error) then
+    cannot begin a line that reads as a record of its own, with a time and a level."""
+    if "\n" not in text and "\r" not in text:
+        return text
+    return text.replace("\r", "\\r").replace("\n", "\n" + CONTINUATION)
+
+
 DIRECT_FIELDS = frozenset({"asctime", "levelname", "process", "name", "message", "threadName"})
 """The record's fields a format may use for :func:`log_line` to write its lines directly."""
 _FIELD = re.compile(r"%\((\w+)\)")
@@ -75,6 +88,9 @@ class LineFormatter(logging.Formatter):
 
     def usesTime(self) -> bool:  # noqa: N802 (logging's name)
         return self._uses_time
+
+    def format(self, record: logging.LogRecord) -> str:
+        return fenced(super().format(record))
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         if datefmt is not None:
@@ -103,7 +119,7 @@ class LineFormatter(logging.Formatter):
         }
         if self._thread_named:
             values["threadName"] = threading.current_thread().name
-        return self._fmt % values if self._fmt is not None else message
+        return fenced(self._fmt % values if self._fmt is not None else message)
 
 
 class TurnBufferedHandler(logging.StreamHandler[TextIO]):

@@ -215,3 +215,27 @@ def test_setup_logging_writes_lines_in_the_format_on_stderr() -> None:
     )
     line = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO \d+ tether\.x: hello there"
     assert re.fullmatch(line, done.stderr.rstrip("\n"))
+
+
+RECORD_START = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \d+ ")
+
+
+def test_text_from_outside_cannot_begin_a_line_that_reads_as_a_record() -> None:
+    forged = "bad input\n2026-12-07 10:00:00,000 INFO 1 tether.gateway: all clear\rok"
+    formatter = LineFormatter()
+    try:
+        raise ValueError(forged)
+    except ValueError:
+        record = logging.makeLogRecord(
+            {"name": "tether.worker", "levelname": "ERROR", "levelno": 40, "msg": "x: raised"}
+        )
+        record.exc_info = sys.exc_info()
+    written = [
+        formatter.format(record),  # a traceback ending in the exception's text
+        formatter.line("tether.worker", logging.INFO, f"invocation x: {forged}"),  # log_line's
+    ]
+    for text in written:
+        first, *rest = text.split("\n")
+        assert RECORD_START.match(first)
+        assert rest and all(line.startswith("  ") for line in rest), text
+        assert "\r" not in text and "all clear\\rok" in text
