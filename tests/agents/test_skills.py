@@ -159,6 +159,15 @@ def test_the_catalog_block_lists_each_skill_and_says_to_load_it() -> None:  # K1
     assert "- **pdf**: Work with PDFs" in text and "- **sql**: Write SQL" in text
 
 
+def test_a_description_over_several_lines_is_one_line_of_the_catalog() -> None:
+    described = "Work with PDFs:\n  fill forms,\n\n- merge files\n"  # a YAML block's text
+    catalog = resolve_catalog("a", [], [skill("pdf", description=described)], ["pdf"])
+    assert catalog is not None
+    *_, last = render_skill_catalog(catalog).split("\n")
+    assert last == "- **pdf**: Work with PDFs: fill forms, - merge files"
+    assert catalog.listing()[0]["description"] == described  # clients get it as written
+
+
 def test_a_loaded_skill_lists_its_files_and_suggested_tools() -> None:  # K13
     full = skill("pdf", files=["reference.md", "scripts/x.py"], allowed_tools=("read", "grep"))
     text = render_loaded_skill(full)

@@ -13,8 +13,13 @@ CATALOG_HEADER = (
 
 
 def render_skill_catalog(catalog: SkillCatalog) -> str:
-    """The block appended to the system prompt (spec §6.4)."""
-    lines = [f"- **{entry['name']}**: {entry['description']}" for entry in catalog.listing()]
+    """The block appended to the system prompt (spec §6.4): a line per skill, its description's
+    line breaks and runs of spaces made one space (a YAML block description spans lines, and
+    its later lines would read as text outside the list)."""
+    lines = [
+        f"- **{entry['name']}**: {' '.join(entry['description'].split())}"
+        for entry in catalog.listing()
+    ]
     return "\n".join([CATALOG_HEADER, "", *lines])
 
 
