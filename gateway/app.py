@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -48,7 +49,7 @@ from tether.pubsub import OpenStreams
 from tether.services import Services
 from tether.settings import Settings
 from tether.store.errors import SchemaMissing, ValueRefused
-from tether.store.store import StoreUnavailable
+from tether.store.store import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -117,20 +118,24 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
 
 
 async def metrics_view(request: web.Request) -> web.Response:
+    """This process's series, answered while the database is down too (its requests' counts
+    matter most then): the one series read from the database is NaN until it reads again."""
     metrics = request.app[METRICS]
-    with contextlib.suppress(Exception):
+    try:
         metrics.queued.set(await request.app[QUEUED].value())
+    except StoreError:
+        metrics.queued.set(math.nan)
     return prometheus_text(metrics.registry)
 
 
 async def tenant_metrics_view(request: web.Request) -> web.Response:
-    """The per-tenant series: tenants' names are often owners', so admins only."""
+    """The per-tenant series: tenants' names are often owners', so admins only. They are read
+    from the database: when it cannot answer, neither does this (503), and the scrape fails
+    rather than give the last values as current."""
     request.app[TENANCY].require_admin(request)
     metrics = request.app[METRICS]
-    with contextlib.suppress(Exception):
-        await request.app[TENANT_USAGE].refresh()
-    with contextlib.suppress(Exception):
-        metrics.set_tenant_counts(await request.app[TENANT_COUNTS].value())
+    await request.app[TENANT_USAGE].refresh()
+    metrics.set_tenant_counts(await request.app[TENANT_COUNTS].value())
     return prometheus_text(metrics.tenant_registry)
 
 
