@@ -42,6 +42,15 @@ def test_responses_usage_reads_input_and_output_tokens() -> None:
     assert responses_usage(None) is None
 
 
+def test_a_count_the_store_cannot_hold_is_no_count() -> None:
+    bogus = {"prompt_tokens": 10**20, "completion_tokens": 1e30, "total_tokens": 2**70}
+    assert chat_usage({"usage": bogus}) is None
+    assert chat_usage({"usage": {**bogus, "prompt_tokens": 12}}) == ModelUsage(12, 0)
+    assert responses_usage({"usage": {"input_tokens": 1e30, "output_tokens": 3}}) == ModelUsage(
+        0, 3
+    )
+
+
 def test_the_last_reported_usage_of_a_stream_wins() -> None:
     parser = ChatDeltaParser()
     first = {"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 5}}

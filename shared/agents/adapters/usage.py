@@ -5,7 +5,9 @@ Chat completions (OpenAI-compatible APIs, Databricks Model Serving and the AI Ga
 ``stream_options.include_usage`` is asked for, in the stream's last chunk (some endpoints repeat
 it in every chunk: the last one wins). The Responses API (the Supervisor API) reports
 ``usage: {input_tokens, output_tokens, total_tokens}`` in ``response.completed``. A report
-without its two parts but with ``total_tokens`` counts the total as output.
+without its two parts but with ``total_tokens`` counts the total as output. A count that is not a
+number from 0 to :data:`MAX_REPORTED_TOKENS` is no count: the store could not hold it (a bogus
+``1e30`` failed the run after the model had answered).
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from tether import ModelUsage
 
 CHAT_KEYS = ("prompt_tokens", "completion_tokens")
 RESPONSES_KEYS = ("input_tokens", "output_tokens")
+MAX_REPORTED_TOKENS = 1_000_000_000
+"""The most tokens one model call may report in one count: far above any model's context window,
+far below what the store's 64-bit sums hold."""
 
 
 def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         return None
-    if value != value or value == float("inf"):
+    if value != value or value > MAX_REPORTED_TOKENS:  # NaN, infinity, bogus
         return None
     return int(value)
 
