@@ -12,6 +12,7 @@ from tether.agents import ChatCompletionsAdapter, Message, from_model_serving, o
 from tether.agents.adapters.run import run_adapter
 from tether.agents.errors import DefinitionError, ModelError
 from tether.agents.types import AgentEvent, AgentInput, ToolDefinition, TurnOutcome
+from tether.jsonvalue import dumps
 
 HELLO = [Message("system", "Be terse."), Message("user", "Hello")]
 QUERY = ToolDefinition("analytics.query", "Run SQL", {"type": "object", "properties": {}})
@@ -270,6 +271,28 @@ async def test_data_lines_without_a_space_and_malformed_json_are_skipped(
     )
     items = await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
     assert items[0] == {"type": "message_delta", "content": "yes"}
+
+
+async def test_chunks_whose_lists_are_not_lists_are_skipped(
+    server: FakeModelServer, config: Config
+) -> None:
+    reasoning = {"type": "reasoning", "summary": 7}
+    server.reply(
+        chat_chunk("a", tool_calls=5),
+        chat_chunk([reasoning, {"type": "text", "text": "b"}]),
+        "data: [DONE]\n\n",
+    )
+    items = await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
+    assert items[-1] == TurnOutcome("ab")
+
+
+async def test_a_whole_answer_whose_tool_calls_are_not_a_list_keeps_its_text(
+    server: FakeModelServer, config: Config
+) -> None:
+    answer = {"choices": [{"message": {"content": "whole", "tool_calls": 7}}]}
+    server.reply(dumps(answer))
+    items = await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
+    assert items[-1] == TurnOutcome("whole")
 
 
 async def test_a_truncated_stream_keeps_the_text_it_had(

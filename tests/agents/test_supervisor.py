@@ -185,6 +185,17 @@ async def test_deltas_without_item_id_are_not_doubled_by_the_done_item(
     assert await run(config) == [RUNNING, delta("Hello"), COMPLETE]
 
 
+async def test_items_whose_lists_or_ids_are_malformed_are_skipped(
+    server: FakeModelServer, config: Config
+) -> None:
+    server.reply(
+        sse("response.output_item.done", {"item": {"type": "message", "id": ["m"]}}),
+        sse("response.output_item.done", {"item": {"type": "message", "id": "m", "content": 3}}),
+        sse("response.completed", {"response": {"output": 5}}),
+    )
+    assert await run(config) == [RUNNING, COMPLETE]
+
+
 async def test_an_http_failure_is_transport_without_host_or_body(
     server: FakeModelServer, config: Config, caplog: pytest.LogCaptureFixture
 ) -> None:

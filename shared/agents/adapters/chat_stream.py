@@ -98,6 +98,12 @@ def parse_arguments(raw: str) -> Any:
         return raw
 
 
+def wire_list(value: Any) -> list[Any]:
+    """``value`` when the wire gave a list there, else nothing: a malformed chunk is skipped,
+    never a failed turn."""
+    return value if isinstance(value, list) else []
+
+
 @dataclass
 class _PendingCall:
     id: str
@@ -160,12 +166,10 @@ class ChatDeltaParser:
         message = choices[0].get("message")
         if not isinstance(message, dict):
             return []
-        calls = message.get("tool_calls")
+        calls = wire_list(message.get("tool_calls"))
         delta = {
             **message,
-            "tool_calls": [
-                {**c, "index": i} for i, c in enumerate(calls or ()) if isinstance(c, dict)
-            ],
+            "tool_calls": [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, dict)],
         }
         return self.feed({"choices": [{"delta": delta}], "usage": payload.get("usage")})
 
@@ -178,7 +182,7 @@ class ChatDeltaParser:
         if not isinstance(delta, dict):
             return []
         events = self._content(delta.get("content"))
-        for chunk in delta.get("tool_calls") or ():
+        for chunk in wire_list(delta.get("tool_calls")):
             if isinstance(chunk, dict):
                 self._tool_chunk(chunk)
         return events
@@ -204,7 +208,7 @@ class ChatDeltaParser:
             if part.get("type") == "text" and isinstance(part.get("text"), str):
                 events.append(self._append_text(part["text"]))
             elif part.get("type") == "reasoning":
-                for item in part.get("summary") or ():
+                for item in wire_list(part.get("summary")):
                     if isinstance(item, dict) and isinstance(item.get("text"), str):
                         events.append(thinking(item["text"]))
         return events

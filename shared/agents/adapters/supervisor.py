@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from tether.agents.adapters.chat_stream import wire_list
 from tether.agents.adapters.http import AuthSource, DatabricksAuth, HttpStatusError, post_stream
 from tether.agents.adapters.usage import responses_usage
 from tether.agents.errors import (
@@ -78,9 +79,9 @@ def _completed_text(response: Any) -> str:
     if not isinstance(response, dict):
         return ""
     parts = []
-    for item in response.get("output") or ():
+    for item in wire_list(response.get("output")):
         if isinstance(item, dict) and item.get("type") == "message":
-            for part in item.get("content") or ():
+            for part in wire_list(item.get("content")):
                 if isinstance(part, dict) and part.get("type") == "output_text":
                     parts.append(str(part.get("text") or ""))
     return "".join(parts)
@@ -151,7 +152,7 @@ class _StreamState:
             self._fail(UPSTREAM_TOOL, {"type": "error_item"})
             return []
         item_id = item.get("id")
-        if item.get("type") != "message" or not item_id or item_id in self.streamed_ids:
+        if item.get("type") != "message" or not item_id or str(item_id) in self.streamed_ids:
             return []
         if self.anonymous_delta_open:  # deltas without item_id already streamed this message
             self.anonymous_delta_open = False
