@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from tether.errors import ErrorCode
 from tether.gateway.models import ErrorResponse, InvocationErrorResponse
-from tether.gateway.parsing import MAX_DEPTH
+from tether.jsonvalue import MAX_DEPTH
 
 Json = dict[str, Any]
 REF = "#/components/schemas/{model}"

@@ -23,6 +23,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+MAX_DEPTH = 100
+"""JSON nested deeper than this is refused (a request body) or ignored (what a model sends):
+every encoder a value meets later (json, pydantic, the database drivers, :func:`storable`)
+recurses, each with its own limit, pydantic's near 250, ``storable``'s near 450."""
+
 # JSON always escapes a real NUL as \u0000; an even run of backslashes before it is literal text.
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 # In a Python string every surrogate code point is a lone one: a valid pair decodes to one
@@ -282,3 +287,22 @@ def request_hash(input_text: str, session_id: str | None, priority: int = 0) -> 
     priority_part = f',"priority":{canonical(priority)}' if priority else ""
     body = f'{{"input":{input_text}{priority_part},"session_id":{canonical(session_id)}}}'
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels deep (without recursing: level
+    by level, a list of each level's containers; half the time of a stack of (container, depth)
+    pairs, ~0.1 ms for a 67 kB conversation)."""
+    level: list[Any] = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, dict | list):
+                    below.append(child)
+        level = below
+    return False

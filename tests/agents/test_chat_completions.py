@@ -286,6 +286,21 @@ async def test_chunks_whose_lists_are_not_lists_are_skipped(
     assert items[-1] == TurnOutcome("ab")
 
 
+async def test_json_nested_too_deeply_is_invalid_json(
+    server: FakeModelServer, config: Config
+) -> None:
+    deep_args = '{"a": ' + "[" * 600 + "]" * 600 + "}"
+    server.reply(
+        "data: " + "[" * 100_000 + "]" * 100_000 + "\n\n",
+        chat_chunk("kept", tool_calls=[tc(0, "call_1", "analytics__query", deep_args)]),
+    )
+    items = await one_turn(
+        from_model_serving("ep", config=config), AgentInput(HELLO, tools=[QUERY])
+    )
+    [call] = items[-1].tool_calls
+    assert items[-1].text == "kept" and call.args == deep_args  # refused by the dispatcher
+
+
 async def test_a_whole_answer_whose_tool_calls_are_not_a_list_keeps_its_text(
     server: FakeModelServer, config: Config
 ) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tether.gateway.parsing import deeper_than
+from tether.jsonvalue import deeper_than
 
 
 def nested(depth: int) -> Any:

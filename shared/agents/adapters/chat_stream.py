@@ -21,7 +21,7 @@ from tether.agents.types import (
     message_delta,
     thinking,
 )
-from tether.jsonvalue import dumps
+from tether.jsonvalue import MAX_DEPTH, deeper_than, dumps
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +89,24 @@ def wire_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def wire_json(text: str) -> Any:
+    """Upstream JSON as ``json.loads`` reads it (a NUL is made storable later, not refused).
+    JSON nested more than :data:`MAX_DEPTH` levels is invalid like any other (a ValueError): too
+    deep for the parser it raised RecursionError out of the adapter, and too deep for
+    ``storable`` it did so once the turn ended, failing the run either way."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if text.count("[") + text.count("{") > MAX_DEPTH and deeper_than(value, MAX_DEPTH):
+        raise ValueError("JSON nested too deeply")
+    return value
+
+
 def parse_arguments(raw: str) -> Any:
     """Parsed JSON arguments; invalid JSON stays a string so dispatch rejects it visibly."""
     try:
-        return json.loads(raw)
+        return wire_json(raw)
     except ValueError:
         log.debug("tool call arguments are not valid JSON (%d chars)", len(raw))
         return raw
@@ -138,7 +152,7 @@ class ChatDeltaParser:
         if data == "[DONE]":
             return []
         try:
-            payload = json.loads(data)
+            payload = wire_json(data)
         except ValueError:
             log.debug("skipping a malformed chat-completions chunk")
             return []
@@ -157,7 +171,7 @@ class ChatDeltaParser:
         if self.streamed or not self.body:
             return []
         try:
-            payload = json.loads("\n".join(self.body))
+            payload = wire_json("\n".join(self.body))
         except ValueError:
             return []
         choices = payload.get("choices") if isinstance(payload, dict) else None
@@ -257,7 +271,7 @@ def _llama_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
     if start < 0 or end < start:
         return []
     try:
-        items = json.loads(text[start : end + 2])
+        items = wire_json(text[start : end + 2])
     except ValueError:
         return []
     calls = []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from tether.agents.adapters.chat_stream import wire_list
+from tether.agents.adapters.chat_stream import wire_json, wire_list
 from tether.agents.adapters.http import AuthSource, DatabricksAuth, HttpStatusError, post_stream
 from tether.agents.adapters.usage import responses_usage
 from tether.agents.errors import (
@@ -103,7 +102,7 @@ class _StreamState:
         if sse.data == "[DONE]":
             return []
         try:
-            data = json.loads(sse.data)
+            data = wire_json(sse.data)
         except ValueError:
             log.debug("skipping a Supervisor API frame that is not JSON")
             return []
