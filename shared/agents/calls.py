@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.agents.approvals import ApprovalGate, ApprovalRequest, approval_id, denial_text
-from tether.agents.definitions import AgentDefinition
+from tether.agents.definitions import ON_BEHALF_OF_USER, AgentDefinition
 from tether.agents.dispatch import ToolDispatcher, ToolRaisedBase, sub_agent_input
 from tether.agents.errors import LimitExceeded, ModelError, ToolError
 from tether.agents.registry import SUB_AGENT_PREFIX, ToolEntry
@@ -147,15 +147,15 @@ class ToolCalls:
         return ToolOutcome.from_json(await self.run.steps.step(name, settle)).message()
 
     def _context(self, call: ToolCall) -> ToolContext:
-        run = self.run
+        run, as_user = self.run, self.agent.auth == ON_BEHALF_OF_USER
         return ToolContext(
             call_id=call.id,
             invocation_id=run.thread_id,
             attempt=run.attempt,
             step_key=run.step_key,
             agent=self.agent.name,
-            request_auth=run.request_auth,
-            on_behalf_of_user=run.on_behalf_of_user,
+            request_auth=run.request_auth if as_user else None,
+            on_behalf_of_user=as_user,
         )
 
     async def _function(self, call: ToolCall, entry: ToolEntry) -> ToolOutcome:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether import AgentApp, InputCheck, InputRejected, InvocationContext, RequestAuth
 from tether.agents.approvals import ApprovalPolicy
-from tether.agents.definitions import ON_BEHALF_OF_USER, AgentDefinition
+from tether.agents.definitions import ON_BEHALF_OF_USER, AgentDefinition, reachable
 from tether.agents.dispatch import Budget
 from tether.agents.errors import AgentError, DefinitionError
 from tether.agents.loader import load_agents_dir
@@ -86,11 +86,20 @@ def check_input(registry: AgentRegistry, value: Any) -> InputCheck:
         agent = registry.get(request.agent)
     except DefinitionError as exc:
         raise InvalidAgentInput(str(exc)) from None
-    if agent.auth == ON_BEHALF_OF_USER:
-        return InputCheck("required", resumes_without_user=agent.resume_without_user)
+    as_user = _on_behalf_of_user(agent)
+    if as_user:  # the agent or a sub-agent it may call runs as the caller
+        return InputCheck(
+            "required", resumes_without_user=all(a.resume_without_user for a in as_user)
+        )
     if forwards_workspace_auth(registry.mcp, agent):  # MCP calls go as the caller when they can
         return InputCheck("optional", resumes_without_user=True)
     return InputCheck("none")
+
+
+def _on_behalf_of_user(agent: AgentDefinition) -> list[AgentDefinition]:
+    """The agents of a run of ``agent`` (itself and every sub-agent it reaches) that run on
+    the caller's credentials: a sub-agent declared so needs them as much as a top-level one."""
+    return [a for a in reachable([agent]) if a.auth == ON_BEHALF_OF_USER]
 
 
 def _result(state: LoopState, start: int) -> dict[str, Any]:
@@ -117,8 +126,7 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
     """Run (or resume) one invocation; returns ``{"agent", "text", "messages"}``."""
     request = parse_input(value)
     agent = registry.get(request.agent)
-    obo = agent.auth == ON_BEHALF_OF_USER
-    auth = ctx.request_auth if obo else None
+    auth = ctx.request_auth if _on_behalf_of_user(agent) else None
     run = RunContext(
         emit=ctx.emit,
         model_for=registry.model_for,
@@ -133,7 +141,6 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
         attempt=ctx.attempt,
         request_auth=auth,
         model_headers=_user_headers(auth) if auth is not None and auth.has_user else None,
-        on_behalf_of_user=obo,
         mcp=registry.mcp,
         mcp_auth=ctx.request_auth,
         meter=ctx,

@@ -178,7 +178,7 @@ class AgentLoop:
             self.run_ctx.thread_id,
             extensions(self.index),
             self.run_ctx.signal,
-            self.run_ctx.model_headers,
+            self.run_ctx.model_headers if self.agent.auth == ON_BEHALF_OF_USER else None,
         )
 
         async def ask() -> dict[str, Any]:

@@ -44,10 +44,11 @@ class RunContext:
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     attempt: int = 1
     request_auth: RequestAuth | None = None
-    """The caller's credentials (``ctx.request_auth``), for tools that ask for a context."""
+    """The caller's credentials (``ctx.request_auth``) when an agent of the run runs on them,
+    for the tools of those agents (only) that ask for a context."""
     model_headers: Callable[[], Awaitable[dict[str, str]]] | None = None
-    """The caller's auth headers for model calls (an on-behalf-of-user agent's run)."""
-    on_behalf_of_user: bool = False
+    """The caller's auth headers, for the model calls of the run's on-behalf-of-user agents
+    (only)."""
     mcp: McpHub | None = None
     """Reaches the agents' MCP servers (the registry's pool)."""
     mcp_auth: RequestAuth | None = None

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.agents.agent_server import ALICE, TOKEN, Counter, agent_app, serve, wait_for
-from tether.agents import build_agent_app, create_agent
+from tests.agents.agent_server import ALICE, TOKEN, Counter, agent_app, serve, wait_for, whoami
+from tether.agents import ScriptedModel, build_agent_app, create_agent
+from tether.agents.definitions import AgentDefinition
 from tether.agents.registry import AgentRegistry
 from tether.gateway.app import create_app
 from tether.gateway.keys import SERVICES
@@ -134,3 +135,43 @@ async def test_where_workers_run_elsewhere_an_on_behalf_of_user_agent_is_refused
     assert TOKEN.encode() not in (tmp_path / "d.db").read_bytes()
     code, _ = await post(client, "hi", WITH_TOKEN)  # agents that do not need it still run
     assert code == 200
+
+
+def delegating(child: AgentDefinition, **options: Any) -> tuple[AgentDefinition, ScriptedModel]:
+    """An agent whose model calls ``child`` once, then answers with what it said."""
+    model = ScriptedModel.of({"tool_calls": [{"name": f"agent-{child.name}"}]}, "{result}")
+    return create_agent("boss", "Boss.", model=model, agents=[child], **options), model
+
+
+async def test_an_on_behalf_of_user_sub_agent_runs_as_the_caller_and_its_parent_does_not(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    child_model = ScriptedModel.of({"tool_calls": [{"name": "whoami"}]}, "{result}")
+    child = create_agent(
+        "child", "Child.", model=child_model, tools=[whoami], auth="on-behalf-of-user"
+    )
+    boss, boss_model = delegating(child)
+    client = await serve(aiohttp_client, tmp_path, build_agent_app(AgentRegistry.of([boss])))
+    code, body = await post(client, "hi", ALICE)  # it needs the caller's token, as its child
+    assert code == 401 and "X-Forwarded-Access-Token" in body["error"]["message"]
+    code, body = await post(client, "hi", WITH_TOKEN)
+    assert code == 200, body
+    assert (
+        '"user":"alice"' in body["output"]["text"] and '"has_user":true' in body["output"]["text"]
+    )
+    assert all(r.auth_headers is not None for r in child_model.requests)
+    assert all(r.auth_headers is None for r in boss_model.requests)
+
+
+async def test_a_sub_agent_without_auth_never_gets_its_on_behalf_of_user_parents_token(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    child_model = ScriptedModel.of({"tool_calls": [{"name": "whoami"}]}, "{result}")
+    child = create_agent("child", "Child.", model=child_model, tools=[whoami])
+    boss, boss_model = delegating(child, auth="on-behalf-of-user")
+    client = await serve(aiohttp_client, tmp_path, build_agent_app(AgentRegistry.of([boss])))
+    code, body = await post(client, "hi", WITH_TOKEN)
+    assert code == 200, body
+    assert '"user":null' in body["output"]["text"]
+    assert all(r.auth_headers is None for r in child_model.requests)
+    assert all(r.auth_headers is not None for r in boss_model.requests)
