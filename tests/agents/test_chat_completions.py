@@ -310,6 +310,29 @@ async def test_a_whole_answer_whose_tool_calls_are_not_a_list_keeps_its_text(
     assert items[-1] == TurnOutcome("whole")
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<html><body>Sign in</body></html>",
+        '{"error_code": "BAD_GATEWAY"}',
+        "data: <html>\n\n",
+        "",
+    ],
+)
+async def test_a_body_that_is_no_completion_is_transport_not_an_empty_answer(
+    server: FakeModelServer, config: Config, body: str
+) -> None:
+    server.reply(body)
+    with pytest.raises(ModelError, match=r"Databricks API error \(transport\)"):
+        await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
+
+
+async def test_an_empty_stream_is_an_empty_answer(server: FakeModelServer, config: Config) -> None:
+    server.reply("data: [DONE]\n\n")
+    items = await one_turn(from_model_serving("ep", config=config), AgentInput(HELLO))
+    assert items == [TurnOutcome("")]
+
+
 async def test_a_truncated_stream_keeps_the_text_it_had(
     server: FakeModelServer, config: Config
 ) -> None:

@@ -131,6 +131,9 @@ class ChatCompletionsAdapter:
             raise ModelError(self.name, TRANSPORT) from None
         if request.signal is not None and request.signal.is_set():
             return
+        if not parser.answered:  # an HTML page, garbage, an empty body: no answer at all
+            log.warning("%s error (transport): the body was no chat completion", self.name)
+            raise ModelError(self.name, TRANSPORT)
         calls = parser.tool_calls(reverse)
         if not calls:
             calls = tuple(

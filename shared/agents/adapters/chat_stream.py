@@ -130,7 +130,8 @@ class _PendingCall:
 class ChatDeltaParser:
     """Accumulates one streamed completion: text, reasoning, tool calls keyed by ``index`` and
     the usage the endpoint reported. An endpoint that answers with one JSON completion instead
-    of a stream is read whole when the body ends (:meth:`finish`)."""
+    of a stream is read whole when the body ends (:meth:`finish`). ``answered`` says whether any
+    of the body was an answer: a chunk that parsed, ``[DONE]``, or a whole completion."""
 
     max_text_chars: int = MAX_STREAM_TEXT_CHARS
     max_argument_chars: int = MAX_TOOL_ARGUMENTS_CHARS
@@ -140,6 +141,7 @@ class ChatDeltaParser:
     streamed: bool = False
     body: list[str] = field(default_factory=list)
     body_chars: int = 0
+    answered: bool = False
 
     def feed_line(self, line: str) -> list[AgentEvent]:
         """Events for one wire line; only ``data: `` lines (with the space) count (spec §2.3)."""
@@ -150,12 +152,14 @@ class ChatDeltaParser:
         self.streamed = True
         data = stripped[len("data: ") :]
         if data == "[DONE]":
+            self.answered = True
             return []
         try:
             payload = wire_json(data)
         except ValueError:
             log.debug("skipping a malformed chat-completions chunk")
             return []
+        self.answered = True
         return self.feed(payload)
 
     def _keep(self, line: str) -> None:
@@ -180,6 +184,7 @@ class ChatDeltaParser:
         message = choices[0].get("message")
         if not isinstance(message, dict):
             return []
+        self.answered = True
         calls = wire_list(message.get("tool_calls"))
         delta = {
             **message,
