@@ -34,6 +34,7 @@ from tether.gateway.keys import (
     TENANCY,
     TENANT_COUNTS,
 )
+from tether.gateway.loopback_hosts import is_loopback, loopback_hosts_only
 from tether.gateway.metrics import GatewayMetrics
 from tether.gateway.openapi import openapi_text
 from tether.gateway.parsing import json_only
@@ -171,12 +172,13 @@ def create_app(
         for r in table
         if isinstance(r, web.RouteDef) and r.method == "POST"
     }
-    app = web.Application(
-        client_max_size=settings.limits.max_body_bytes,
-        middlewares=[errors_and_metrics, json_only(json_posts), read_body],
-    )
+    auth = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
+    middlewares = [errors_and_metrics, json_only(json_posts), read_body]
+    if auth.mode == "none" and is_loopback(settings.host):  # one user: this machine's only
+        middlewares.insert(1, loopback_hosts_only(settings.host))
+    app = web.Application(client_max_size=settings.limits.max_body_bytes, middlewares=middlewares)
     app[SETTINGS] = settings
-    app[AUTH] = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
+    app[AUTH] = auth
     app[TENANCY] = resolve_tenancy(settings.auth, app[AUTH])
     app[AGENT_APP] = agent_app
     app[METRICS] = GatewayMetrics()

@@ -304,7 +304,9 @@ def build_openapi() -> Json:
             "version": "0.1.0",
             "description": "Durable agent server. Every error answer has one shape "
             "(ErrorResponse); a method a path does not serve gets 405 with `Allow` "
-            "(components/responses/MethodNotAllowed), and an unknown path 404.",
+            "(components/responses/MethodNotAllowed), and an unknown path 404. A server "
+            "without authentication answers 403 to every request whose Host header does not "
+            "name this machine (docs/security.md).",
         },
         "paths": paths,
         "components": {"schemas": schemas, "responses": components()},

@@ -2,44 +2,22 @@
 
 Without authentication (``auth.mode: none``) every caller is the same user, so such a server
 answers only on a loopback address unless it is told ``--insecure``. ``tether gateway`` and
-``tether dev`` apply this one rule.
+``tether dev`` apply this one rule; the gateway then also answers only requests addressed to
+this machine (``tether.gateway.loopback_hosts``: a browser's page cannot rebind its name here).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-from ipaddress import IPv6Address, ip_address
 
 from tether.gateway.auth import Authenticator
+from tether.gateway.loopback_hosts import is_loopback
 
 log = logging.getLogger("tether")
 
 
 class ListenRefused(Exception):
     """The server would be open to anyone: the message says what to configure."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` names is a loopback address (a name is resolved)."""
-    if not host:
-        return False  # all interfaces
-    try:
-        return _loopback_address(host)
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except (socket.gaierror, UnicodeError):
-        return False
-    return bool(infos) and all(_loopback_address(str(info[4][0])) for info in infos)
-
-
-def _loopback_address(text: str) -> bool:
-    address = ip_address(text)
-    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
 
 
 def check_listen(command: str, host: str, auth: Authenticator, insecure: bool) -> None:

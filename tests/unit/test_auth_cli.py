@@ -10,8 +10,9 @@ import pytest
 
 from tests.harness import ROOT
 from tether.cli import main
-from tether.cli.listen import ListenRefused, check_listen, is_loopback
+from tether.cli.listen import ListenRefused, check_listen
 from tether.gateway.auth import resolve_auth
+from tether.gateway.loopback_hosts import is_loopback
 from tether.settings import AuthSettings
 
 NOBODY = resolve_auth(AuthSettings(), {})

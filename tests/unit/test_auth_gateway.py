@@ -179,3 +179,41 @@ async def test_tokens_and_identities_never_reach_the_log(
         headers = {"Authorization": f"Bearer {token}"}
         await client.post("/api/invocations", json=body(), headers=headers)
     assert TOKEN not in caplog.text and "a-wrong-token" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "host", ["attacker.example", "attacker.example:8000", "127.0.0.1.attacker.example", "10.0.0.7"]
+)
+async def test_without_authentication_a_request_addressed_to_another_host_is_refused(
+    aiohttp_client: ClientFactory, tmp_path: Path, host: str
+) -> None:
+    """A web page that rebinds its own name to 127.0.0.1 sends same-origin requests, JSON and
+    all: only the Host header tells them from the user's own."""
+    client = await gateway(aiohttp_client, tmp_path, {"mode": "none"})
+    b = body()
+    r = await client.post("/api/invocations", json=b, headers={"Host": host})
+    assert_refused(r.status, await r.json(), 403, "forbidden")
+    assert host not in (await r.text())
+    assert await client.app[SERVICES].store.get(b["id"]) is None
+    r = await client.get("/api/admin/tenants", headers={"Host": host})
+    assert_refused(r.status, await r.json(), 403, "forbidden")
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "LocalHost:8000", "app.localhost:8000", "127.0.0.1:8000", "[::1]:8000"]
+)
+async def test_without_authentication_this_machine_is_addressed_by_loopback_names(
+    aiohttp_client: ClientFactory, tmp_path: Path, host: str
+) -> None:
+    client = await gateway(aiohttp_client, tmp_path, {"mode": "none"})
+    assert (
+        await client.post("/api/invocations", json=body(), headers={"Host": host})
+    ).status == 200
+
+
+async def test_with_authentication_the_host_header_is_not_what_decides(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await gateway(aiohttp_client, tmp_path, BEARER)
+    headers = {"Host": "tether.example.com", "Authorization": f"Bearer {TOKEN}"}
+    assert (await client.post("/api/invocations", json=body(), headers=headers)).status == 200
