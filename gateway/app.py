@@ -166,14 +166,15 @@ def create_app(
     """The gateway of one process: HTTP only. It never runs handlers; in ``tether dev`` the
     composition root runs a worker node beside it and hands both the same services."""
     install_unparsed_answers()
-    json_posts = {
-        r.handler
+    own = [
+        r
         for table in (routes, input_routes, agent_routes, admin_routes)
         for r in table
-        if isinstance(r, web.RouteDef) and r.method == "POST"
-    }
+        if isinstance(r, web.RouteDef)
+    ]
+    json_posts = {r.handler for r in own if r.method == "POST"}
     auth = resolve_auth(settings.auth)  # AuthConfigError here, before anything listens
-    middlewares = [errors_and_metrics, json_only(json_posts), read_body]
+    middlewares = [errors_and_metrics, json_only(json_posts), read_body({r.handler for r in own})]
     if auth.mode == "none" and is_loopback(settings.host):  # one user: this machine's only
         middlewares.insert(1, loopback_hosts_only(settings.host))
     app = web.Application(client_max_size=settings.limits.max_body_bytes, middlewares=middlewares)

@@ -2,7 +2,9 @@
 
 Every request that has a body gets it read here, within ``timers.body_read_timeout`` and
 ``limits.max_body_bytes`` (aiohttp's ``client_max_size``); handlers then find it cached
-(``request.read()``, ``.json()``, ``.post()``), custom routes included.
+(``request.read()``, ``.json()``, ``.post()``), custom routes included. On Tether's own routes
+the caller is authenticated first: an unknown caller gets its 401 at once, and the server neither
+waits for nor holds its body (custom routes check their callers themselves).
 
 - too slow (a silent or trickling upload): 408 ``request_timeout``, and the connection closes
   instead of waiting for the rest;
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from tether.errors import ErrorCode
-from tether.gateway.keys import SETTINGS
+from tether.gateway.keys import AUTH, SETTINGS
 from tether.gateway.responses import ApiError, error_response
 
 log = logging.getLogger(__name__)
@@ -29,8 +32,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT_CLOSED_REQUEST = 499
 
 
-@web.middleware
-async def read_body(request: web.Request, handler: Handler) -> web.StreamResponse:
+def read_body(authenticated_first: Collection[Handler]) -> Middleware:
+    """Middleware: the body read as above, once the caller of a route of
+    ``authenticated_first`` (Tether's own) is known."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.body_exists and request.match_info.route.handler in authenticated_first:
+            request.app[AUTH].owner(request)  # 401 / 400 before a byte of the body is read
+        return await read_then_handle(request, handler)
+
+    return middleware
+
+
+async def read_then_handle(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.body_exists:
         timeout = request.app[SETTINGS].timers.body_read_timeout
         try:

@@ -26,6 +26,8 @@ TIGHT = {
 }
 EVENTS, PAD = 2000, 8000  # a 16 MB stream
 PACED = {"pad": PAD, "emit_sleep": 0.001}  # small batches: no multi-MB pub/sub message to decode
+UPLOADER = {"X-Forwarded-User": "uploader@example.com"}
+"""A known caller: an unknown one gets its 401 before the body is read."""
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,7 @@ async def test_a_silent_upload_gets_408(tight: tuple[Proc, str]) -> None:
     proc, base = tight
     silent = await RawConnection.open(base)
     try:
-        head = {"Content-Type": "application/json", "Content-Length": "100"}
+        head = {"Content-Type": "application/json", "Content-Length": "100", **UPLOADER}
         await silent.send(request("POST", "/api/invocations", head) + b'{"id":')
         answer = await silent.read_head()
         assert answer.status == 408
@@ -120,7 +122,12 @@ async def test_a_silent_upload_gets_408(tight: tuple[Proc, str]) -> None:
 async def test_a_hang_up_mid_upload_is_no_error(tight: tuple[Proc, str], api: Api) -> None:
     proc, base = tight
     quitter = await RawConnection.open(base)
-    head = {"Content-Type": "application/json", "Content-Length": "1000", "Expect": "100-continue"}
+    head = {
+        "Content-Type": "application/json",
+        "Content-Length": "1000",
+        "Expect": "100-continue",
+        **UPLOADER,
+    }
     await quitter.send(request("POST", "/api/invocations", head))
     assert (await quitter.read_head()).status == 100  # the gateway is reading the body now
     await quitter.send(b'{"id": "')

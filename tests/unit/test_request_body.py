@@ -131,3 +131,29 @@ async def test_a_sync_caller_that_hangs_up_before_its_answer_is_counted_as_499(
             metrics = await metrics_text(base)
     assert 'route="/api/invocations",status="499"' in metrics
     assert 'route="/api/invocations",status="200"' not in metrics
+
+
+async def test_an_unknown_callers_upload_is_refused_at_once_its_body_never_awaited(
+    tmp_path: Path,
+) -> None:
+    """The caller is known before its body is read: a stranger cannot make the server wait
+    ``body_read_timeout`` for a trickling upload, nor hold a body up to ``max_body_bytes``."""
+    token = "body-token-0123456789abcdef"
+    auth = {"mode": "bearer", "tokens": {"ci": token}}
+    async with dev_server(tmp_path, auth=auth, timers={"body_read_timeout": 600}) as base:
+        for head in (upload_head(100), upload_head(100, Authorization="Bearer wrong-0123456789")):
+            silent = await RawConnection.open(base)
+            try:
+                await silent.send(head + b'{"id": ')  # and then nothing
+                answer = await silent.read_head(timeout=60)
+                refusal = json.loads(await silent.read_body(answer))
+            finally:
+                silent.close()
+            assert answer.status == 401 and refusal["error"]["code"] == "unauthenticated"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{base}/api/invocations", json=body(), headers={"Authorization": f"Bearer {token}"}
+            ) as r,
+        ):
+            assert r.status == 200  # the known caller's upload is read and handled as before
