@@ -75,7 +75,10 @@ class Authenticator:
         if carried and not self.trusts(peer_address(request)):
             raise unauthenticated(f"{carried[0]} is accepted only from a trusted proxy")
         if self.mode == "bearer":
-            return self._bearer_owner(request.headers.get("Authorization", ""))
+            presented = request.headers.getall("Authorization", [])
+            if len(presented) > 1:  # which one a proxy in front checked, Tether cannot know
+                raise invalid_identity("Authorization was sent more than once")
+            return self._bearer_owner(presented[0] if presented else "")
         if self.mode == "forwarded":
             return forwarded_owner(request.headers)
         return SINGLE_USER

@@ -57,15 +57,16 @@ REFUSALS: dict[str, tuple[str, Json]] = {
         "400",
         answer(
             f"Not JSON, or JSON that cannot be stored: NaN, Infinity, NUL characters, lone "
-            f"surrogates, nesting deeper than {MAX_DEPTH} levels; or an identity header sent "
-            f"twice or malformed",
+            f"surrogates, nesting deeper than {MAX_DEPTH} levels; or an identity header (or "
+            f"Authorization) sent twice or malformed",
             error_schema(ErrorCode.INVALID_REQUEST),
         ),
     ),
     "BadIdentity": (
         "400",
         answer(
-            "An identity header sent twice or malformed", error_schema(ErrorCode.INVALID_REQUEST)
+            "An identity header (or Authorization) sent twice or malformed",
+            error_schema(ErrorCode.INVALID_REQUEST),
         ),
     ),
     "Unauthorized": (

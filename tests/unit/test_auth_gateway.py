@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from multidict import CIMultiDict
 
 from tests.apps.contract import app as contract_app
 from tether.cli.compose import dev_app
@@ -217,3 +218,19 @@ async def test_with_authentication_the_host_header_is_not_what_decides(
     client = await gateway(aiohttp_client, tmp_path, BEARER)
     headers = {"Host": "tether.example.com", "Authorization": f"Bearer {TOKEN}"}
     assert (await client.post("/api/invocations", json=body(), headers=headers)).status == 200
+
+
+async def test_two_authorization_headers_are_a_400_whichever_tokens_they_hold(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    """A proxy in front may have checked either; Tether used to take the first silently."""
+    client = await gateway(aiohttp_client, tmp_path, BEARER)
+    b = body(background=True)
+    for second in (OTHER_TOKEN, TOKEN):
+        headers = CIMultiDict(
+            [("Authorization", f"Bearer {TOKEN}"), ("Authorization", f"Bearer {second}")]
+        )
+        r = await client.post("/api/invocations", json=b, headers=headers)
+        assert_refused(r.status, await r.json(), 400, "invalid_request")
+        assert TOKEN not in await r.text()
+    assert await client.app[SERVICES].store.get(b["id"]) is None
