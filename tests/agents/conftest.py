@@ -29,6 +29,7 @@ class Reply:
     status: int = 200
     stall: bool = False
     stall_before_headers: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -45,6 +46,8 @@ class FakeModelServer:
         self.requests: list[Recorded] = []
         self.stalled = asyncio.Event()
         self.cancelled = asyncio.Event()
+        self.requested = asyncio.Event()
+        """Set once a request came."""
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -65,13 +68,16 @@ class FakeModelServer:
                 json.loads(text) if text else None,
             )
         )
+        self.requested.set()
         reply = self.replies.pop(0) if self.replies else Reply(status=500)
         try:
             if reply.stall_before_headers:
                 self.stalled.set()
                 await asyncio.Event().wait()
             if reply.status != 200:
-                return web.Response(status=reply.status, text="secret upstream body dapi0123")
+                return web.Response(
+                    status=reply.status, text="secret upstream body dapi0123", headers=reply.headers
+                )
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
             for chunk in reply.chunks:

@@ -1,10 +1,17 @@
-"""HTTP for model adapters: auth header sources and one streaming POST."""
+"""HTTP for model adapters: auth header sources and one streaming POST, sent again when the
+endpoint says it is busy for now (:data:`RETRIED_STATUSES`)."""
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import logging
+import math
+import random
+import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -13,7 +20,19 @@ from tether.jsonvalue import dumps
 if TYPE_CHECKING:
     from databricks.sdk.config import Config
 
+log = logging.getLogger(__name__)
 USER_AGENT = "tether-agents/0.1"
+RETRIED_STATUSES = frozenset({408, 429, 502, 503, 504})
+"""Answers that say the endpoint could not take the call now (a rate limit, a serving endpoint
+scaling up, a gateway in front timing out) and that come before the model did any work: the
+POST is sent again, at most :data:`MODEL_RETRIES` times. Any other status fails the turn."""
+MODEL_RETRIES = 3
+FIRST_BACKOFF = 0.5
+"""Seconds before the first retry when the answer has no ``Retry-After``; doubled each time,
+with jitter (0.5, 1, 2 s on average)."""
+MAX_RETRY_AFTER = 30.0
+"""The longest ``Retry-After`` waited for: an endpoint that asks for longer fails the turn at
+once, rather than hold the run for a wait it would likely answer the same way."""
 
 
 class HttpStatusError(Exception):
@@ -62,6 +81,30 @@ class BearerAuth:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
 
+def retry_delay(retry: int, retry_after: str | None) -> float | None:
+    """Seconds to wait before retry number ``retry`` (from 0): the answer's ``Retry-After``
+    (seconds or an HTTP date) if it has one, else the backoff; None when it asks for more than
+    :data:`MAX_RETRY_AFTER`."""
+    asked = _seconds_asked(retry_after) if retry_after else None
+    if asked is None:
+        return float(FIRST_BACKOFF * 2**retry * random.uniform(0.5, 1.5))  # noqa: S311 (jitter)
+    return asked if asked <= MAX_RETRY_AFTER else None
+
+
+def _seconds_asked(value: str) -> float | None:
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None  # unreadable: as if there were none
+    if when.tzinfo is None:
+        return None
+    seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
 async def post_stream(
     url: str,
     body: Mapping[str, Any],
@@ -69,19 +112,37 @@ async def post_stream(
     *,
     connect_timeout_s: float = 30.0,
 ) -> AsyncGenerator[bytes, None]:
-    """POST JSON and yield the raw response body as it arrives; raises HttpStatusError."""
+    """POST JSON and yield the raw response body as it arrives; raises HttpStatusError. An
+    answer of :data:`RETRIED_STATUSES` is waited out and the POST sent again (the caller's
+    deadline and abort bound the waits)."""
     all_headers = {
         "Content-Type": "application/json",
         "Accept": "text/event-stream",
         "User-Agent": USER_AGENT,
         **headers,
     }
+    data = dumps(dict(body))
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.post(url, data=dumps(dict(body)), headers=all_headers) as response,
-    ):
-        if not 200 <= response.status < 300:
-            raise HttpStatusError(response.status)
-        async for chunk in response.content.iter_any():
-            yield chunk
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for retry in range(MODEL_RETRIES + 1):
+            async with session.post(url, data=data, headers=all_headers) as response:
+                status = response.status
+                if 200 <= status < 300:
+                    async for chunk in response.content.iter_any():
+                        yield chunk
+                    return
+                delay = None
+                if status in RETRIED_STATUSES and retry < MODEL_RETRIES:
+                    delay = retry_delay(retry, response.headers.get("Retry-After"))
+                if delay is None:
+                    raise HttpStatusError(status)
+            path = urlsplit(url).path
+            log.info(
+                "model endpoint %s answered %d: sending again in %.1f s (retry %d of %d)",
+                path,
+                status,
+                delay,
+                retry + 1,
+                MODEL_RETRIES,
+            )
+            await asyncio.sleep(delay)
