@@ -127,13 +127,22 @@ def check_tenant_name(tenant: str) -> str:
 def _check_positive(
     name: str, value: float, *, zero: bool = False, least: float = 0.0, most: float = math.inf
 ) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
         raise LimitInvalid(f"{name} must be a finite number")
     if value < least or value < 0 or (value == 0 and not zero):
         rule = f"at least {least:g}" if least else "at least 0" if zero else "above 0"
         raise LimitInvalid(f"{name} must be {rule}")
     if value > most:
         raise LimitInvalid(f"{name} must be at most {most:.0f}")
+
+
+def _finite(value: float) -> bool:
+    """Whether ``value`` is a finite float: a whole number past a float's range (a JSON ``1``
+    followed by 400 zeros) is not, and ``math.isfinite`` raised on it (an admin's 500)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_count(name: str, value: int | None, *, least: int = 0, most: int = MAX_COUNT) -> None:
