@@ -183,7 +183,8 @@ def set_verb(args: argparse.Namespace) -> Verb:
             row = await store.tenants.set(name, changes)
         except ValueError as exc:  # LimitInvalid: with the row it starts from
             raise Refused(str(exc)) from None
-        print_item(describe(name, row, None), args.json)
+        counts = (await store.tenants.open_counts([name])).get(name)  # none for the defaults
+        print_item(describe(name, row, counts), args.json)
         return 0
 
     return run

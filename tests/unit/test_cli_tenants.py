@@ -73,6 +73,9 @@ def test_set_show_list_and_remove(where: tuple[list[str], Store]) -> None:
     read(store.accept(NewInvocation("7" * 8 + "-0000-4000-8000-" + "0" * 12, "bob", None, [], "h")))
     shown = tether("tenants", "show", "bob", "--json", *options)
     assert json.loads(shown.stdout)["open"] == {"queued": 1, "running": 0, "waiting": 0}
+    changed = tether("tenants", "set", "bob", "--max-active", "2", "--json", *options)
+    assert json.loads(changed.stdout)["open"] == {"queued": 1, "running": 0, "waiting": 0}
+    assert "open: queued 1" in tether("tenants", "set", "bob", "--weight", "2", *options).stdout
     listing = json.loads(tether("tenants", "list", "--json", *options).stdout)
     assert [t["tenant"] for t in listing["tenants"]] == ["acme", "bob"]
     text = tether("tenants", "list", *options).stdout
