@@ -149,7 +149,7 @@ def list_verb(args: argparse.Namespace) -> Verb:
 
 
 def show_verb(args: argparse.Namespace) -> Verb:
-    name = checked_name(args.name)
+    name = checked_name(args.name, defaults="`tether tenants list` shows them")
 
     async def run(store: Store) -> int:
         row = await store.tenants.row(name)
@@ -170,7 +170,7 @@ def set_verb(args: argparse.Namespace) -> Verb:
         return set_global(args, changes)
     if args.defaults == (args.name is not None):
         raise Refused("name a tenant, or give --defaults or --global")
-    name = DEFAULTS if args.defaults else checked_name(args.name)
+    name = DEFAULTS if args.defaults else checked_name(args.name, defaults="use --defaults")
     if not changes:
         raise Refused("nothing to set: give at least one limit (see --help)")
     try:
@@ -209,7 +209,7 @@ def set_global(args: argparse.Namespace, changes: dict[str, Any]) -> Verb:
 
 
 def remove_verb(args: argparse.Namespace) -> Verb:
-    name = checked_name(args.name)
+    name = checked_name(args.name, defaults="`tether tenants set --defaults` changes them")
 
     async def run(store: Store) -> int:
         removed = await store.tenants.remove(name)
@@ -243,7 +243,9 @@ def parse(name: str, raw: str | None) -> Any:
         raise Refused(f"--{name.replace('_', '-')}: {raw!r} is not {what} or {LIFT}") from None
 
 
-def checked_name(name: str) -> str:
+def checked_name(name: str, *, defaults: str) -> str:
+    """``name`` if a tenant may have it; ``defaults``: what to do instead when it names the
+    defaults (what this verb offers for them: ``show`` and ``remove`` take no --defaults)."""
     from tether.store.tenants import DEFAULTS, check_tenant_name
 
     try:
@@ -251,7 +253,7 @@ def checked_name(name: str) -> str:
     except ValueError as exc:
         raise Refused(str(exc)) from None
     if name == DEFAULTS:
-        raise Refused(f"{DEFAULTS!r} names the defaults: use --defaults")
+        raise Refused(f"{DEFAULTS!r} names the defaults: {defaults}")
     return name
 
 

@@ -108,6 +108,8 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
         (["set", "acme", "--on-budget", "shrug"], "on_budget must be one of"),
         (["set", "acme"], "nothing to set"),
         (["set", "*", "--weight", "2"], "use --defaults"),
+        (["show", "*"], "`tether tenants list` shows them"),  # was "use --defaults": no such
+        (["remove", "*"], "`tether tenants set --defaults` changes them"),  # option there
         (["set", "--max-active", "1"], "name a tenant"),
         (["set", "--global", "--weight", "2"], "--global takes --max-active alone"),
         (["show", "a" * 257], "a tenant name is longer than 256 characters"),
