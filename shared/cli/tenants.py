@@ -168,7 +168,9 @@ def set_verb(args: argparse.Namespace) -> Verb:
     changes = {name: value for name, value in changes.items() if value is not _UNSET}
     if args.global_:
         return set_global(args, changes)
-    if args.defaults == (args.name is not None):
+    if args.defaults and args.name is not None:
+        raise Refused(f"--defaults sets the defaults of every tenant: drop the name {args.name!r}")
+    if not args.defaults and args.name is None:
         raise Refused("name a tenant, or give --defaults or --global")
     name = DEFAULTS if args.defaults else checked_name(args.name, defaults="use --defaults")
     if not changes:

@@ -111,6 +111,7 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
         (["show", "*"], "`tether tenants list` shows them"),  # was "use --defaults": no such
         (["remove", "*"], "`tether tenants set --defaults` changes them"),  # option there
         (["set", "--max-active", "1"], "name a tenant"),
+        (["set", "--defaults", "acme", "--max-active", "1"], "drop the name 'acme'"),
         (["set", "--global", "--weight", "2"], "--global takes --max-active alone"),
         (["show", "a" * 257], "a tenant name is longer than 256 characters"),
     ],
