@@ -127,6 +127,8 @@ def check_tenant_name(tenant: str) -> str:
 def _check_positive(
     name: str, value: float, *, zero: bool = False, least: float = 0.0, most: float = math.inf
 ) -> None:
+    if value is None:  # null (API), none (CLI): what lifts the other limits
+        raise LimitInvalid(f"{name} cannot be lifted: it always has a value, a finite number")
     if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
         raise LimitInvalid(f"{name} must be a finite number")
     if value < least or value < 0 or (value == 0 and not zero):

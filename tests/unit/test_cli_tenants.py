@@ -105,6 +105,8 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
         (["set", "acme", "--rate", "nan"], "rate must be a finite number"),
         (["set", "acme", "--rate", "5e9"], "rate must be at most 2147483647"),
         (["set", "acme", "--budget-period", "0.5"], "budget_period must be at least 1"),
+        (["set", "acme", "--weight", "none"], "weight cannot be lifted"),  # was: "must be a
+        (["set", "acme", "--budget-period", "none"], "budget_period cannot be lifted"),  # number"
         (["set", "acme", "--on-budget", "shrug"], "on_budget must be one of"),
         (["set", "acme"], "nothing to set"),
         (["set", "*", "--weight", "2"], "use --defaults"),

@@ -60,7 +60,8 @@ async def test_dev_with_no_authentication_makes_its_one_user_admin(
         ({"budget_period": 1e-300}, "budget_period"),  # every agent run of it was a 500
         ({"on_budget": "shrug"}, "on_budget"),
         ({"colour": "red"}, "colour"),
-        ({"weight": None}, "weight"),
+        ({"weight": None}, "weight cannot be lifted"),
+        ({"budget_period": None}, "budget_period cannot be lifted"),
     ],
 )
 async def test_a_limit_no_tenant_may_have_is_a_422_and_nothing_is_written(
