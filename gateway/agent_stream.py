@@ -17,7 +17,7 @@ from aiohttp import web
 
 from tether.agent_surface import EventTranslator
 from tether.errors import MESSAGES, ErrorCode
-from tether.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, Event
+from tether.events import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED, RUN_WAITING, Event
 from tether.gateway.frames import UNSAFE_IN_DATA
 from tether.gateway.sse import serve_stream
 from tether.jsonvalue import dumps
@@ -26,7 +26,7 @@ from tether.store.schema import Invocation
 
 def translate(translator: EventTranslator, event: Event) -> list[dict[str, Any]]:
     """What one stored event becomes on the Responses wire (``run.*`` events end it: a cancel
-    with nothing more)."""
+    with nothing more; ``run.waiting`` shows the approvals the run is now parked on)."""
     if event.type == RUN_COMPLETED:
         return translator.finalize()
     if event.type == RUN_FAILED:
@@ -35,6 +35,8 @@ def translate(translator: EventTranslator, event: Event) -> list[dict[str, Any]]
         return translator.fail(str(message or MESSAGES[ErrorCode.INVOCATION_FAILED]))
     if event.type == RUN_CANCELLED:
         return []  # the user's abort: the stream ends silently (spec §4.8), no error frame
+    if event.type == RUN_WAITING and isinstance(event.data, Mapping):
+        return translator.translate({**event.data, "type": RUN_WAITING})
     if event.type.startswith("run.") or not isinstance(event.data, Mapping):
         return []
     return translator.translate(dict(event.data))

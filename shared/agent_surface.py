@@ -11,7 +11,9 @@ from typing import Any, Protocol
 
 
 class EventTranslator(Protocol):
-    """Stateful, one per stream: agent events in, Responses stream events out (spec §3.3)."""
+    """Stateful, one per stream: agent events in, Responses stream events out (spec §3.3). The
+    gateway passes the run's ``run.waiting`` events too: an approval is shown once the run waits
+    on it."""
 
     def translate(self, event: dict[str, Any]) -> list[dict[str, Any]]: ...
 

@@ -1,6 +1,9 @@
 """AgentEvent → OpenAI Responses stream events (spec §3.3), terminal on error.
 
 Unlike the reference, nothing follows ``response.failed``: ``finalize()`` after an error is a no-op.
+A translator of an invocation's stream (one with a ``stream_id``) shows an approval only once the
+run is parked on it (its ``run.waiting`` event), so a client that approves as soon as it reads
+``appkit.approval_pending`` is never told the approval does not exist.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from tether.agents.approvals import PENDING
 from tether.agents.types import AgentEvent
 
 _MISSING = object()
+RUN_WAITING = "run.waiting"
+"""The durable run's event that lists what it is parked on (the gateway passes it on)."""
 ITEM_IDS = uuid.UUID("3f1c1f5e-6f0b-4b36-9a55-2f3d1b0c7a11")
 """The namespace of the output items' ids (:meth:`ResponsesTranslator._item_id`)."""
 _PASSTHROUGH = {
@@ -39,6 +44,8 @@ class ResponsesTranslator:
         self._seq = 0
         self._next_index = 0
         self._message: _OpenMessage | None = None
+        self._unparked: dict[str, AgentEvent] = {}
+        """``approval.pending`` events by approval id, until ``run.waiting`` lists their wait."""
         self.finalized = False
 
     def _out(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -78,13 +85,31 @@ class ResponsesTranslator:
             name, keys = _PASSTHROUGH[kind]
             return [self._out({"type": name, **{k: event.get(k) for k in keys}})]
         if kind == PENDING:
-            approval = _approval(event)
-            if self.stream_id is not None:
-                approval["stream_id"] = self.stream_id
-            return [self._out(approval)]
+            if self.stream_id is None:
+                return [self._out(_approval(event))]
+            self._unparked[str(event.get("approval_id"))] = event
+            return []
+        if kind == RUN_WAITING:
+            return self._parked(event)
         if kind == "status":
             return self._status(event)
         return []  # telemetry (model_start, model_end, remote_trace) is not streamed
+
+    def _parked(self, event: AgentEvent) -> list[dict[str, Any]]:
+        """The approvals the run now waits on (the store committed the wait with this event, so
+        ``/api/agents/approve`` finds it), with ``stream_id``, which that route takes."""
+        waits = event.get("waiting_for")
+        names = (
+            {w.get("wait") for w in waits if isinstance(w, dict)}
+            if isinstance(waits, list)
+            else set()
+        )
+        out = []
+        for approval_id in [a for a in self._unparked if a in names]:
+            approval = _approval(self._unparked.pop(approval_id))
+            approval["stream_id"] = self.stream_id
+            out.append(self._out(approval))
+        return out
 
     def fail(self, message: str) -> list[dict[str, Any]]:
         """``error`` then ``response.failed``, once; nothing follows (the port's fix)."""

@@ -24,6 +24,8 @@ from tests.agents.agent_server import (
     until_pending,
     wait_for,
 )
+from tether.events import Event
+from tether.gateway.agent_stream import translate
 from tether.gateway.keys import SERVICES
 from tether.store.errors import StoreError
 from tether.store.schema import threads
@@ -231,14 +233,8 @@ async def test_p8_approve_decides_the_durable_wait_and_only_for_its_owner(client
     stream = await client.post(
         "/api/agents/chat", json={"message": "wipe it", "agent": "wiper"}, headers=ALICE
     )
-    pending = await until_pending(stream)
+    pending = await until_pending(stream)  # shown once the run waits: it can be answered
     stream_id, approval = pending["stream_id"], pending["approval_id"]
-
-    async def parked() -> bool:
-        got = await client.get(f"/api/invocations/{stream_id}", headers=ALICE)
-        return bool((await got.json())["status"] == "waiting")
-
-    await wait_for(parked)
     approve = {"streamId": stream_id, "approvalId": approval, "decision": "approve"}
     assert (await client.post("/api/agents/approve", json={}, headers=ALICE)).status == 422
     unknown = {**approve, "streamId": str(uuid.uuid4())}
@@ -259,6 +255,19 @@ async def test_p8_approve_decides_the_durable_wait_and_only_for_its_owner(client
     again = await client.get(f"/api/agents/chat/{stream_id}", headers=ALICE)
     frames = parse_sse(await again.text())
     assert text_of(frames) == "done" and frames[-1]["event"] == "response.completed"
+
+
+def test_a_chat_stream_shows_an_approval_once_the_run_is_parked_on_it() -> None:
+    """The run stores ``approval.pending`` before it parks; until its ``run.waiting`` is
+    stored, ``/api/agents/approve`` answers 404, so the stream shows the approval only then."""
+    translator = agent_app(Counter()).agents.translator("inv-1")  # type: ignore[union-attr]
+    pending = {"type": "approval.pending", "approval_id": "approval-1", "tool_name": "wipe"}
+    waits = [{"wait": "approval-1", "kind": "input", "approval_id": "approval-1"}]
+    assert translate(translator, Event(5, "approval.pending", pending)) == []
+    shown = translate(translator, Event(6, "run.waiting", {"waiting_for": waits}))
+    assert [(f["type"], f["approval_id"], f["stream_id"]) for f in shown] == [
+        ("appkit.approval_pending", "approval-1", "inv-1")
+    ]
 
 
 async def test_p9_cancel_is_idempotent_and_owner_only(client: Any) -> None:

@@ -178,6 +178,23 @@ def test_an_approval_request_becomes_appkit_approval_pending_and_its_decision_is
     ]
 
 
+def test_an_invocations_stream_shows_an_approval_once_the_run_waits_on_it() -> None:
+    """``/api/agents/approve`` finds an approval only once the run parked on it: a client that
+    approves as soon as it reads ``appkit.approval_pending`` is never answered 404."""
+    translator = ResponsesTranslator("inv-1")
+    pending = {"type": "approval.pending", "approval_id": "approval-1", "tool_name": "wipe"}
+    other = {"type": "run.waiting", "waiting_for": [{"wait": "approval-2"}]}
+    waiting = {"type": "run.waiting", "waiting_for": [{"wait": "approval-1", "kind": "input"}]}
+    assert translator.translate(pending) == []
+    assert translator.translate(pending) == []  # an attempt that announced it again
+    assert translator.translate(other) == []
+    out = translator.translate(waiting)
+    assert [(e["type"], e["approval_id"], e["stream_id"]) for e in out] == [
+        ("appkit.approval_pending", "approval-1", "inv-1")
+    ]
+    assert translator.translate(waiting) == []
+
+
 def test_every_stream_of_one_invocation_names_its_items_alike() -> None:
     """A client that reconnects (a new translator over the same events) meets the item ids it
     saw; another invocation's items are named otherwise."""
