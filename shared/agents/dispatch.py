@@ -125,20 +125,24 @@ class ToolDispatcher:
 
 
 class ToolRaisedBase(Exception):
-    """A tool raised SystemExit, KeyboardInterrupt or a CancelledError of its own: the tool's
-    failure (its message: the type's name), never the server's exit nor the run's cancel."""
+    """A tool raised a BaseException that is not an Exception (SystemExit, KeyboardInterrupt, a
+    CancelledError of its own, a library's own kind): the tool's failure (its message: the
+    type's name), never the server's exit, the run's cancel nor its attempt's crash."""
 
 
 async def contained(call: Awaitable[Any]) -> Any:
     """``await call`` (a tool's), inside the task that runs it: asyncio lets SystemExit and
-    KeyboardInterrupt out of a task through the event loop, which would stop the server (and the
-    recovered run would call the tool again); a CancelledError counts only when this task is
-    being cancelled (the call's timeout, or the run's stop)."""
+    KeyboardInterrupt out of a task through the event loop, which would stop the server, and
+    any other BaseException would end the attempt as lost (the recovered run would call the tool
+    again, until its recovery limit); a CancelledError counts only when this task is being
+    cancelled (the call's timeout, or the run's stop)."""
     try:
         return await call
     except asyncio.CancelledError:
         if (task := asyncio.current_task()) is not None and task.cancelling():
             raise
         raise ToolRaisedBase("CancelledError") from None
-    except (SystemExit, KeyboardInterrupt) as exc:
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 (the tool's failure, whatever it raised)
         raise ToolRaisedBase(type(exc).__name__) from None

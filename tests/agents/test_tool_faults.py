@@ -1,5 +1,6 @@
 """What a tool or a model can throw at a run without taking the server or the run down: a tool
-that exits the process or raises CancelledError, a sync schema tool, a NUL from the model."""
+that exits the process, raises CancelledError or another BaseException, a sync schema tool, a
+NUL from the model."""
 
 from __future__ import annotations
 
@@ -51,13 +52,29 @@ async def test_a_tool_that_exits_or_interrupts_fails_alone() -> None:
         """Raises CancelledError though nobody cancelled it."""
         raise asyncio.CancelledError
 
+    class Abort(BaseException):  # a library's own kind, as pytest.fail() and gevent raise
+        pass
+
+    @tool
+    async def aborts() -> str:
+        """Raises a BaseException that is not an Exception."""
+        raise Abort("the secret text")
+
+    @tool
+    def aborts_on_a_thread() -> str:
+        """The same, from a sync tool."""
+        raise Abort("the secret text")
+
     sink = FakeSink()
-    result = await attempt(app_calling(quits, interrupts, cancels), "go", sink)
+    tools = (quits, interrupts, cancels, aborts, aborts_on_a_thread)
+    result = await attempt(app_calling(*tools), "go", sink)
     assert result["text"] == "done"
     assert tool_errors(sink) == [
         "Tool 'quits' failed.",
         "Tool 'interrupts' failed.",
         "Tool 'cancels' failed.",
+        "Tool 'aborts' failed.",
+        "Tool 'aborts_on_a_thread' failed.",
     ]
 
 
