@@ -109,6 +109,7 @@ class Durable:
         self._used: set[str] = set()
         self._sleeps = 0
         self._replays_left = len(recorded.steps) + sum(w.resolved for w in recorded.waits.values())
+        self._last_unreached = set(recorded.last)
 
     def _db_now(self) -> float:
         """The database clock now, as estimated from when the record was read."""
@@ -140,8 +141,12 @@ class Durable:
             raise DurableUsageError(f"the name {name!r} is used twice in one run")
         self._used.add(name)
 
-    def _replayed(self) -> None:
+    def _replayed(self, name: str) -> None:
         self._replays_left = max(0, self._replays_left - 1)
+        if name in self._last_unreached:
+            self._last_unreached.discard(name)
+            if not self._last_unreached:  # past the last record: a record before it that this
+                self._replays_left = 0  # replay skipped (renamed since) must not hold it back
 
     def pass_over(self, name: str) -> bool:
         """Count resolved wait ``name`` as replayed without returning its value (a budget wait
@@ -150,7 +155,7 @@ class Durable:
         if not self.resolved(name):
             return False
         self._claim_name(name)
-        self._replayed()
+        self._replayed(name)
         return True
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -160,7 +165,7 @@ class Durable:
         self._claim_name(name)
         record = self._recorded.steps.get(name)
         if record is not None:  # (inside a step, a record an earlier version made alone)
-            self._replayed()
+            self._replayed(name)
             if record.error_type is not None:
                 raise StepFailed(name, record.error_type)
             return record.result
@@ -195,7 +200,7 @@ class Durable:
         self._claim_name(name)
         record = self._recorded.waits.get(name)
         if record is not None and record.resolved:
-            self._replayed()
+            self._replayed(name)
             return
         if record is not None and record.wake_at is not None:
             remaining = record.wake_at - self._db_now()
@@ -222,7 +227,7 @@ class Durable:
         self._claim_name(name)
         record = self._recorded.waits.get(name)
         if record is not None and record.resolved:
-            self._replayed()
+            self._replayed(name)
             if record.resolution is Resolution.TIMEOUT:
                 raise WaitTimeout(name)
             return record.value

@@ -9,7 +9,14 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether.store.journal import NewWait, Recorded, Resolution, StepRecord, WaitRecord
+from tether.store.journal import (
+    NewWait,
+    Recorded,
+    Resolution,
+    StepRecord,
+    WaitRecord,
+    made_last,
+)
 from tether.store.store import Store
 
 if TYPE_CHECKING:
@@ -51,12 +58,14 @@ class MemoryJournal:
         self.parks: list[list[NewWait]] = []
         self.cursor = 0
         self.now = 1_000.0
+        self.made: dict[str, float] = {}  # when each step or wait was recorded (a record count)
 
     def last_cursor(self) -> int:
         return self.cursor
 
     async def record_step(self, name: str, result: Any, error_type: str | None) -> None:
         self.steps.setdefault(name, StepRecord(name, result, error_type))
+        self.made.setdefault(name, len(self.made))
 
     async def park(self, waits: Sequence[NewWait]) -> None:
         self.parks.append(list(waits))
@@ -65,13 +74,16 @@ class MemoryJournal:
             self.waits.setdefault(
                 wait.name, WaitRecord(wait.name, wait.kind, wait.details, wake_at, None, None)
             )
+            self.made.setdefault(wait.name, len(self.made))
 
     def resolve(self, name: str, value: Any = None, how: Resolution = Resolution.INPUT) -> None:
         old = self.waits[name]
         self.waits[name] = WaitRecord(name, old.kind, old.details, old.wake_at, value, how)
 
     def recorded(self) -> Recorded:
-        return Recorded(dict(self.steps), dict(self.waits), self.now)
+        replayable = [*self.steps, *(w.name for w in self.waits.values() if w.resolved)]
+        last = made_last([(name, self.made.get(name, -1.0)) for name in replayable])
+        return Recorded(dict(self.steps), dict(self.waits), self.now, last)
 
 
 class NoQueue:

@@ -72,6 +72,11 @@ class Recorded:
     waits: dict[str, WaitRecord] = field(default_factory=dict)
     now: float = 0.0
     """The database clock when this was read (sleeps are measured against it)."""
+    last: frozenset[str] = frozenset()
+    """The names of the records made last (a step, or a resolved wait: the one an attempt parked
+    on); one unless several were made at the same moment. An attempt whose replay has reached
+    them all is past everything earlier attempts emitted, even if a record before them is never
+    reached again (a step renamed in a new version of the code runs again under its new name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +120,24 @@ class Journal:
 
     async def load(self, invocation_id: str) -> Recorded:
         async with self._db.connection() as conn:
-            step_rows = await conn.execute(
-                sa.select(steps.c.name, steps.c.result, steps.c.error_type).where(
-                    steps.c.invocation_id == invocation_id
+            step_rows = (
+                await conn.execute(
+                    sa.select(
+                        steps.c.name, steps.c.result, steps.c.error_type, steps.c.created_at
+                    ).where(steps.c.invocation_id == invocation_id)
                 )
-            )
-            wait_rows = await conn.execute(
-                sa.select(waits).where(waits.c.invocation_id == invocation_id)
-            )
+            ).all()
+            wait_rows = (
+                await conn.execute(sa.select(waits).where(waits.c.invocation_id == invocation_id))
+            ).all()
             now = float(await conn.scalar(sa.select(self._now)) or 0.0)
+            made = [(r.name, r.created_at) for r in step_rows]
+            made += [(r.name, r.created_at) for r in wait_rows if r.resolution is not None]
             return Recorded(
                 steps={r.name: StepRecord(r.name, r.result, r.error_type) for r in step_rows},
                 waits={r.name: _wait(r) for r in wait_rows},
                 now=now,
+                last=made_last(made),
             )
 
     async def record_step(
@@ -254,6 +264,12 @@ class Journal:
             .returning(inv.id)
         )
         return [str(r.id) for r in rows]
+
+
+def made_last(made: Sequence[tuple[str, float]]) -> frozenset[str]:
+    """The names, of ``(name, created_at)`` records, made at the latest time."""
+    latest = max((at for _, at in made), default=None)
+    return frozenset(name for name, at in made if at == latest)
 
 
 def _wait(row: Any) -> WaitRecord:

@@ -56,6 +56,18 @@ async def test_a_step_is_recorded_under_the_fence_and_the_first_record_wins(stor
     assert recorded.steps["s"].result == {"v": 1} and "t" not in recorded.steps
 
 
+async def test_the_record_made_last_is_the_wait_the_attempt_parked_on(store: Store) -> None:
+    """What a resumed attempt must replay to be past everything earlier attempts emitted (a
+    record made at the same moment, to the clock's precision, is among the last too)."""
+    claim = await running(store)
+    assert await store.journal.record_step(claim.invocation_id, claim.attempt, "a", 1, None)
+    assert (await store.journal.load(claim.invocation_id)).last == {"a"}
+    await store.parks.park(claim.invocation_id, claim.attempt, [input_wait()])
+    assert (await store.journal.load(claim.invocation_id)).last == {"a"}  # w: not resolved
+    assert await store.journal.resolve_input(claim.invocation_id, "w", 1) is InputAnswer.RESUMED
+    assert "w" in (await store.journal.load(claim.invocation_id)).last
+
+
 @pytest.mark.parametrize("value", [1e23, 1.5e20, -0.0, 1e-7, 0.1, {"n": [2e16, 0.5, 1e300]}])
 async def test_a_steps_first_run_sees_the_value_its_replays_will(store: Store, value: Any) -> None:
     """A step's result is recorded (and handed to its first run) as ``as_stored`` copies it:

@@ -194,3 +194,23 @@ async def test_a_budget_period_past_the_longest_wait_parks_for_the_longest_wait(
         await attempt(sink, 1, usage=Far()).admit_model_call("m1")
     [[wait]] = sink.parks
     assert wait.wake_in == MAX_WAIT_SECONDS
+
+
+async def test_a_step_renamed_while_the_run_waited_does_not_keep_the_attempt_replaying() -> None:
+    """docs/durable.md: a renamed step runs again. The old record is never reached again, but
+    the attempt is past everything recorded once it replays the wait it parked on: its later
+    events are stored (they were dropped, as if stored before, for the rest of the run)."""
+    sink = Sink()
+
+    async def handler(ctx: InvocationContext, step: str) -> Any:
+        quoted = await ctx.step(step, lambda: "quote")
+        await ctx.emit({"type": "before_w"})
+        value = await ctx.wait_for_input("w")
+        await ctx.emit({"type": "after_w"})
+        return quoted, value
+
+    with pytest.raises(Suspend):
+        await handler(attempt(sink, 1), "quote")
+    sink.resolve("w", 3)
+    assert await handler(attempt(sink, 2), "quote_v2") == ("quote", 3)
+    assert kinds(sink) == ["before_w", "after_w"]
