@@ -188,7 +188,7 @@ class Durable:
         return stored
 
     async def sleep(self, seconds: float) -> None:
-        if not math.isfinite(seconds) or seconds > MAX_WAIT_SECONDS:
+        if not _is_seconds(seconds) or not math.isfinite(seconds) or seconds > MAX_WAIT_SECONDS:
             raise DurableUsageError(
                 f"a sleep is a finite number of seconds, at most {MAX_WAIT_SECONDS:g}"
             )
@@ -219,7 +219,7 @@ class Durable:
     ) -> Any:
         if not isinstance(name, str) or not WAIT_NAME.match(name):
             raise DurableUsageError("a wait name must match ^[A-Za-z0-9_.:-]{1,128}$")
-        if timeout is not None and not 0 < timeout <= MAX_WAIT_SECONDS:  # NaN fails it too
+        if timeout is not None and not (_is_seconds(timeout) and 0 < timeout <= MAX_WAIT_SECONDS):
             raise DurableUsageError(
                 f"a wait's timeout is a number of seconds above 0, at most {MAX_WAIT_SECONDS:g}"
                 " (or None)"
@@ -243,6 +243,13 @@ class Durable:
             )
         await self._sink.park([wait])
         raise Suspend
+
+
+def _is_seconds(value: object) -> bool:
+    """Whether ``value`` is a number of seconds (an int or a float, not a bool): a string or
+    None is refused as an :class:`DurableUsageError`, not as a ``TypeError`` of the comparison.
+    NaN passes here and fails the range check."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
