@@ -267,7 +267,7 @@ class Runtime:
             return stopped_outcome(running.stop_reason)
         except Superseded:
             return None
-        except (Exception, SystemExit) as exc:  # sys.exit: that run's end, not the process's
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the run's end, not the loop's
             if running.limits.exceeded is None:
                 return handler_failed(claim.invocation_id, exc)
         finally:

@@ -131,16 +131,25 @@ async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
     assert superseded is not None and superseded.status is Status.ACTIVE
 
 
+@pytest.mark.parametrize(
+    "raised", [SystemExit("usage: tool [-h]"), KeyboardInterrupt()], ids=["exit", "interrupt"]
+)
 async def test_a_handler_that_calls_sys_exit_fails_its_run_and_not_the_process(
-    store: BlippingStore,
+    store: BlippingStore, raised: BaseException
 ) -> None:
     """``sys.exit`` in a handler (or in a library it calls with the user's input: argparse on a
-    bad command line) fails that run; it once left the event loop, stopping ``tether dev``."""
+    bad command line) fails that run; it once left the event loop, stopping ``tether dev``. So
+    does a KeyboardInterrupt a step's function raises (a real Ctrl-C reaches the servers as a
+    signal, never inside a handler): it stopped ``tether dev``, and a worker's event loop while
+    its process lived on, every attempt it held left ``active`` and nothing claimed again."""
     app = AgentApp()
+
+    def explode() -> None:
+        raise raised
 
     @app.invoke
     async def invoke(input: Any, ctx: InvocationContext) -> Any:
-        raise SystemExit("usage: tool [-h]")
+        await ctx.step("explode", explode)
 
     runtime = runtime_for(store, app)
     invocation_id = await submitted(store)
