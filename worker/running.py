@@ -61,6 +61,17 @@ def handler_failed(invocation_id: str, exc: BaseException) -> Outcome:
     return failed(ErrorCode.INVOCATION_FAILED)
 
 
+def unstopped_cancel(invocation_id: str, exc: asyncio.CancelledError) -> Outcome:
+    """A CancelledError out of a handler whose attempt nobody stopped (called in its ``except``
+    block). Unless this task is being cancelled (re-raised), it is the handler's own (a step's
+    function, or a library, raised it): that fails the run as any exception does. Re-raised, it
+    ended the attempt with no outcome, and recovery ran it again until ``max_attempts``."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise exc
+    return handler_failed(invocation_id, exc)
+
+
 def stopped_outcome(reason: StopReason) -> Outcome | None:
     """How an attempt stopped from outside ends: cancelled, failed past a run limit, or not at
     all (superseded, or shutting down: recovery owns it now)."""

@@ -44,6 +44,7 @@ from tether.worker.running import (
     handler_failed,
     log_stopped,
     stopped_outcome,
+    unstopped_cancel,
 )
 from tether.worker.slots import Slots
 
@@ -257,16 +258,14 @@ class Runtime:
         running.limits.start()
         try:
             output = await ungrouped_parks(handler(claim.input, ctx))
-        except Suspend:
-            return None  # parked: the invocation is waiting, its attempt is over
-        except asyncio.CancelledError:
+        except (Suspend, Superseded):  # parked (the invocation is waiting), or superseded:
+            return None  # its attempt is over
+        except asyncio.CancelledError as exc:
             if running.stop_reason is StopReason.CANCEL or running.writer.cancel_pending:
                 return cancelled()
             if running.stop_reason is None:
-                raise
+                return unstopped_cancel(claim.invocation_id, exc)
             return stopped_outcome(running.stop_reason)
-        except Superseded:
-            return None
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the run's end, not the loop's
             if running.limits.exceeded is None:
                 return handler_failed(claim.invocation_id, exc)

@@ -3,6 +3,7 @@ an attempt stopped before its handler began, and a worker process's stop signals
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -146,6 +147,27 @@ async def test_a_handler_that_calls_sys_exit_fails_its_run_and_not_the_process(
 
     def explode() -> None:
         raise raised
+
+    @app.invoke
+    async def invoke(input: Any, ctx: InvocationContext) -> Any:
+        await ctx.step("explode", explode)
+
+    runtime = runtime_for(store, app)
+    invocation_id = await submitted(store)
+    await ran(runtime, invocation_id)
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.FAILED
+    assert done.error_code == "invocation_failed"
+
+
+async def test_a_cancelled_error_of_the_handlers_own_fails_its_run(store: BlippingStore) -> None:
+    """A step's function (or a library) that raises CancelledError while nobody cancels the
+    attempt: the handler's failure. Re-raised, it ended the attempt with no outcome, and every
+    recovered attempt did the same until the run failed with recovery_limit_exceeded."""
+    app = AgentApp()
+
+    async def explode() -> None:
+        raise asyncio.CancelledError
 
     @app.invoke
     async def invoke(input: Any, ctx: InvocationContext) -> Any:
