@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from tether.jsonvalue import as_stored, dumps
+from tether.jsonvalue import as_stored, dumps, finite_number
 from tether.store.errors import Superseded
 from tether.store.journal import NewWait, Recorded, Resolution, WaitKind
 
@@ -188,7 +187,7 @@ class Durable:
         return stored
 
     async def sleep(self, seconds: float) -> None:
-        if not _is_seconds(seconds) or not math.isfinite(seconds) or seconds > MAX_WAIT_SECONDS:
+        if not finite_number(seconds) or seconds > MAX_WAIT_SECONDS:
             raise DurableUsageError(
                 f"a sleep is a finite number of seconds, at most {MAX_WAIT_SECONDS:g}"
             )
@@ -219,7 +218,7 @@ class Durable:
     ) -> Any:
         if not isinstance(name, str) or not WAIT_NAME.match(name):
             raise DurableUsageError("a wait name must match ^[A-Za-z0-9_.:-]{1,128}$")
-        if timeout is not None and not (_is_seconds(timeout) and 0 < timeout <= MAX_WAIT_SECONDS):
+        if timeout is not None and not (finite_number(timeout) and 0 < timeout <= MAX_WAIT_SECONDS):
             raise DurableUsageError(
                 f"a wait's timeout is a number of seconds above 0, at most {MAX_WAIT_SECONDS:g}"
                 " (or None)"

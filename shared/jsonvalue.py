@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -46,6 +47,18 @@ NUL_MESSAGE = "NUL characters (\\u0000) are not allowed"
 SURROGATE_MESSAGE = "lone surrogates (\\ud800-\\udfff, half of a character) are not allowed"
 NOT_JSON = "body is not valid JSON"
 DIGITS_MESSAGE = f"integers of more than {sys.get_int_max_str_digits()} digits are not supported"
+
+
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is a finite number: an int or a float, not a bool, not NaN or an
+    infinity, and not a whole number past a float's range (JSON's or YAML's ``1`` followed by 400
+    zeros), on which ``math.isfinite`` and every float comparison raise ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 class InvalidJson(ValueError):

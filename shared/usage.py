@@ -9,9 +9,10 @@ model's price per million tokens, and 0 when no price is known. Budgets are enfo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from tether.jsonvalue import finite_number
 
 CHARS_PER_TOKEN = 4
 """The estimate's rule: one token per 4 characters (rounded up) of prompt and of completion."""
@@ -38,7 +39,7 @@ class ModelPrice:
         for value in (self.input_per_million, self.output_per_million):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError("a price is a number per million tokens")
-            if not math.isfinite(value) or value < 0:
+            if not finite_number(value) or value < 0:
                 raise ValueError("a price is a finite number of at least 0")
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from tether import WaitTimeout
 from tether.agents.types import AgentEvent, ToolAnnotations
+from tether.jsonvalue import finite_number
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,7 @@ def checked_timeout(value: Any, where: str) -> float | None:
     value is not a finite number of at least one second (spec §4.6: replaced, not clamped)."""
     if value is None:
         return None
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and value >= MIN_TIMEOUT_S:
+    if finite_number(value) and value >= MIN_TIMEOUT_S:
         return float(value)
     log.warning(
         "%s: approval timeout %r is not a finite number of seconds >= %g; using the default",

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tether.jsonvalue import finite_number
 from tether.owners import MAX_OWNER_CHARS, owner_name_problem
 from tether.store.connection import Connection
 from tether.store.engine import Database
@@ -129,22 +130,13 @@ def _check_positive(
 ) -> None:
     if value is None:  # null (API), none (CLI): what lifts the other limits
         raise LimitInvalid(f"{name} cannot be lifted: it always has a value, a finite number")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+    if not finite_number(value):
         raise LimitInvalid(f"{name} must be a finite number")
     if value < least or value < 0 or (value == 0 and not zero):
         rule = f"at least {least:g}" if least else "at least 0" if zero else "above 0"
         raise LimitInvalid(f"{name} must be {rule}")
     if value > most:
         raise LimitInvalid(f"{name} must be at most {most:.0f}")
-
-
-def _finite(value: float) -> bool:
-    """Whether ``value`` is a finite float: a whole number past a float's range (a JSON ``1``
-    followed by 400 zeros) is not, and ``math.isfinite`` raised on it (an admin's 500)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _check_count(name: str, value: int | None, *, least: int = 0, most: int = MAX_COUNT) -> None:

@@ -17,6 +17,7 @@ from tether.jsonvalue import (
     checked,
     dumps,
     encoded,
+    finite_number,
     loads,
     request_hash,
     same_value,
@@ -214,3 +215,29 @@ def test_same_value_compares_numbers_by_value_as_jsonb_does() -> None:
     assert not same_value(1e300, 10**300 + 1) and not same_value(0.1, 0.1000001)
     assert not same_value(True, 1) and not same_value(0, False) and not same_value(None, 0)
     assert not same_value("1", 1) and not same_value([1], [1, 1]) and not same_value({"a": 1}, {})
+
+
+HUGE = 10**400  # JSON's or YAML's 1 followed by 400 zeros: an int past a float's range
+
+
+@pytest.mark.parametrize(
+    ("value", "finite"),
+    [(1, True), (-2.5, True), (10**300, True), (HUGE, False), (-HUGE, False), (math.nan, False)]
+    + [(math.inf, False), (True, False), ("1", False), (None, False)],
+)
+def test_a_finite_number_is_an_int_or_float_a_float_can_hold(value: object, finite: bool) -> None:
+    assert finite_number(value) is finite
+
+
+def test_every_number_check_refuses_a_whole_number_past_a_floats_range() -> None:
+    """Each raised OverflowError from ``math.isfinite``: a failed load or run, not a refusal."""
+    from tether.agents.approvals import checked_timeout
+    from tether.agents.errors import DefinitionError
+    from tether.agents.mcp.servers import mcp_server
+    from tether.usage import ModelPrice
+
+    assert checked_timeout(HUGE, "agent a") is None  # the default, with a warning
+    with pytest.raises(ValueError, match="finite number"):
+        ModelPrice(HUGE)
+    with pytest.raises(DefinitionError, match="'timeout' must be a positive number"):
+        mcp_server("notes", "https://mcp.example/mcp", timeout_s=HUGE)

@@ -15,7 +15,6 @@ the agent tool ``mcp.<server>.<tool>``.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.agents.errors import DefinitionError
+from tether.jsonvalue import finite_number
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 DEFAULT_TIMEOUT_S = 30.0
@@ -57,8 +57,7 @@ def mcp_server(
         isinstance(tools, str) or not all(isinstance(t, str) and t for t in tools)
     ):
         raise DefinitionError(f"MCP server '{name}': 'tools' must be a list of tool names")
-    ok = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
-    if not ok or not math.isfinite(timeout_s) or timeout_s <= 0:
+    if not finite_number(timeout_s) or timeout_s <= 0:
         raise DefinitionError(f"MCP server '{name}': 'timeout' must be a positive number")
     return McpServer(name, url.strip(), tuple(tools) if tools is not None else None, timeout_s)
 
