@@ -19,7 +19,8 @@ because every event is in the store before anyone is told about it:
 So a slow reader is fed from the store at its own pace, not from memory. A reader that cannot
 take one chunk within ``timers.stream_send_timeout`` is too far behind: its stream is closed
 (logged at INFO with the invocation id) and the client reconnects with ``after=N``, losing
-nothing.
+nothing. A client that hangs up ends its stream when its connection closes
+(:mod:`tether.gateway.hangups`), not at the stream's next write.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from aiohttp import web
@@ -38,6 +40,7 @@ from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
 from tether.gateway.frames import frame
+from tether.gateway.hangups import watching_hangup
 from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
 from tether.gateway.replay_cache import Replay, Wanted
 from tether.gateway.responses import ApiError
@@ -163,10 +166,15 @@ class EventStream:
             await self._catch_up(first)
             while not self.done:
                 if not await self._next(sub):
-                    await self._write(b": server shutting down, reconnect\n\n")
+                    if not self._hung_up():
+                        await self._write(b": server shutting down, reconnect\n\n")
                     return
         finally:
             open_streams.discard(sub)
+
+    def _hung_up(self) -> bool:
+        """The client is gone (nobody to tell anything)."""
+        return self.transport is not None and self.transport.is_closing()
 
     async def _next(self, sub: Subscription) -> bool:
         message = await sub.get(timeout=self.limits.ping_interval)
@@ -312,9 +320,11 @@ async def serve_stream(
             await response.prepare(request)
             response.started_at = time.perf_counter()
             events.transport = request.transport
-            if preamble:
-                await response.write(preamble)
-            await events.follow(sub, first, request.app[STREAMS])
+            ends = contextlib.nullcontext() if sub is None else hangup_ends(request, sub)
+            with ends:
+                if preamble:
+                    await response.write(preamble)
+                await events.follow(sub, first, request.app[STREAMS])
     except ReaderTooSlow:
         log.info(
             "invocation %s: stream reader too far behind (sent up to cursor %d); closing it",
@@ -333,6 +343,12 @@ async def serve_stream(
     finally:
         metrics.open_streams.dec()
     return response
+
+
+def hangup_ends(request: web.Request, sub: Subscription) -> contextlib.AbstractContextManager[None]:
+    """While following ``sub``, a client that hangs up ends the stream at once (CLOSING), not
+    at its next write: its subscription and its count in ``tether_open_streams`` go with it."""
+    return watching_hangup(request.transport, partial(sub.put, CLOSING))
 
 
 async def interrupted(

@@ -69,7 +69,7 @@ class Published(str):
 RESYNC: Final = _Resync()
 """Messages may have been lost: re-read the store."""
 CLOSING: Final = _Closing()
-"""The process is shutting down: end the stream."""
+"""End the stream: the process is shutting down, or the stream's client hung up."""
 Message = str | _Resync | _Closing
 
 

@@ -33,10 +33,12 @@ BOUND = 16 * 1024
 PAD = 1000
 
 
-async def eventually(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Wait for ``predicate`` to hold, for 20 s at most."""
+async def eventually(
+    predicate: Callable[[], Awaitable[bool]], what: str, within: float = 20
+) -> None:
+    """Wait for ``predicate`` to hold, for ``within`` seconds at most."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
+    deadline = loop.time() + within
     while not await predicate():
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

@@ -1,0 +1,83 @@
+"""A stream whose client hangs up ends at once, not at its next write; a kept-alive connection
+goes on serving after a stream.
+
+In process on the embedded services, with the runner ``web.run_app`` uses (which does not cancel
+a handler whose client hung up) and raw sockets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from tests.inprocess import served
+from tests.rawhttp import RawConnection, complete_events, dechunk, request
+from tests.unit.test_sse_limits import eventually, start
+from tether.gateway.keys import STREAMS
+
+QUIET = {"ping_interval": 15.0}
+"""A run that emits nothing more: the stream writes nothing until its ping, 15 s on."""
+SOONER_THAN_A_PING = 10.0
+ONE, NONE = "tether_open_streams 1.0", "tether_open_streams 0.0"
+
+
+async def open_streams(client: aiohttp.ClientSession) -> str:
+    async with client.get("/metrics") as r:
+        text = await r.text()
+    return next(line for line in text.splitlines() if line.startswith("tether_open_streams "))
+
+
+async def test_a_client_that_hangs_up_mid_stream_frees_its_stream_before_any_write(
+    tmp_path: Path,
+) -> None:
+    async with (
+        served(tmp_path, timers=QUIET) as server,
+        aiohttp.ClientSession(server.base) as client,
+    ):
+        invocation_id = await start(client, {"emit": 1, "wait_cancel": True})
+        reader = await RawConnection.open(server.base)
+        await reader.send(request("GET", f"/api/invocations/{invocation_id}/events"))
+        assert (await reader.read_head()).status == 200
+
+        async def following() -> bool:
+            return bool(server.app[STREAMS]) and await open_streams(client) == ONE
+
+        await eventually(following, "the stream to follow the run")
+        reader.close()
+
+        async def freed() -> bool:
+            return not server.app[STREAMS] and await open_streams(client) == NONE
+
+        # Without noticing the hang-up, the stream would hold on until its ping.
+        await eventually(freed, "the stream to end", within=SOONER_THAN_A_PING)
+        await client.post(f"/api/invocations/{invocation_id}/cancel", json={})
+
+
+async def test_a_request_pipelined_behind_a_live_stream_is_answered_once_it_ends(
+    tmp_path: Path,
+) -> None:
+    async with (
+        served(tmp_path) as server,
+        aiohttp.ClientSession(server.base) as client,
+    ):
+        invocation_id = await start(client, {"emit": 1, "wait_cancel": True})
+        reader = await RawConnection.open(server.base)
+        stream = request("GET", f"/api/invocations/{invocation_id}/events")
+        status = request("GET", f"/api/invocations/{invocation_id}", {"Connection": "close"})
+        await reader.send(stream + status)
+        assert (await reader.read_head()).status == 200
+
+        async def following() -> bool:
+            return bool(server.app[STREAMS])
+
+        await eventually(following, "the stream to follow the run")
+        async with client.post(f"/api/invocations/{invocation_id}/cancel", json={}) as r:
+            assert r.status == 200
+        body = await reader.read_to_end()
+        reader.close()
+    events, sep, after_stream = body.partition(b"\r\n0\r\n\r\n")
+    assert sep, body
+    assert [e.type for e in complete_events(dechunk(events).decode())][-1] == "run.cancelled"
+    assert after_stream.startswith(b"HTTP/1.1 200 OK\r\n"), after_stream
+    assert b'"status":"cancelled"' in after_stream
