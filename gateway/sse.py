@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from tether.channels import events_channel
 from tether.errors import ErrorCode
@@ -57,8 +57,8 @@ SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache, no-transform",  # no proxy may buffer or compress a stream
     "X-Accel-Buffering": "no",
-    "Connection": "keep-alive",
 }
+"""No ``Connection`` header: aiohttp says ``close`` when the connection will not be kept."""
 
 
 class ReaderTooSlow(Exception):
@@ -301,6 +301,10 @@ async def serve_stream(
     services, metrics = request.app[SERVICES], request.app[METRICS]
     limits = StreamLimits.of(request.app[SETTINGS])
     response = EventStreamResponse(status=200, headers=SSE_HEADERS)
+    if request.version < HttpVersion11:
+        # HTTP/1.0 has no chunks: the stream's end is the connection's (aiohttp would keep a
+        # kept-alive one open, so the client would wait on, and read the next answer as events).
+        response.force_close()
     events = EventStream(
         request.app[STREAM_READS],
         services.pubsub,

@@ -81,3 +81,47 @@ async def test_a_request_pipelined_behind_a_live_stream_is_answered_once_it_ends
     assert [e.type for e in complete_events(dechunk(events).decode())][-1] == "run.cancelled"
     assert after_stream.startswith(b"HTTP/1.1 200 OK\r\n"), after_stream
     assert b'"status":"cancelled"' in after_stream
+
+
+async def test_an_http_1_0_stream_ends_with_its_connection_even_when_kept_alive_was_asked(
+    tmp_path: Path,
+) -> None:
+    """HTTP/1.0 has no chunks: the end of the stream is the end of the connection, so a request
+    pipelined behind it is never answered on it (it would read as more of the stream)."""
+    async with (
+        served(tmp_path) as server,
+        aiohttp.ClientSession(server.base) as client,
+    ):
+        invocation_id = await start(client, {"emit": 2})
+        async with client.get(f"/api/invocations/{invocation_id}/events") as r:
+            assert r.status == 200
+            await r.read()
+        reader = await RawConnection.open(server.base)
+        stream = f"GET /api/invocations/{invocation_id}/events HTTP/1.0\r\n"
+        await reader.send(
+            f"{stream}Connection: keep-alive\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n".encode()
+        )
+        head = await reader.read_head()
+        body = await reader.read_to_end(timeout=10)
+        reader.close()
+    assert head.status == 200 and head.headers.get("connection", "close") == "close", head
+    assert [e.type for e in complete_events(body.decode())][-1] == "run.completed"
+    assert b"HTTP/1.0 200" not in body, body
+
+
+async def test_a_stream_asked_to_close_its_connection_does_not_say_keep_alive(
+    tmp_path: Path,
+) -> None:
+    async with (
+        served(tmp_path) as server,
+        aiohttp.ClientSession(server.base) as client,
+    ):
+        invocation_id = await start(client, {"emit": 2})
+        reader = await RawConnection.open(server.base)
+        path = f"/api/invocations/{invocation_id}/events"
+        await reader.send(request("GET", path, {"Connection": "close"}))
+        head = await reader.read_head()
+        body = await reader.read_to_end(timeout=10)
+        reader.close()
+    assert head.status == 200 and head.headers["connection"] == "close", head
+    assert [e.type for e in complete_events(dechunk(body).decode())][-1] == "run.completed"
