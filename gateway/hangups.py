@@ -1,13 +1,14 @@
-"""Noticing that a stream's client hung up while the stream waits for the run's next event.
+"""Noticing that a client hung up while its stream, or its sync POST, waits for the run.
 
 aiohttp tells a handler that its client left only when the handler writes (Tether's runner does
 not cancel handlers on a hang-up, so an accept is never cut short). A stream waiting on a quiet
 run would learn of it only at its next ping, holding its subscription, and counting in
-``tether_open_streams``, for up to ``timers.ping_interval`` after its client left. So while a
-stream follows, its connection's protocol stands behind a :class:`HangupWatch` (the transport's
-public ``set_protocol``): every callback goes on to aiohttp's protocol unchanged, and a lost
-connection also calls the stream's ``on_hangup``. Once the stream is over, aiohttp's protocol is
-put back, for the next request of a kept-alive connection.
+``tether_open_streams``, for up to ``timers.ping_interval`` after its client left; a sync POST
+only after ``sync_timeout``. So while one waits, its connection's protocol stands behind a
+:class:`HangupWatch` (the transport's public ``set_protocol``): every callback goes on to
+aiohttp's protocol unchanged, and a lost connection also tells the subscription CLOSING, which
+ends the wait as the process stopping does. Once the wait is over, aiohttp's protocol is put
+back, for the next request of a kept-alive connection.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import partial
+
+from aiohttp import web
+
+from tether.pubsub import CLOSING, Subscription
 
 
 class HangupWatch(asyncio.Protocol):
@@ -69,3 +75,10 @@ def watching_hangup(
     finally:
         if transport.get_protocol() is watch:
             transport.set_protocol(inner)
+
+
+def hangup_closes(
+    request: web.Request, sub: Subscription
+) -> contextlib.AbstractContextManager[None]:
+    """Within the block, ``request``'s client hanging up tells ``sub`` CLOSING."""
+    return watching_hangup(request.transport, partial(sub.put, CLOSING))

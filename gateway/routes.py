@@ -15,6 +15,7 @@ from tether.errors import ErrorCode
 from tether.events import RUN_WAITING, Event, decode_batch
 from tether.gateway.accept import TenantRateLimited
 from tether.gateway.checks import caller_credential, checked_input
+from tether.gateway.hangups import hangup_closes
 from tether.gateway.keys import (
     ACCEPTOR,
     AGENT_APP,
@@ -178,7 +179,8 @@ async def answer_sync(
     with what it waits for when it parked; 202 with the URLs to follow when it is still running
     after ``sync_timeout``."""
     limit = request.app[SETTINGS].timers.sync_timeout
-    invocation = await wait_until_terminal(request, invocation, sub, limit)
+    with hangup_closes(request, sub):  # a caller that hangs up stops waiting
+        invocation = await wait_until_terminal(request, invocation, sub, limit)
     if invocation.status is Status.COMPLETED:
         done = CompletedResponse(
             id=invocation.id, status=Status.COMPLETED, output=invocation.output
@@ -219,7 +221,8 @@ async def wait_until_terminal(
     """Woken by the terminal event on ``sub`` (subscribed before ``invocation`` was read); the
     outcome comes from that event when it carries it all, else from the store, which is also
     re-read on a resync or a quiet spell. A run that parks (``run.waiting``) ends the wait too,
-    and so does the process stopping (the caller gets 202 and the URLs, not a closed socket)."""
+    and so does CLOSING: the process stopping (the caller gets 202 and the URLs, not a closed
+    socket) or the caller hanging up (``answer_sync``)."""
     store = request.app[SERVICES].store
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit

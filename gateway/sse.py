@@ -31,7 +31,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Protocol
 
 from aiohttp import HttpVersion11, web
@@ -40,7 +39,7 @@ from tether.channels import events_channel
 from tether.errors import ErrorCode
 from tether.events import Event, decode_batch
 from tether.gateway.frames import frame
-from tether.gateway.hangups import watching_hangup
+from tether.gateway.hangups import hangup_closes
 from tether.gateway.keys import METRICS, SERVICES, SETTINGS, STREAM_READS, STREAMS
 from tether.gateway.replay_cache import Replay, Wanted
 from tether.gateway.responses import ApiError
@@ -324,7 +323,7 @@ async def serve_stream(
             await response.prepare(request)
             response.started_at = time.perf_counter()
             events.transport = request.transport
-            ends = contextlib.nullcontext() if sub is None else hangup_ends(request, sub)
+            ends = contextlib.nullcontext() if sub is None else hangup_closes(request, sub)
             with ends:
                 if preamble:
                     await response.write(preamble)
@@ -347,12 +346,6 @@ async def serve_stream(
     finally:
         metrics.open_streams.dec()
     return response
-
-
-def hangup_ends(request: web.Request, sub: Subscription) -> contextlib.AbstractContextManager[None]:
-    """While following ``sub``, a client that hangs up ends the stream at once (CLOSING), not
-    at its next write: its subscription and its count in ``tether_open_streams`` go with it."""
-    return watching_hangup(request.transport, partial(sub.put, CLOSING))
 
 
 async def interrupted(

@@ -1,5 +1,5 @@
-"""A stream whose client hangs up ends at once, not at its next write; a kept-alive connection
-goes on serving after a stream.
+"""A stream (or a sync wait) whose client hangs up ends at once, not at its next write; a
+kept-alive connection goes on serving after a stream.
 
 In process on the embedded services, with the runner ``web.run_app`` uses (which does not cancel
 a handler whose client hung up) and raw sockets.
@@ -7,6 +7,8 @@ a handler whose client hung up) and raw sockets.
 
 from __future__ import annotations
 
+import json
+import uuid
 from pathlib import Path
 
 import aiohttp
@@ -18,7 +20,8 @@ from tether.gateway.keys import STREAMS
 
 QUIET = {"ping_interval": 15.0}
 """A run that emits nothing more: the stream writes nothing until its ping, 15 s on."""
-SOONER_THAN_A_PING = 10.0
+PROMPTLY = 10.0
+"""Well before the ping that would tell (15 s), or a sync caller's sync_timeout (300 s here)."""
 ONE, NONE = "tether_open_streams 1.0", "tether_open_streams 0.0"
 
 
@@ -50,7 +53,37 @@ async def test_a_client_that_hangs_up_mid_stream_frees_its_stream_before_any_wri
             return not server.app[STREAMS] and await open_streams(client) == NONE
 
         # Without noticing the hang-up, the stream would hold on until its ping.
-        await eventually(freed, "the stream to end", within=SOONER_THAN_A_PING)
+        await eventually(freed, "the stream to end", within=PROMPTLY)
+        await client.post(f"/api/invocations/{invocation_id}/cancel", json={})
+
+
+async def test_a_sync_caller_that_hangs_up_stops_waiting_before_its_sync_timeout(
+    tmp_path: Path,
+) -> None:
+    async with (
+        served(tmp_path, timers={"sync_timeout": 300}) as server,
+        aiohttp.ClientSession(server.base) as client,
+    ):
+        invocation_id = str(uuid.uuid4())
+        payload = json.dumps({"id": invocation_id, "input": {"wait_cancel": True}})
+        head = request(
+            "POST",
+            "/api/invocations",
+            {"Content-Type": "application/json", "Content-Length": str(len(payload))},
+        )
+        caller = await RawConnection.open(server.base)
+        await caller.send(head + payload.encode())
+
+        async def waiting() -> bool:
+            return bool(server.app[STREAMS])
+
+        await eventually(waiting, "the sync caller to wait")
+        caller.close()
+
+        async def stopped() -> bool:
+            return not server.app[STREAMS]
+
+        await eventually(stopped, "the wait to end", within=PROMPTLY)
         await client.post(f"/api/invocations/{invocation_id}/cancel", json={})
 
 
