@@ -133,29 +133,24 @@ class DirectConnection(ScalarOfExecute):
                 raise error from None
 
     def expire(self) -> None:
-        """Give the connection up at its checkout's deadline: shut its socket down (the file
-        descriptor stays psycopg's), so the statement waiting on it, or the next one, fails at
-        once as on a lost connection, whichever path it took (direct or SQLAlchemy's) and
-        whatever psycopg's version. Cancelling the task instead would not do: psycopg answers
-        a cancelled query by asking the server to cancel it and waiting for its answer, which
-        a server that stopped answering never gives."""
+        """Give the connection up at its checkout's deadline (:func:`shut_down`): the statement
+        waiting on it, or the next one, fails at once as on a lost connection, whichever path it
+        took (direct or SQLAlchemy's). Cancelling the task instead would not do: psycopg answers
+        a cancelled query by asking the server to cancel it and waiting for its answer, which a
+        server that stopped answering never gives (for 10 s from psycopg 3.3.6, for ever before)."""
         self.expired = True
-        driver = self._driver
-        if driver is None or driver.closed:
-            return
-        try:
-            with socket.socket(fileno=os.dup(driver.pgconn.socket)) as lent:
-                lent.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):  # closed meanwhile: nothing left to give up
-            pass
+        if self._driver is not None:
+            shut_down(self._driver)
 
     async def _failed(self, sql: str, exc: psycopg.Error) -> sa.exc.DBAPIError:
         """The driver's error as SQLAlchemy raises it; a lost connection invalidated first."""
         conn, error = self._conn, cast(Any, exc)
         lost = conn.dialect.is_disconnect(error, cast(Any, self._driver), None)
-        if lost:  # as SQLAlchemy does: every connection of the pool older than this one
-            pooled: Any = await conn.get_raw_connection()  # is replaced at its checkout
+        if lost and not self.expired:  # as SQLAlchemy does: every connection of the pool older
+            # than this one is replaced at its checkout (a deadline's says nothing of the others)
+            pooled: Any = await conn.get_raw_connection()
             conn.sync_engine.pool._invalidate(pooled, exc, _checkin=False)
+        if lost:
             await conn.invalidate(exc)
         return cast(
             sa.exc.DBAPIError,
@@ -167,3 +162,16 @@ class DirectConnection(ScalarOfExecute):
     async def get_raw_connection(self) -> Any:
         """The pool's connection (its ``driver_connection`` is psycopg's)."""
         return await self._conn.get_raw_connection()
+
+
+def shut_down(driver: psycopg.AsyncConnection[Any]) -> None:
+    """Shut ``driver``'s socket down (its file descriptor stays psycopg's): what waits on it, or
+    uses it next, fails at once as on a lost connection, without a cancel request the server
+    would have to answer."""
+    if driver.closed:
+        return
+    try:
+        with socket.socket(fileno=os.dup(driver.pgconn.socket)) as lent:
+            lent.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):  # closed meanwhile: nothing left to give up
+        pass

@@ -84,7 +84,7 @@ async def test_a_checkout_past_its_deadline_is_given_up_and_the_pool_recovers(
     fresh_db: str, proxy_to: ProxyTo
 ) -> None:
     proxied_url, proxy = proxy_to(fresh_db)
-    store = Store.postgres(proxied_url, pool_size=1, deadline=1.0)
+    store = Store.postgres(proxied_url, pool_size=1, deadline=3.0)  # > idleping.PING_WITHIN
     try:
         first = rows.new()
         assert (await store.accept(first)).created
@@ -92,10 +92,10 @@ async def test_a_checkout_past_its_deadline_is_given_up_and_the_pool_recovers(
 
         proxy.send_signal(signal.SIGSTOP)  # their statements now hang, and so would new ones'
         async with asyncio.timeout(HANG_GUARD):
-            with pytest.raises(StoreUnavailable, match="from PostgreSQL within 1 s"):
+            with pytest.raises(StoreUnavailable, match="no answer from PostgreSQL within 3 s"):
                 await store.get(first.id)  # a pooled connection: no answer
-            with pytest.raises(StoreUnavailable, match="from PostgreSQL within 1 s"):
-                await store.accept(rows.new())  # a new connection: none
+            with pytest.raises(StoreUnavailable, match="no connection from PostgreSQL within 3 s"):
+                await store.accept(rows.new())  # the writer: its idle ping, then a new one
         proxy.send_signal(signal.SIGCONT)
 
         row = await store.get(first.id)  # the given-up connections replaced
@@ -109,7 +109,7 @@ async def test_a_gateway_whose_database_stops_answering_answers_503_and_recovers
     fresh_db: str, redis_url: str, make_cluster: MakeCluster, proxy_to: ProxyTo
 ) -> None:
     proxied_url, proxy = proxy_to(fresh_db)
-    cluster = make_cluster(proxied_url, redis_url, TETHER_TIMERS__STORE_DEADLINE="1")
+    cluster = make_cluster(proxied_url, redis_url, TETHER_TIMERS__STORE_DEADLINE="3")
     gateway, base = cluster.start_gateway()
     async with api_for(base, request_limit=HANG_GUARD) as api:
         invocation_id = new_id()
@@ -121,7 +121,7 @@ async def test_a_gateway_whose_database_stops_answering_answers_503_and_recovers
         assert status == 503 and answer["error"]["code"] == "overloaded", answer
         status, answer = await api.post({"id": new_id(), "input": {}, "background": True})
         assert status == 503 and answer["error"]["code"] == "overloaded", answer
-        assert log_has(gateway, "from PostgreSQL within 1 s (timers.store_deadline)")
+        assert log_has(gateway, "from PostgreSQL within 3 s (timers.store_deadline)")
         proxy.send_signal(signal.SIGCONT)
 
         status, answer = await api.get(invocation_id)
