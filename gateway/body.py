@@ -39,7 +39,12 @@ def read_body(authenticated_first: Collection[Handler]) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.body_exists and request.match_info.route.handler in authenticated_first:
-            request.app[AUTH].owner(request)  # 401 / 400 before a byte of the body is read
+            try:
+                request.app[AUTH].owner(request)  # 401 / 400 before a byte of the body is read
+            except ApiError as refused:
+                response = refused.response()
+                response.force_close()  # else aiohttp reads the unread body to its end
+                return response
         return await read_then_handle(request, handler)
 
     return middleware
