@@ -266,7 +266,7 @@ class Runtime:
             if running.stop_reason is None:
                 return unstopped_cancel(claim.invocation_id, exc)
             return stopped_outcome(running.stop_reason)
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the run's end, not the loop's
+        except BaseException as exc:  # noqa: BLE001 (whatever the handler raised: its run ends)
             if running.limits.exceeded is None:
                 return handler_failed(claim.invocation_id, exc)
         finally:

@@ -132,17 +132,25 @@ async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
     assert superseded is not None and superseded.status is Status.ACTIVE
 
 
+class OwnBaseException(BaseException):
+    """A library's own (gevent's Timeout, pytest's outcomes): not an Exception."""
+
+
+@pytest.mark.parametrize("in_step", [True, False], ids=["step", "body"])
 @pytest.mark.parametrize(
-    "raised", [SystemExit("usage: tool [-h]"), KeyboardInterrupt()], ids=["exit", "interrupt"]
+    "raised",
+    [SystemExit("usage: tool [-h]"), KeyboardInterrupt(), OwnBaseException()],
+    ids=["exit", "interrupt", "own"],
 )
 async def test_a_handler_that_calls_sys_exit_fails_its_run_and_not_the_process(
-    store: BlippingStore, raised: BaseException
+    store: BlippingStore, raised: BaseException, in_step: bool
 ) -> None:
     """``sys.exit`` in a handler (or in a library it calls with the user's input: argparse on a
     bad command line) fails that run; it once left the event loop, stopping ``tether dev``. So
     does a KeyboardInterrupt a step's function raises (a real Ctrl-C reaches the servers as a
     signal, never inside a handler): it stopped ``tether dev``, and a worker's event loop while
-    its process lived on, every attempt it held left ``active`` and nothing claimed again."""
+    its process lived on, every attempt it held left ``active`` and nothing claimed again. Any
+    other BaseException ended the attempt with no outcome, recovered until its limit."""
     app = AgentApp()
 
     def explode() -> None:
@@ -150,7 +158,9 @@ async def test_a_handler_that_calls_sys_exit_fails_its_run_and_not_the_process(
 
     @app.invoke
     async def invoke(input: Any, ctx: InvocationContext) -> Any:
-        await ctx.step("explode", explode)
+        if in_step:
+            await ctx.step("explode", explode)
+        explode()
 
     runtime = runtime_for(store, app)
     invocation_id = await submitted(store)
