@@ -316,6 +316,7 @@ async def test_a_whole_answer_whose_tool_calls_are_not_a_list_keeps_its_text(
         "<html><body>Sign in</body></html>",
         '{"error_code": "BAD_GATEWAY"}',
         "data: <html>\n\n",
+        'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
         "",
     ],
 )

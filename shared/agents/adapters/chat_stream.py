@@ -21,7 +21,7 @@ from tether.agents.types import (
     message_delta,
     thinking,
 )
-from tether.jsonvalue import MAX_DEPTH, deeper_than, dumps
+from tether.jsonvalue import MAX_DEPTH, deeper_than, dumps, may_nest_deeper
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def wire_json(text: str) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    if text.count("[") + text.count("{") > MAX_DEPTH and deeper_than(value, MAX_DEPTH):
+    if may_nest_deeper(text) and deeper_than(value, MAX_DEPTH):
         raise ValueError("JSON nested too deeply")
     return value
 
@@ -131,7 +131,8 @@ class ChatDeltaParser:
     """Accumulates one streamed completion: text, reasoning, tool calls keyed by ``index`` and
     the usage the endpoint reported. An endpoint that answers with one JSON completion instead
     of a stream is read whole when the body ends (:meth:`finish`). ``answered`` says whether any
-    of the body was an answer: a chunk that parsed, ``[DONE]``, or a whole completion."""
+    of the body was an answer: a chunk of a completion (``choices`` or ``usage``), ``[DONE]``,
+    or a whole completion; a streamed ``{"error": ...}`` is none."""
 
     max_text_chars: int = MAX_STREAM_TEXT_CHARS
     max_argument_chars: int = MAX_TOOL_ARGUMENTS_CHARS
@@ -159,7 +160,8 @@ class ChatDeltaParser:
         except ValueError:
             log.debug("skipping a malformed chat-completions chunk")
             return []
-        self.answered = True
+        if isinstance(payload, dict) and ("choices" in payload or "usage" in payload):
+            self.answered = True  # a chunk of a completion: not a streamed error object
         return self.feed(payload)
 
     def _keep(self, line: str) -> None:
