@@ -55,16 +55,18 @@ another writer's."""
 
 
 CONTINUATION = "  "  # begins every line of a record after its first
+_MOVES = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")  # all but tab and \n
 
 
 def fenced(text: str) -> str:
     """A formatted record whose every line after the first begins with :data:`CONTINUATION`,
-    and whose carriage returns (a terminal's way back to a line's start) are written ``\\r``:
-    text from outside (a handler's exception message quoting its input, a tool's error) then
-    cannot begin a line that reads as a record of its own, with a time and a level."""
-    if "\n" not in text and "\r" not in text:
-        return text
-    return text.replace("\r", "\\r").replace("\n", "\n" + CONTINUATION)
+    and whose other characters that move a terminal's cursor or break a line for some reader
+    (a carriage return, an escape, U+2028) are written as escapes (``\\r``, ``\\x1b``): text
+    from outside (a handler's exception message quoting its input) cannot begin a line that
+    reads as a record of its own, with a time and a level."""
+    if _MOVES.search(text) is not None:
+        text = _MOVES.sub(lambda m: repr(m.group())[1:-1], text)
+    return text.replace("\n", "\n" + CONTINUATION) if "\n" in text else text
 
 
 DIRECT_FIELDS = frozenset({"asctime", "levelname", "process", "name", "message", "threadName"})
@@ -336,9 +338,6 @@ def log_line(
 class DirectInfo(logging.LoggerAdapter[logging.Logger]):
     """A module's logger whose ``info`` lines go through :func:`log_line`: for the modules that
     log a line or two per request or attempt. Everything else is the logger's own."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        super().__init__(logger)
 
     def info(self, msg: object, *args: object, **kwargs: Any) -> None:
         if kwargs or not isinstance(msg, str):

@@ -221,7 +221,7 @@ RECORD_START = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \d+ ")
 
 
 def test_text_from_outside_cannot_begin_a_line_that_reads_as_a_record() -> None:
-    forged = "bad input\n2026-12-07 10:00:00,000 INFO 1 tether.gateway: all clear\rok"
+    forged = "bad\n2026-12-07 10:00:00,000 INFO 1 tether.gateway: all clear\rok\x1b[1G\u2028!"
     formatter = LineFormatter()
     try:
         raise ValueError(forged)
@@ -238,4 +238,5 @@ def test_text_from_outside_cannot_begin_a_line_that_reads_as_a_record() -> None:
         first, *rest = text.split("\n")
         assert RECORD_START.match(first)
         assert rest and all(line.startswith("  ") for line in rest), text
-        assert "\r" not in text and "all clear\\rok" in text
+        assert "\r" not in text and "\x1b" not in text and "\u2028" not in text
+        assert "all clear\\rok\\x1b[1G\\u2028!" in text
