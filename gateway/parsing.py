@@ -16,7 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from tether.errors import ErrorCode
 from tether.gateway.models import MAX_CURSOR, Cursor
 from tether.gateway.responses import ApiError
-from tether.jsonvalue import MAX_DEPTH, InvalidJson, deeper_than, loads
+from tether.jsonvalue import MAX_DEPTH, InvalidJson, deeper_than, loads, may_nest_deeper
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -60,11 +60,6 @@ async def read_json(request: web.Request) -> Any:
     if may_nest_deeper(raw) and deeper_than(value, MAX_DEPTH):
         raise ApiError(ErrorCode.INVALID_REQUEST, status=400, message=TOO_DEEP)
     return value
-
-
-def may_nest_deeper(raw: bytes) -> bool:
-    """A cheap bound: fewer opening brackets than the limit cannot nest past it."""
-    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
 
 
 def validated(model: type[M], data: Any, what: str = "body") -> M:

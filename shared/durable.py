@@ -244,13 +244,6 @@ class Durable:
         raise Suspend
 
 
-def _is_seconds(value: object) -> bool:
-    """Whether ``value`` is a number of seconds (an int or a float, not a bool): a string or
-    None is refused as an :class:`DurableUsageError`, not as a ``TypeError`` of the comparison.
-    NaN passes here and fails the range check."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Await an async function; run a sync one on a thread so it cannot stall the loop."""
     if inspect.iscoroutinefunction(fn):

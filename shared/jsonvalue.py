@@ -49,6 +49,14 @@ NOT_JSON = "body is not valid JSON"
 DIGITS_MESSAGE = f"integers of more than {sys.get_int_max_str_digits()} digits are not supported"
 
 
+def may_nest_deeper(text: str | bytes) -> bool:
+    """A cheap bound before :func:`deeper_than`: a text with fewer opening brackets than
+    :data:`MAX_DEPTH` cannot nest past it."""
+    if isinstance(text, bytes):
+        return text.count(b"[") + text.count(b"{") > MAX_DEPTH
+    return text.count("[") + text.count("{") > MAX_DEPTH
+
+
 def finite_number(value: object) -> bool:
     """Whether ``value`` is a finite number: an int or a float, not a bool, not NaN or an
     infinity, and not a whole number past a float's range (JSON's or YAML's ``1`` followed by 400
