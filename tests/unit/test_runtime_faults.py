@@ -132,6 +132,16 @@ async def test_an_attempt_stopped_before_its_handler_began_never_runs_it(
     assert superseded is not None and superseded.status is Status.ACTIVE
 
 
+async def assert_run_fails(store: BlippingStore, app: AgentApp) -> None:
+    """One invocation of ``app`` run to its end: failed, as a handler's exception fails it."""
+    runtime = runtime_for(store, app)
+    invocation_id = await submitted(store)
+    await ran(runtime, invocation_id)
+    done = await store.get(invocation_id)
+    assert done is not None and done.status is Status.FAILED
+    assert done.error_code == "invocation_failed"
+
+
 class OwnBaseException(BaseException):
     """A library's own (gevent's Timeout, pytest's outcomes): not an Exception."""
 
@@ -162,12 +172,7 @@ async def test_a_handler_that_calls_sys_exit_fails_its_run_and_not_the_process(
             await ctx.step("explode", explode)
         explode()
 
-    runtime = runtime_for(store, app)
-    invocation_id = await submitted(store)
-    await ran(runtime, invocation_id)
-    done = await store.get(invocation_id)
-    assert done is not None and done.status is Status.FAILED
-    assert done.error_code == "invocation_failed"
+    await assert_run_fails(store, app)
 
 
 async def test_a_cancelled_error_of_the_handlers_own_fails_its_run(store: BlippingStore) -> None:
@@ -183,12 +188,7 @@ async def test_a_cancelled_error_of_the_handlers_own_fails_its_run(store: Blippi
     async def invoke(input: Any, ctx: InvocationContext) -> Any:
         await ctx.step("explode", explode)
 
-    runtime = runtime_for(store, app)
-    invocation_id = await submitted(store)
-    await ran(runtime, invocation_id)
-    done = await store.get(invocation_id)
-    assert done is not None and done.status is Status.FAILED
-    assert done.error_code == "invocation_failed"
+    await assert_run_fails(store, app)
 
 
 def test_a_stop_signal_repeated_at_once_counts_once_and_later_means_exit_now(
