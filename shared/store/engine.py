@@ -160,7 +160,8 @@ class Database:
     async def _lent(self, engine: AsyncEngine, **options: Any) -> AsyncIterator[DirectConnection]:
         """A connection of ``engine``'s pool with the execution ``options``, for as long as
         :attr:`deadline` allows. The wait for it is cancelled at the deadline (no statement
-        runs yet); a statement on it is not (:meth:`.DirectConnection.expire`)."""
+        runs yet but an idle connection's ping, which has a shorter guard of its own:
+        :mod:`.idleping`); a statement on it is not (:meth:`.DirectConnection.expire`)."""
         if not self.deadline:
             async with engine.connect() as conn:
                 if options:
