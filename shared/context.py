@@ -94,7 +94,11 @@ class InvocationContext:
         self._sink = sink
         self._max_event_bytes = max_event_bytes
         self._durable = Durable(
-            sink, invocation_id, recorded or Recorded(), inline_sleep_max=inline_sleep_max
+            sink,
+            invocation_id,
+            recorded or Recorded(),
+            inline_sleep_max=inline_sleep_max,
+            max_shown_bytes=max_event_bytes,
         )
         self._budget = budget
         self.tenant = tenant

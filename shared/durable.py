@@ -34,6 +34,7 @@ T = TypeVar("T")
 WAIT_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 MAX_STEP_NAME = 256
 SLEEP_PREFIX = "sleep#"
+"""Names of durable sleeps (``sleep#1``, ``sleep#2``, ...): no step's name starts with it."""
 MAX_WAIT_SECONDS = 100 * 365 * 86_400.0
 """The longest durable sleep or wait timeout (a wake-up time must be a date the clock can show)."""
 
@@ -97,12 +98,14 @@ class Durable:
         recorded: Recorded,
         *,
         inline_sleep_max: float,
+        max_shown_bytes: int = 1024 * 1024,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._sink = sink
         self._invocation_id = invocation_id
         self._recorded = recorded
         self._inline_sleep_max = inline_sleep_max
+        self._max_shown_bytes = max_shown_bytes
         self._clock = clock or asyncio.get_running_loop().time
         self._read_at = self._clock()
         self._used: set[str] = set()
@@ -161,6 +164,10 @@ class Durable:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
             raise DurableUsageError(f"a step name is a string of 1 to {MAX_STEP_NAME} characters")
         dumps(name)  # JSON-safe: no NUL, no lone surrogate
+        if name.startswith(SLEEP_PREFIX):
+            raise DurableUsageError(
+                f"step names starting with {SLEEP_PREFIX!r} are the durable sleeps': {name!r}"
+            )
         self._claim_name(name)
         record = self._recorded.steps.get(name)
         if record is not None:  # (inside a step, a record an earlier version made alone)
@@ -231,7 +238,12 @@ class Durable:
                 raise WaitTimeout(name)
             return record.value
         shown = {**(details or {}), "prompt": prompt}
-        dumps(shown)
+        size = len(dumps(shown).encode())
+        if size > self._max_shown_bytes:  # run.waiting and every status read carry it
+            raise DurableUsageError(
+                f"wait {name!r}: its prompt and details are {size:,} bytes of JSON, over "
+                f"limits.max_event_bytes ({self._max_shown_bytes:,})"
+            )
         await self._park(NewWait(name, WaitKind.INPUT, shown, timeout))
 
     async def _park(self, wait: NewWait) -> None:

@@ -83,6 +83,27 @@ async def test_a_step_name_used_twice_in_one_run_is_an_error() -> None:
         await ctx.step("a", lambda: 2)
 
 
+async def test_a_step_may_not_take_a_durable_sleeps_name() -> None:
+    ctx = attempt(Sink())
+    with pytest.raises(DurableUsageError, match="durable sleeps"):
+        await ctx.step("sleep#1", lambda: 1)
+    await ctx.step("sleep 1", lambda: 1)  # only the prefix is reserved
+    with pytest.raises(Suspend):  # the first durable sleep still has its name
+        await ctx.sleep(30)
+
+
+async def test_a_wait_whose_prompt_and_details_exceed_the_event_cap_is_refused() -> None:
+    sink = Sink()
+    ctx = InvocationContext(
+        invocation_id="inv-1", session_id=None, attempt=1, sink=sink, max_event_bytes=1000
+    )
+    with pytest.raises(DurableUsageError, match=r"'big'.*over limits.max_event_bytes \(1,000\)"):
+        await ctx.wait_for_input("big", prompt="x" * 600, details={"more": "y" * 400})
+    assert sink.parks == []  # nothing was parked
+    with pytest.raises(Suspend):
+        await ctx.wait_for_input("small", prompt="x" * 600)
+
+
 async def test_step_key_is_stable_per_invocation_and_name_and_only_set_inside_a_step() -> None:
     ctx, keys = attempt(Sink()), []
 
