@@ -4,9 +4,9 @@ request models here only describe them in ``/openapi.json``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr, WithJsonSchema
 
 from tether.gateway.models import STRICT, Timestamp
 from tether.outcomes import iso_utc
@@ -15,6 +15,7 @@ from tether.store.tenants import (
     MIN_BUDGET_PERIOD,
     MIN_RATE,
     MIN_WEIGHT,
+    ON_BUDGET,
     OpenCounts,
     TenantLimits,
     TenantRow,
@@ -22,6 +23,13 @@ from tether.store.tenants import (
 
 Count = Annotated[StrictInt, Field(ge=0)]
 Number = StrictInt | StrictFloat
+ALWAYS_SET = "Cannot be lifted: null is refused (422)."
+"""Of a limit that always has a value: its field takes null only so that the store's own check
+answers it (``tether.store.tenants``), and the schema shows it as never null, with no default."""
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # (None, which the type shown does not take)
 
 
 class LimitsView(BaseModel):
@@ -53,7 +61,9 @@ class LimitsChange(BaseModel):
 
     model_config = STRICT
 
-    weight: Number | None = Field(None, ge=MIN_WEIGHT)
+    weight: Annotated[Number | None, WithJsonSchema({"type": "number", "minimum": MIN_WEIGHT})] = (
+        Field(None, ge=MIN_WEIGHT, description=ALWAYS_SET, json_schema_extra=_no_default)
+    )
     max_active: Count | None = None
     max_queued: Count | None = None
     rate: Number | None = Field(None, ge=MIN_RATE, le=MAX_RATE)
@@ -61,8 +71,12 @@ class LimitsChange(BaseModel):
     tokens_per_invocation: Count | None = None
     tokens_per_period: Count | None = None
     cost_per_period: Number | None = Field(None, ge=0)
-    budget_period: Number | None = Field(None, ge=MIN_BUDGET_PERIOD)
-    on_budget: StrictStr | None = Field(None, description="fail or park")
+    budget_period: Annotated[
+        Number | None, WithJsonSchema({"type": "number", "minimum": MIN_BUDGET_PERIOD})
+    ] = Field(None, ge=MIN_BUDGET_PERIOD, description=ALWAYS_SET, json_schema_extra=_no_default)
+    on_budget: Annotated[
+        StrictStr | None, WithJsonSchema({"type": "string", "enum": list(ON_BUDGET)})
+    ] = Field(None, description=f"fail or park. {ALWAYS_SET}", json_schema_extra=_no_default)
 
 
 class OpenCountsView(BaseModel):

@@ -62,6 +62,15 @@ def test_ids_are_uuids_and_cursors_integers() -> None:
     assert {"type": "integer"} in page["anyOf"]
 
 
+def test_a_limit_that_cannot_be_lifted_is_not_shown_nullable() -> None:
+    change = build_openapi()["components"]["schemas"]["LimitsChange"]["properties"]
+    for field in ("weight", "budget_period", "on_budget"):
+        assert "anyOf" not in change[field] and "default" not in change[field], field
+        assert "null is refused" in change[field]["description"]
+    assert change["on_budget"]["enum"] == ["fail", "park"]
+    assert {"type": "null"} in change["max_active"]["anyOf"]  # null lifts this one
+
+
 def test_every_refusal_the_gateway_makes_is_described() -> None:
     doc = build_openapi()
     post = doc["paths"]["/api/invocations"]["post"]["responses"]
