@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.recovery import APP, holding_pid, query, settled, submit, timers_for, wait
+from bench.recovery_app import APP, holding_pid, query, settled, submit, timers_for, wait
 
 SLOTS = 4
 NOW = "SELECT extract(epoch from clock_timestamp())::float8"
