@@ -240,3 +240,31 @@ async def test_an_ephemeral_turns_failed_delete_leaves_its_own_error_standing(
     assert "its ephemeral thread was not deleted (StoreError)" in caplog.text
     monkeypatch.undo()
     assert await thread_messages_of(client, thread) is not None
+
+
+async def test_a_turn_says_it_completed_only_once_its_answer_is_in_its_thread(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is written before the stream's ``response.completed`` (the reference
+    persists it before ``finalize()``): a turn whose answer cannot be written fails, and its
+    stream says so instead of having said it completed."""
+    store = client.app[SERVICES].store
+    append = store.threads.append
+
+    async def unavailable(*args: Any, **kwargs: Any) -> bool:
+        if kwargs.get("create") is False:  # the answer (a turn's user messages may create)
+            raise StoreError("the database went away")
+        return bool(await append(*args, **kwargs))
+
+    monkeypatch.setattr(store.threads, "append", unavailable)
+    _, frames = await chat(client, "hello")
+    assert await status_of(client, meta(frames)["streamId"]) == "failed"
+    assert [f["event"] for f in frames][-2:] == ["error", "response.failed"]
+    monkeypatch.undo()
+    _, frames = await chat(client, "hello again", threadId=meta(frames)["threadId"])
+    assert frames[-1]["event"] == "response.completed"
+    assert await thread_messages_of(client, meta(frames)["threadId"]) == [
+        ("user", "hello"),
+        ("user", "hello again"),
+        ("assistant", "hello|hello again"),
+    ]
