@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from tests.agents.agent_server import (
     ALICE,
     Counter,
+    agent_app,
     chat,
     meta,
     parse_sse,
@@ -24,10 +25,13 @@ from tests.agents.agent_server import (
     wait_for,
     wipe,
 )
+from tests.openapi_check import checked_trace
 from tether.agents import AgentRegistry, ScriptedModel, build_agent_app, create_agent
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.types import AgentInput, TurnItem
+from tether.cli.compose import dev_app
 from tether.gateway.keys import SERVICES
+from tether.settings import load_settings
 from tether.store.errors import StoreError
 from tether.store.schema import invocations, thread_messages
 
@@ -268,3 +272,34 @@ async def test_a_turn_says_it_completed_only_once_its_answer_is_in_its_thread(
         ("user", "hello again"),
         ("assistant", "hello|hello again"),
     ]
+
+
+async def test_a_trimmed_history_never_opens_with_an_answer_whose_question_was_trimmed(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """The thread keeps its newest ``max_thread_messages``, so the oldest kept may be an
+    answer whose question was trimmed (an odd cap, as here, or an earlier turn without an
+    answer): the model is not shown it (chat APIs such as Anthropic's refuse a conversation
+    that opens with the assistant)."""
+    counter = Counter()
+    settings = load_settings(
+        None,
+        embedded_path=str(tmp_path / "trimmed.db"),
+        agents={"max_thread_messages": 3},
+        auth={"mode": "forwarded", "trusted_proxies": ["127.0.0.1"]},
+    )
+    client = await aiohttp_client(
+        dev_app(settings, agent_app(counter)), trace_configs=[checked_trace()]
+    )
+    _, frames = await chat(client, "one")
+    thread = meta(frames)["threadId"]
+    _, frames = await chat(client, "two", threadId=thread)
+    assert await thread_messages_of(client, thread) == [
+        ("assistant", "one"),
+        ("user", "two"),
+        ("assistant", "one|two"),
+    ]
+    _, frames = await chat(client, "three", threadId=thread)
+    shown = [(m.role, m.content) for m in counter.requests[-1].messages[1:]]
+    assert shown == [("user", "two"), ("assistant", "one|two"), ("user", "three")]
+    assert text_of(frames) == "two|three"
