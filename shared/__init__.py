@@ -7,11 +7,12 @@
 from tether.app import AgentApp, InputCheck, InputRejected
 from tether.context import InvocationContext, LimitExceeded, RequestAuth
 from tether.credentials import UserAuthUnavailable
-from tether.durable import StepFailed, WaitTimeout
+from tether.durable import MAX_WAIT_SECONDS, StepFailed, WaitTimeout
 from tether.thread import SessionThread, ThreadTurn
 from tether.usage import BudgetExceeded, ModelPrice, ModelUsage
 
 __all__ = [
+    "MAX_WAIT_SECONDS",
     "AgentApp",
     "BudgetExceeded",
     "InputCheck",

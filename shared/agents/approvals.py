@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from tether import WaitTimeout
+from tether import MAX_WAIT_SECONDS, WaitTimeout
 from tether.agents.types import AgentEvent, ToolAnnotations
 from tether.jsonvalue import finite_number
 
@@ -45,9 +45,19 @@ def requires_approval(annotations: ToolAnnotations | None) -> bool:
 
 def checked_timeout(value: Any, where: str) -> float | None:
     """A usable approval timeout in seconds, or None (use the default) with a warning when the
-    value is not a finite number of at least one second (spec §4.6: replaced, not clamped)."""
+    value is not a finite number of at least one second (spec §4.6: replaced, not clamped).
+    Longer than a durable wait may be (``MAX_WAIT_SECONDS``, 100 years) is that, with a
+    warning: the wait would refuse it, failing the run at its first gated call."""
     if value is None:
         return None
+    if finite_number(value) and value > MAX_WAIT_SECONDS:
+        log.warning(
+            "%s: approval timeout %r is longer than a durable wait may be; using %g",
+            where,
+            value,
+            MAX_WAIT_SECONDS,
+        )
+        return MAX_WAIT_SECONDS
     if finite_number(value) and value >= MIN_TIMEOUT_S:
         return float(value)
     log.warning(

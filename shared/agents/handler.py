@@ -155,8 +155,8 @@ async def run_invocation(registry: AgentRegistry, value: Any, ctx: InvocationCon
     except Exception:  # not a park (Suspend) or a cancel: those are BaseExceptions
         await forget_after_failure(ctx, agent)
         raise
+    await remember(ctx, agent, asked, final.text)  # before "complete", as the reference does
     await ctx.emit(status("complete"))
-    await remember(ctx, agent, asked, final.text)
     return _result(final, 1 + len(earlier))
 
 

@@ -41,9 +41,12 @@ async def begin(
 
     turns = await ctx.step(HISTORY_STEP, read)
     await ctx.step(ASKED_STEP, write)
-    return [
+    earlier = [
         Message("assistant" if t["role"] == "assistant" else "user", t["content"]) for t in turns
     ]
+    while earlier and earlier[0].role == "assistant":  # an answer whose question was trimmed:
+        earlier.pop(0)  # many chat APIs refuse a conversation that opens with the assistant
+    return earlier
 
 
 async def remember(

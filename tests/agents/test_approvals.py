@@ -28,7 +28,7 @@ from tether.agents.approvals import DEFAULT_TIMEOUT_S, approval_id
 from tether.agents.definitions import AgentDefinition
 from tether.agents.types import ToolAnnotations, ToolEffect
 from tether.app import AgentApp
-from tether.durable import WAIT_NAME
+from tether.durable import MAX_WAIT_SECONDS, WAIT_NAME
 from tether.store.journal import Resolution, WaitKind
 
 DENIED = "Tool execution denied by user approval gate (tool: delete_file)."
@@ -341,6 +341,18 @@ def test_a_timeout_under_a_second_or_not_finite_is_replaced_by_the_default(
     agent, _ = janitor(Tools(), approval_timeout_s=bad)
     assert agent.approval_timeout_s is None
     assert caplog.text.count("approval timeout") == 2
+
+
+async def test_a_timeout_longer_than_a_durable_wait_is_the_longest_wait_not_a_failed_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A wait refuses a timeout over MAX_WAIT_SECONDS: taken as is, the run would fail at its
+    first gated call."""
+    assert ApprovalPolicy(timeout_s=1e12).timeout_s == MAX_WAIT_SECONDS
+    agent, _ = janitor(Tools(), approval_timeout_s=1e10)
+    assert agent.approval_timeout_s == MAX_WAIT_SECONDS
+    assert await parked_timeout(agent) == MAX_WAIT_SECONDS
+    assert caplog.text.count("longer than a durable wait") == 2
 
 
 def test_markdown_agents_set_their_approval_timeout_in_front_matter(

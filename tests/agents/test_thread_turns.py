@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from tests.agents.agent_server import (
     ALICE,
     Counter,
+    agent_app,
     chat,
     meta,
     parse_sse,
@@ -24,10 +25,13 @@ from tests.agents.agent_server import (
     wait_for,
     wipe,
 )
+from tests.openapi_check import checked_trace
 from tether.agents import AgentRegistry, ScriptedModel, build_agent_app, create_agent
 from tether.agents.adapters.scripted import ScriptedTurn
 from tether.agents.types import AgentInput, TurnItem
+from tether.cli.compose import dev_app
 from tether.gateway.keys import SERVICES
+from tether.settings import load_settings
 from tether.store.errors import StoreError
 from tether.store.schema import invocations, thread_messages
 
@@ -240,3 +244,62 @@ async def test_an_ephemeral_turns_failed_delete_leaves_its_own_error_standing(
     assert "its ephemeral thread was not deleted (StoreError)" in caplog.text
     monkeypatch.undo()
     assert await thread_messages_of(client, thread) is not None
+
+
+async def test_a_turn_says_it_completed_only_once_its_answer_is_in_its_thread(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is written before the stream's ``response.completed`` (the reference
+    persists it before ``finalize()``): a turn whose answer cannot be written fails, and its
+    stream says so instead of having said it completed."""
+    store = client.app[SERVICES].store
+    append = store.threads.append
+
+    async def unavailable(*args: Any, **kwargs: Any) -> bool:
+        if kwargs.get("create") is False:  # the answer (a turn's user messages may create)
+            raise StoreError("the database went away")
+        return bool(await append(*args, **kwargs))
+
+    monkeypatch.setattr(store.threads, "append", unavailable)
+    _, frames = await chat(client, "hello")
+    assert await status_of(client, meta(frames)["streamId"]) == "failed"
+    assert [f["event"] for f in frames][-2:] == ["error", "response.failed"]
+    monkeypatch.undo()
+    _, frames = await chat(client, "hello again", threadId=meta(frames)["threadId"])
+    assert frames[-1]["event"] == "response.completed"
+    assert await thread_messages_of(client, meta(frames)["threadId"]) == [
+        ("user", "hello"),
+        ("user", "hello again"),
+        ("assistant", "hello|hello again"),
+    ]
+
+
+async def test_a_trimmed_history_never_opens_with_an_answer_whose_question_was_trimmed(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """The thread keeps its newest ``max_thread_messages``, so the oldest kept may be an
+    answer whose question was trimmed (an odd cap, as here, or an earlier turn without an
+    answer): the model is not shown it (chat APIs such as Anthropic's refuse a conversation
+    that opens with the assistant)."""
+    counter = Counter()
+    settings = load_settings(
+        None,
+        embedded_path=str(tmp_path / "trimmed.db"),
+        agents={"max_thread_messages": 3},
+        auth={"mode": "forwarded", "trusted_proxies": ["127.0.0.1"]},
+    )
+    client = await aiohttp_client(
+        dev_app(settings, agent_app(counter)), trace_configs=[checked_trace()]
+    )
+    _, frames = await chat(client, "one")
+    thread = meta(frames)["threadId"]
+    _, frames = await chat(client, "two", threadId=thread)
+    assert await thread_messages_of(client, thread) == [
+        ("assistant", "one"),
+        ("user", "two"),
+        ("assistant", "one|two"),
+    ]
+    _, frames = await chat(client, "three", threadId=thread)
+    shown = [(m.role, m.content) for m in counter.requests[-1].messages[1:]]
+    assert shown == [("user", "two"), ("assistant", "one|two"), ("user", "three")]
+    assert text_of(frames) == "two|three"

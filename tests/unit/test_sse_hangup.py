@@ -7,8 +7,10 @@ a handler whose client hung up) and raw sockets.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +18,8 @@ import aiohttp
 from tests.inprocess import served
 from tests.rawhttp import RawConnection, complete_events, dechunk, request
 from tests.unit.test_sse_limits import eventually, start
+from tether.agents import AgentRegistry, build_agent_app, create_agent
+from tether.agents.types import AgentInput, TurnItem, message_delta
 from tether.gateway.keys import STREAMS
 
 QUIET = {"ping_interval": 15.0}
@@ -158,3 +162,50 @@ async def test_a_stream_asked_to_close_its_connection_does_not_say_keep_alive(
         reader.close()
     assert head.status == 200 and head.headers["connection"] == "close", head
     assert [e.type for e in complete_events(dechunk(body).decode())][-1] == "run.completed"
+
+
+class Stalled:
+    """A model whose turn never ends: the run stays running."""
+
+    name = "stalled"
+    accepts_extensions: frozenset[str] = frozenset()
+    consumes_input_tools = True
+
+    async def turn(self, request: AgentInput) -> AsyncGenerator[TurnItem, None]:
+        await asyncio.Event().wait()
+        yield message_delta("never")  # pragma: no cover - the turn never gets here
+
+
+async def test_a_sync_responses_caller_that_hangs_up_stops_waiting_before_its_sync_timeout(
+    tmp_path: Path,
+) -> None:
+    """``POST /api/agents/invocations`` without ``stream`` waits as a sync POST does."""
+    agent = create_agent("stalled", "Stalls.", model=Stalled(), default=True)
+    app = build_agent_app(AgentRegistry.of([agent]))
+    async with (
+        served(tmp_path, app, timers={"sync_timeout": 300}) as server,
+        aiohttp.ClientSession(server.base) as client,
+    ):
+        payload = json.dumps({"input": "hello"})
+        head = request(
+            "POST",
+            "/api/agents/invocations",
+            {"Content-Type": "application/json", "Content-Length": str(len(payload))},
+        )
+        caller = await RawConnection.open(server.base)
+        await caller.send(head + payload.encode())
+
+        async def waiting() -> bool:
+            return bool(server.app[STREAMS])
+
+        await eventually(waiting, "the sync caller to wait")
+        caller.close()
+
+        async def stopped() -> bool:
+            return not server.app[STREAMS]
+
+        await eventually(stopped, "the wait to end", within=PROMPTLY)
+        async with client.get("/api/invocations", params={"status": "active"}) as r:
+            running = (await r.json())["data"]
+        for invocation in running:
+            await client.post(f"/api/invocations/{invocation['id']}/cancel", json={})
