@@ -20,7 +20,7 @@ from tether.outcomes import started_data
 from tether.pubsub import PubSub, publish_events
 from tether.store.journal import CancelPending, NewWait
 from tether.store.parks import ParkRequest, ParkResult
-from tether.store.schema import RESUME, Claim
+from tether.store.schema import RESUME, Claim, Status
 from tether.store.store import (
     AppendRequest,
     NewEvent,
@@ -79,6 +79,7 @@ class EventBatches:
     async def _write(
         self, writers: list[EventWriter]
     ) -> list[list[Event] | Superseded | StoreError]:
+        await self.drop_stored(writers)
         taken = [writer.take_buffer() for writer in writers]
         try:
             results = await self._store.append_many(
@@ -94,8 +95,23 @@ class EventBatches:
             if not isinstance(result, list):
                 writer.put_back(events)
             else:
+                writer.stored(result)
                 publish_events(self._pubsub, writer.invocation_id, result)
         return results
+
+    async def drop_stored(self, writers: list[EventWriter]) -> None:
+        """A write that failed may have committed all the same (the connection lost during its
+        commit, or the commit given up at ``timers.store_deadline``): the writers it failed
+        drop what their log now holds past what they knew stored, so nothing is written twice
+        and the cursors stay those ``emit`` returned. A write that was refused (superseded)
+        committed nothing and is left alone."""
+        unsure = [writer for writer in writers if writer.unsure]
+        if not unsure:
+            return
+        rows = await self._store.get_many([writer.invocation_id for writer in unsure])
+        for writer, row in zip(unsure, rows, strict=True):
+            if row is not None and row.attempt == writer.attempt and row.status is Status.ACTIVE:
+                writer.drop_stored(row.last_event_id)
 
 
 class EventWriter:
@@ -115,6 +131,10 @@ class EventWriter:
         self._pubsub = pubsub
         self._claim = claim
         self._next_cursor = claim.started_cursor
+        self._stored_cursor = claim.started_cursor
+        """The last cursor known stored: a write's events follow it."""
+        self.unsure = False
+        """A write failed: it may have committed (:meth:`EventBatches.drop_stored`)."""
         self._buffer: list[NewEvent] = []
         self._writing: asyncio.Future[list[Event]] | None = None
         """This writer's place in the next (or the running) batch."""
@@ -185,6 +205,26 @@ class EventWriter:
     def put_back(self, events: list[NewEvent]) -> None:
         """``events`` were not stored: they come before whatever was emitted since."""
         self._buffer = events + self._buffer
+        self.unsure = True
+
+    def stored(self, events: list[Event]) -> None:
+        """A write of this writer's events committed."""
+        if events:
+            self._stored_cursor = events[-1].cursor
+        self.unsure = False
+
+    def drop_stored(self, last_event_id: int) -> None:
+        """The log holds events up to ``last_event_id`` under this attempt: those of the buffer
+        already there were written by a write that seemed to fail."""
+        written = max(0, last_event_id - self._stored_cursor)
+        if written:
+            del self._buffer[:written]
+            self._stored_cursor = last_event_id
+        self.unsure = False
+
+    @property
+    def attempt(self) -> int:
+        return self._claim.attempt
 
     @property
     def invocation_id(self) -> str:
@@ -207,6 +247,8 @@ class EventWriter:
         self._handing_over = True
         while self._writing is not None:
             await self._settled(self._writing)
+        if self.unsure:
+            await self._retrying("writing events", lambda: self._batches.drop_stored([self]))
         return self.take_buffer()
 
     async def _settled(self, writing: asyncio.Future[list[Event]]) -> None:

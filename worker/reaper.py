@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tether import loops
 from tether.errors import ErrorCode
@@ -23,7 +23,7 @@ from tether.services import Services
 from tether.settings import Settings
 from tether.store.errors import StoreError
 from tether.store.schema import StaleAttempt
-from tether.store.store import FinishRequest, Superseded
+from tether.store.store import Finished, FinishRequest, Superseded
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,24 @@ class ReapReport:
     deleted: int = 0
     deleted_events: int = 0
     counts_corrected: int = 0
+
+
+@dataclass
+class Aftermath:
+    """What a pass's replacements and endings owe the broker: sent together once every dead
+    attempt is written, so a broker that stops answering (each command waits for its socket
+    timeout) costs the pass one wait, not one per dead attempt, and every replacement is
+    claimable meanwhile (``timers.claim_poll`` needs no message)."""
+
+    tokens: dict[float, list[str]] = field(default_factory=dict)
+    """Replacements' invocation ids, by their delay."""
+    ended: list[tuple[str, Finished]] = field(default_factory=list)
+
+    async def send(self, services: Services) -> None:
+        await asyncio.gather(
+            *(services.queue.send(ids, delay) for delay, ids in self.tokens.items()),
+            *(services.after_terminal(invocation_id, done) for invocation_id, done in self.ended),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +121,10 @@ class Reaper:
     async def reap_once(self) -> ReapReport:
         report = ReapReport()
         stale_after = self.settings.timers.stale_after
+        after = Aftermath()
         for stale in await self.store.stale_attempts(stale_after):
-            await self._replace(stale, report)
+            await self._replace(stale, report, after)
+        await after.send(self.services)
         report.requeued += await self._requeue_unclaimed()
         await self.store.registry.delete_expired(self.settings.timers.retention)
         await self._delete_expired(report)
@@ -177,7 +197,9 @@ class Reaper:
             return len(unclaimed)
         return 0
 
-    async def _replace(self, stale: StaleAttempt, report: ReapReport) -> None:
+    async def _replace(self, stale: StaleAttempt, report: ReapReport, after: Aftermath) -> None:
+        """End or requeue a dead attempt's invocation; what the broker must hear of it goes
+        to ``after``, sent once every dead attempt of the pass is written."""
         stale_after = self.settings.timers.stale_after
         decision = decide(stale, has_recover=self.has_recover, settings=self.settings)
         if isinstance(decision, Recover):
@@ -190,7 +212,7 @@ class Reaper:
                     stale.attempt,
                     decision.delay,
                 )
-                await self.services.queue.send([stale.invocation_id], decision.delay)
+                after.tokens.setdefault(decision.delay, []).append(stale.invocation_id)
                 report.recovered += 1
             return
         try:
@@ -210,4 +232,4 @@ class Reaper:
             report.cancelled += 1
         else:
             report.failed += 1
-        await self.services.after_terminal(stale.invocation_id, finished)
+        after.ended.append((stale.invocation_id, finished))

@@ -112,13 +112,17 @@ class Maintenance:
     async def requeue_for_recovery(
         self, invocation_id: str, attempt: int, stale_after: float, delay: float
     ) -> bool:
-        """Put a dead attempt's invocation back in the queue for a replacement attempt."""
+        """Put a dead attempt's invocation back in the queue for a replacement attempt.
+
+        Not once a cancel was requested: the reaper decided on a read that may predate the
+        flag, and its next pass ends the invocation cancelled instead."""
         async with self._db.transaction() as conn:
             result = await conn.execute(
                 sa.update(invocations)
                 .where(
                     *fence(invocation_id, attempt),
                     inv.heartbeat_at < self._db.now - stale_after,
+                    inv.cancel_requested.is_(False),
                 )
                 .values(
                     status=Status.QUEUED.value,

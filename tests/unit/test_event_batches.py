@@ -30,6 +30,8 @@ class WatchedStore(Store):
     ``failures`` times as if the database went away."""
 
     failures = 0
+    lost_answers = 0
+    """The next appends that commit and then fail, as a commit whose answer the connection lost."""
     gate: asyncio.Event | None = None
     writing: asyncio.Event | None = None
     before_write: Any = None
@@ -53,7 +55,11 @@ class WatchedStore(Store):
         if self.failures:
             self.failures -= 1
             raise StoreUnavailable("OperationalError: server closed the connection")
-        return await super().append_many(requests)
+        results = await super().append_many(requests)
+        if self.lost_answers:
+            self.lost_answers -= 1
+            raise StoreUnavailable("OperationalError: server closed the connection")
+        return results
 
 
 @pytest.fixture
@@ -166,6 +172,37 @@ async def test_a_failed_write_keeps_its_events_in_order_for_the_next(store: Watc
     assert await stored(store, claim) == [(start + n + 1, {"n": n}) for n in range(3)]
     assert [len(r.events) for [r] in store.appends] == [2, 3]
     assert await writer.take_pending() == []
+
+
+async def test_events_whose_write_committed_but_seemed_to_fail_are_not_written_twice(
+    store: WatchedStore,
+) -> None:
+    """A connection lost during the commit (or a commit given up at ``timers.store_deadline``)
+    may have committed: the retry writes only what the log does not hold yet, at the cursors
+    ``emit`` returned."""
+    claim = await claimed(store)
+    writer = EventWriter(store, MemoryPubSub(), claim)
+    store.lost_answers = 1
+    cursors = [await writer.emit("tick", {"n": n}) for n in range(2)]
+    with pytest.raises(StoreUnavailable):
+        await writer.flush()
+    cursors.append(await writer.emit("tick", {"n": 2}))
+    await writer.flush()
+    start = claim.started_cursor
+    assert cursors == [start + 1, start + 2, start + 3]
+    assert await stored(store, claim) == [(start + n + 1, {"n": n}) for n in range(3)]
+    assert await writer.take_pending() == []
+
+
+async def test_the_finish_does_not_take_events_a_write_that_seemed_to_fail_stored(
+    store: WatchedStore,
+) -> None:
+    claim = await claimed(store)
+    writer = EventWriter(store, MemoryPubSub(), claim)
+    store.lost_answers = 1
+    await writer.emit("tick", {"n": 0})  # its write commits, then seems to fail
+    assert await writer.take_pending() == []
+    assert await stored(store, claim) == [(claim.started_cursor + 1, {"n": 0})]
 
 
 async def test_an_outage_is_logged_once_a_writer_and_its_end_once(
