@@ -70,7 +70,8 @@ class Limits(SettingsSection):
         5,
         ge=0,
         description=(
-            "Attempts an invocation may have; when the last one dies too, it fails with "
+            "Attempts an invocation may have, counting those lost to crashes (not parks, not "
+            "a stopping worker's hand-backs); when the last one dies too, it fails with "
             "recovery_limit_exceeded (0: no limit, a poison run is replaced forever)."
         ),
     )

@@ -81,6 +81,8 @@ def decide(stale: StaleAttempt, *, has_recover: bool, settings: Settings) -> Out
         return cancelled()
     if not has_recover:
         return failed(ErrorCode.WORKER_LOST)
+    if stale.handed_back:  # a stopping worker's (a deploy): no crash, no backoff
+        return Recover(0.0)
     max_attempts = settings.limits.max_attempts
     if max_attempts and stale.crashes + 1 >= max_attempts:
         return failed(ErrorCode.RECOVERY_LIMIT_EXCEEDED)
@@ -204,12 +206,19 @@ class Reaper:
         decision = decide(stale, has_recover=self.has_recover, settings=self.settings)
         if isinstance(decision, Recover):
             if await self.store.requeue_for_recovery(
-                stale.invocation_id, stale.attempt, stale_after, decision.delay
+                stale.invocation_id,
+                stale.attempt,
+                stale_after,
+                decision.delay,
+                crash=not stale.handed_back,
             ):
                 log.warning(
-                    "invocation %s: attempt %d lost its worker; replacement in %.1fs",
+                    "invocation %s: attempt %d %s; replacement in %.1fs",
                     stale.invocation_id,
                     stale.attempt,
+                    "handed back by its stopping worker"
+                    if stale.handed_back
+                    else "lost its worker",
                     decision.delay,
                 )
                 after.tokens.setdefault(decision.delay, []).append(stale.invocation_id)

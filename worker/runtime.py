@@ -392,7 +392,11 @@ class Runtime:
             # before the release: a beat by this worker's name would make the row fresh again
             self._abandoned.add((running.claim.invocation_id, running.claim.attempt))
             try:
-                await self.store.release(running.claim.invocation_id, running.claim.attempt)
+                await self.store.release(
+                    running.claim.invocation_id,
+                    running.claim.attempt,
+                    stopping=reason is StopReason.SHUTDOWN,
+                )
             except StoreError as exc:
                 log.warning(
                     "could not hand invocation %s back (%s)", running.claim.invocation_id, exc

@@ -22,7 +22,7 @@ from tether.store.endings import Ending, write_endings
 from tether.store.engine import Database
 from tether.store.errors import StoreError, Superseded
 from tether.store.eventlog import advanced, insert_events, numbered
-from tether.store.schema import Status, invocations, status_is
+from tether.store.schema import HANDED_BACK, Status, invocations, status_is
 from tether.store.writes import AppendRequest, Finished, FinishRequest
 
 inv = invocations.c
@@ -110,7 +110,8 @@ class Attempts:
         loop is blocked, before its attempts are registered (their ids are not known yet);
         beating ``worker``'s active rows keeps them from looking dead meanwhile. One it
         ``abandoned`` (its finish failed) is left to go stale, and a row handed back
-        (``heartbeat_at = 0``: released, or its worker declared dead) stays handed back even
+        (``heartbeat_at`` 0 or :data:`HANDED_BACK`: released, or its worker declared dead)
+        stays handed back even
         when this beat read its attempts before the hand-back: it is not live any more.
 
         The attempts are beaten :data:`HEARTBEAT_CHUNK` at a time, each chunk in a transaction
@@ -153,13 +154,14 @@ class Attempts:
             )
             return {r.id: bool(r.cancel_requested) for r in rows}
 
-    async def release(self, invocation_id: str, attempt: int) -> None:
-        """A stopping worker hands an attempt back: it looks stale to the next reap pass."""
+    async def release(self, invocation_id: str, attempt: int, *, stopping: bool) -> None:
+        """Hand an attempt back: it looks stale to the next reap pass. ``stopping``: its worker
+        is shutting down (:data:`HANDED_BACK`, not a crash); else it was declared dead."""
         async with self._db.transaction() as conn:
             await conn.execute(
                 sa.update(invocations)
                 .where(*fence(invocation_id, attempt))
-                .values(heartbeat_at=0.0)
+                .values(heartbeat_at=HANDED_BACK if stopping else 0.0)
             )
 
 

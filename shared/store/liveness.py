@@ -22,7 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from tether.store.engine import Database
 from tether.store.errors import StoreError, wrapped
-from tether.store.schema import Status, invocations, status_is, workers
+from tether.store.schema import HANDED_BACK, Status, invocations, status_is, workers
 
 LOCK_NAMESPACE = 0x7E7E_0002
 """``classid`` of every worker's lock (the migration lock is the one-key 0x7E7E0001)."""
@@ -58,13 +58,15 @@ DECLARE_DEAD = sa.text(
     ), released AS (
         UPDATE tether_invocations SET heartbeat_at = 0
         WHERE status = '{Status.ACTIVE.value}' AND worker IN (SELECT name FROM dead)
+          AND heartbeat_at <> {HANDED_BACK}
         RETURNING id
     )
     SELECT (SELECT count(*) FROM dead) AS died, (SELECT count(*) FROM released) AS released
     """
 )
 """One statement, so the lock and the beat are judged again at the moment the worker is marked
-dead and its attempts are handed back (``heartbeat_at = 0``: the reaper replaces them at once)."""
+dead and its attempts are handed back (``heartbeat_at = 0``: the reaper replaces them at once;
+those it handed back itself as it stopped stay so, not counted as crashes)."""
 
 w = workers.c
 inv = invocations.c
@@ -222,7 +224,11 @@ class LivenessSession:
         with wrapped():
             result = await self._conn.execute(
                 sa.update(invocations)
-                .where(status_is(inv.status, Status.ACTIVE), inv.worker == name)
+                .where(
+                    status_is(inv.status, Status.ACTIVE),
+                    inv.worker == name,
+                    inv.heartbeat_at != HANDED_BACK,
+                )
                 .values(heartbeat_at=0.0)
             )
         return int(result.rowcount)

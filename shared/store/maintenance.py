@@ -21,6 +21,7 @@ from tether.store.engine import Database
 from tether.store.opencounts import Key, correct, lock_counts, suspects
 from tether.store.schema import (
     CRASH,
+    HANDED_BACK,
     TERMINAL_VALUES,
     StaleAttempt,
     Status,
@@ -100,19 +101,31 @@ class Maintenance:
         volatile: compared row by row, it would be read for each)."""
         cutoff = sa.select(self._db.now - stale_after).scalar_subquery()
         query = (
-            sa.select(inv.id, inv.attempt, inv.cancel_requested, inv.crashes)
+            sa.select(inv.id, inv.attempt, inv.cancel_requested, inv.crashes, inv.heartbeat_at)
             .where(status_is(inv.status, Status.ACTIVE), inv.heartbeat_at < cutoff)
             .order_by(inv.heartbeat_at)
             .limit(limit)
         )
         async with self._db.connection() as conn:
             rows = (await conn.execute(query)).all()
-        return [StaleAttempt(r.id, r.attempt, bool(r.cancel_requested), r.crashes) for r in rows]
+        return [
+            StaleAttempt(
+                r.id, r.attempt, bool(r.cancel_requested), r.crashes, r.heartbeat_at == HANDED_BACK
+            )
+            for r in rows
+        ]
 
     async def requeue_for_recovery(
-        self, invocation_id: str, attempt: int, stale_after: float, delay: float
+        self,
+        invocation_id: str,
+        attempt: int,
+        stale_after: float,
+        delay: float,
+        *,
+        crash: bool = True,
     ) -> bool:
-        """Put a dead attempt's invocation back in the queue for a replacement attempt.
+        """Put a dead attempt's invocation back in the queue for a replacement attempt;
+        ``crash``: counted as one (not for one a stopping worker handed back).
 
         Not once a cancel was requested: the reaper decided on a read that may predate the
         flag, and its next pass ends the invocation cancelled instead."""
@@ -129,7 +142,7 @@ class Maintenance:
                     worker=None,
                     enqueued_at=self._db.now + delay,
                     resumed_by=CRASH,
-                    crashes=inv.crashes + 1,
+                    crashes=inv.crashes + (1 if crash else 0),
                 )
             )
         return result.rowcount == 1
@@ -137,11 +150,12 @@ class Maintenance:
     async def release_active(self) -> int:
         """Hand back every active attempt (``heartbeat_at = 0``), so the next reap pass replaces
         them at once. Only for a database this process alone serves: ``tether dev`` at start,
-        holding its file's lock, knows every active attempt there is a dead predecessor's."""
+        holding its file's lock, knows every active attempt there is a dead predecessor's
+        (those it handed back as it stopped stay so: no crash)."""
         async with self._db.transaction() as conn:
             result = await conn.execute(
                 sa.update(invocations)
-                .where(status_is(inv.status, Status.ACTIVE))
+                .where(status_is(inv.status, Status.ACTIVE), inv.heartbeat_at != HANDED_BACK)
                 .values(heartbeat_at=0.0)
             )
         return int(result.rowcount)

@@ -331,6 +331,12 @@ class Claim:
         return self.resumed_by == CRASH
 
 
+HANDED_BACK = -1.0
+"""The ``heartbeat_at`` of an attempt a stopping worker handed back (SIGTERM, a deploy, its
+``shutdown_grace`` over): stale at once, like a dead worker's (``0``), but its replacement is
+not counted as a crash (no backoff, not towards ``limits.max_attempts``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StaleAttempt:
     invocation_id: str
@@ -338,6 +344,8 @@ class StaleAttempt:
     cancel_requested: bool
     crashes: int = 0
     """Attempts of this invocation lost to crashes before this one."""
+    handed_back: bool = False
+    """Its worker was stopping and handed it back (:data:`HANDED_BACK`): not a crash."""
 
 
 @dataclass(frozen=True, slots=True)

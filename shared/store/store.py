@@ -342,8 +342,8 @@ class Store:
     ) -> dict[str, bool]:
         return await self._attempts.heartbeat(attempts, claiming, worker, abandoned)
 
-    async def release(self, invocation_id: str, attempt: int) -> None:
-        await self._attempts.release(invocation_id, attempt)
+    async def release(self, invocation_id: str, attempt: int, *, stopping: bool) -> None:
+        await self._attempts.release(invocation_id, attempt, stopping=stopping)
 
     # -- the reaper's side ------------------------------------------------------------------
 
@@ -351,10 +351,16 @@ class Store:
         return await self._maintenance.stale_attempts(stale_after, limit)
 
     async def requeue_for_recovery(
-        self, invocation_id: str, attempt: int, stale_after: float, delay: float
+        self,
+        invocation_id: str,
+        attempt: int,
+        stale_after: float,
+        delay: float,
+        *,
+        crash: bool = True,
     ) -> bool:
         return await self._maintenance.requeue_for_recovery(
-            invocation_id, attempt, stale_after, delay
+            invocation_id, attempt, stale_after, delay, crash=crash
         )
 
     async def take_unclaimed(self, older_than: float, limit: int = 500) -> list[str]:

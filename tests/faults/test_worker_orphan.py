@@ -24,6 +24,7 @@ from tests.faults.harness_ext import (
 )
 from tests.faults.harness_ext import start_workers as start_more_workers
 from tests.procs import descendants
+from tether.store.schema import HANDED_BACK
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
@@ -65,10 +66,10 @@ async def test_worker_processes_whose_parent_is_killed_hand_their_runs_back_and_
         assert process_logged([worker], runner, "handed 1 unfinished attempts back")
         row = db.row(invocation_id)
         if row["status"] == "active":  # handed back, not lost: the next reaper replaces it
-            assert row["heartbeat_at"] == 0 and row["attempt"] == 1, row
+            assert row["heartbeat_at"] == HANDED_BACK and row["attempt"] == 1, row
         else:  # the other orphan, still stopping, ran a reaper pass after the hand-back
             assert row["status"] == "queued", row
-            assert "attempt 1 lost its worker" in worker.log()
+            assert "attempt 1 handed back by its stopping worker" in worker.log()
         start_more_workers(cluster, 1)
         await until(lambda: db.row(invocation_id)["status"] == "completed", 30, "recovery")
         _, state = await api.get(invocation_id)

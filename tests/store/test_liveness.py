@@ -132,6 +132,27 @@ async def test_a_worker_is_declared_dead_only_without_its_lock_and_with_an_old_b
     assert other not in stale
 
 
+async def test_a_worker_declared_dead_after_it_handed_back_as_it_stopped_caused_no_crash(
+    store: Store, migrated_pg: str, sessions: list[LivenessSession]
+) -> None:
+    """A stopping worker handed an attempt back, then died before its row was marked stopped:
+    the verdict on it hands back the rest, and leaves that one a stopping worker's."""
+    scanner = await open_session(migrated_pg, sessions)
+    worker = await open_session(migrated_pg, sessions)
+    lock_id = await register(worker, "host:1")
+    stopped = await active_attempt(store, "host:1")
+    running = await active_attempt(store, "host:1")
+    await store.release(stopped, 1, stopping=True)
+    await worker.close()
+    await until(lambda: released(scanner), 10, "the lock to go")
+    await age_beat(store, "host:1", 10)
+    assert await scanner.declare_dead("host:1", lock_id, GRACE) == (True, 1)
+    later = await open_session(migrated_pg, sessions)
+    await later.release_attempts_of("host:1")  # and a restart under its name
+    stale = {s.invocation_id: s.handed_back for s in await store.stale_attempts(60)}
+    assert stale == {stopped: True, running: False}
+
+
 async def test_a_scan_tells_a_beat_older_than_stale_after_and_such_a_worker_can_be_declared_dead(
     store: Store, migrated_pg: str, sessions: list[LivenessSession]
 ) -> None:

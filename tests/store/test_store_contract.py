@@ -200,12 +200,21 @@ async def test_listing_pages_newest_first_with_filters(store: Store) -> None:
     assert await store.count_queued() == 5
 
 
-async def test_release_makes_an_attempt_stale_at_once(store: Store) -> None:
+@pytest.mark.parametrize("stopping", [True, False])
+async def test_release_makes_an_attempt_stale_at_once(store: Store, stopping: bool) -> None:
+    """Handed back by a stopping worker (a deploy) or by one declared dead: stale at once
+    either way; only the second's replacement is counted as a crash."""
     n = new()
     await store.accept(n)
     await store.claim(n.id, "w")
-    await store.release(n.id, 1)
-    assert [s.invocation_id for s in await store.stale_attempts(5)] == [n.id]
+    await store.release(n.id, 1, stopping=stopping)
+    [stale] = await store.stale_attempts(5)
+    assert (stale.invocation_id, stale.handed_back, stale.crashes) == (n.id, stopping, 0)
+    assert await store.requeue_for_recovery(n.id, 1, 5, 0, crash=not stale.handed_back)
+    assert await store.claim(n.id, "w2") is not None
+    await store.release(n.id, 2, stopping=True)
+    [again] = await store.stale_attempts(5)
+    assert (again.attempt, again.handed_back, again.crashes) == (2, True, 0 if stopping else 1)
 
 
 async def test_a_late_beat_never_revives_a_handed_back_attempt(store: Store) -> None:
@@ -214,7 +223,7 @@ async def test_a_late_beat_never_revives_a_handed_back_attempt(store: Store) -> 
     n = new()
     await store.accept(n)
     await store.claim(n.id, "w")
-    await store.release(n.id, 1)
+    await store.release(n.id, 1, stopping=True)
     assert await store.heartbeat([(n.id, 1)], claiming=True, worker="w") == {}
     assert [s.invocation_id for s in await store.stale_attempts(5)] == [n.id]
 
