@@ -148,6 +148,12 @@ def as_stored(value: Any) -> Any:
     return _AS_STORED.decode(dumps(value))
 
 
+def loads_as_stored(text: str | bytes) -> Any:
+    """A stored JSON text's value, its numbers as PostgreSQL's ``jsonb`` gives them back: how the
+    embedded store reads its columns, so that both stores give every value back alike."""
+    return _AS_STORED.decode(_decoded(text))
+
+
 def dumps(value: Any) -> str:
     """Encode a value as compact JSON, refusing what PostgreSQL, UTF-8 or JSON cannot hold."""
     text = _encoded_by(_ENCODER, value)

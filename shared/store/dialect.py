@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tether.jsonvalue import loads_as_stored
 from tether.store.bound import Carriage
 from tether.store.connection import Connection
 from tether.store.idleping import ping_when_idle
@@ -218,6 +219,7 @@ class SQLite(Dialect):
 
     def sync_pools(self, url: sa.URL, **options: Any) -> SyncPools | None:
         path = _sqlite_file(url)
+        options = {**options, "json_deserializer": loads_as_stored}  # numbers as jsonb's
         # the writer's checkpoints run on a thread of their own (sqlite_checkpoints)
         pragmas = (*WRITER_PRAGMAS, NO_AUTOCHECKPOINT)
         writer = sync_engine(path, writer=True, size=1, pragmas=pragmas, **options)

@@ -30,6 +30,7 @@ from tether.store.schema import (
     invocations,
     status_is,
     steps,
+    thread_messages,
     waits,
 )
 
@@ -256,9 +257,26 @@ class Maintenance:
             for table in (events, steps, waits, forgotten_turns):
                 gone = await conn.execute(sa.delete(table).where(table.c.invocation_id.in_(whole)))
                 events_deleted += int(gone.rowcount) if table is events else 0
+            await conn.execute(_retired_turns(whole))
             await conn.execute(sa.delete(invocations).where(inv.id.in_(whole)))
         more = len(seen) == limit or len(whole) < len(seen)
         return Expired(len(whole), events_deleted, more)
+
+
+def _retired_turns(invocation_ids: list[str]) -> sa.Update:
+    """The deleted invocations' thread messages stay in their threads, keyed by a name no
+    accepted id can take (``expired:<id>``; ids are UUIDs): the id is free again, and a turn
+    accepted under it later writes its own messages (``(invocation_id, position)`` is their
+    key) and sees these as history."""
+    msg = thread_messages.c
+    return (
+        sa.update(thread_messages)
+        .where(msg.invocation_id.in_(invocation_ids))
+        .values(invocation_id=sa.literal(EXPIRED_TURN) + msg.invocation_id)
+    )
+
+
+EXPIRED_TURN = "expired:"
 
 
 def _fitting(rows: Sequence[Any], max_events: int) -> list[str]:

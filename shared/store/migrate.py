@@ -101,6 +101,7 @@ async def migrate(engine: AsyncEngine) -> list[str]:
     pending = find_migrations(dialect.name)
     applied_now: list[str] = []
     async with engine.begin() as conn:
+        await dialect.lock_migrations(conn)  # two runs' IF NOT EXISTS on a fresh database race
         await conn.execute(
             sa.text(
                 f"CREATE TABLE IF NOT EXISTS {LEDGER} "

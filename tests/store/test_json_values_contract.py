@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from tests.store.rows import claimed, new
 from tether.events import RUN_COMPLETED
-from tether.jsonvalue import JsonText, encoded
+from tether.jsonvalue import JsonText, as_stored, encoded
 from tether.outcomes import completed
 from tether.store.errors import ValueRefused
 from tether.store.schema import NewInvocation, invocations
@@ -160,3 +160,35 @@ async def test_a_large_value_round_trips_through_input_output_and_event(store: S
     found = await store.get(n.id)
     assert found is not None and found.output == value
     assert (await store.events_after(n.id, 1))[-1].data == {"type": RUN_COMPLETED, "output": value}
+
+
+NUMBERS: list[Any] = [1e308, 1.5e300, 1e16, -0.0, 5e-324, 1e-7, 0.1, 2**63, -(2**63) - 1, 10**30]
+"""Numbers that PostgreSQL's ``jsonb`` keeps by value, not by spelling: a float Python writes
+with a positive exponent comes back an integer, ``-0.0`` as ``0.0``."""
+
+
+def typed(values: list[Any]) -> list[tuple[type, Any]]:
+    return [(type(v), v) for v in values]
+
+
+@EVERY_STORE
+async def test_numbers_come_back_alike_from_either_store(store: Store) -> None:
+    """``tether dev`` gives an input, an output and an event's data back as a PostgreSQL
+    deployment does (docs/durable.md says so of a step's result): ``1e308`` an ``int`` in both,
+    not a ``float`` from SQLite alone."""
+    expected = typed([as_stored(v) for v in NUMBERS])
+    assert expected[0] == (int, 10**308) and expected[3] == (float, 0.0)
+    made = [new(input=v) for v in NUMBERS]
+    for n in made:
+        await store.accept(n)
+    claims = [await store.claim(n.id, "w") for n in made]
+    assert typed([c.input if c else "not claimed" for c in claims]) == expected
+    ids = [n.id for n in made]
+    finishes = [FinishRequest(i, 1, completed(v)) for i, v in zip(ids, NUMBERS, strict=True)]
+    await store.finish_many(finishes)
+    outputs = [await store.get(i) for i in ids]
+    assert typed([o.output if o else "gone" for o in outputs]) == expected
+    (a,) = await claimed(store, 1)
+    appended = await store.append(AppendRequest(a, 1, [NewEvent("d", v) for v in NUMBERS]))
+    stored = await store.events_after(a, appended[0].cursor - 1)
+    assert typed([e.data for e in stored]) == expected

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from tests.store.rows import until_a_lock_wait
+from tether.store.dialect import MIGRATION_LOCK_KEY
 from tether.store.migrate import (
     FILE_NAME,
     MIGRATIONS_ENV,
@@ -216,5 +219,39 @@ async def test_a_database_a_newer_release_migrated_is_said_at_start(
             )
         assert await store.migrate() == []
         assert "holds migrations this release does not know (9999)" in caplog.text
+    finally:
+        await store.close()
+
+
+async def test_runs_at_once_on_a_fresh_database_take_turns_from_the_ledger_on(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Replicas' ``tether migrate`` at once on an empty database: the ledger's ``CREATE TABLE IF
+    NOT EXISTS`` is behind the migration lock too, else the second waits on the first's catalog
+    row and then fails on it (``pg_type_typname_nsp_index``) instead of finding the table."""
+    import psycopg
+
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    request.addfinalizer(lambda: drop_database(url))
+    store = Store.postgres(url, pool_size=1)
+    dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    try:
+        async with (
+            await psycopg.AsyncConnection.connect(dsn) as first,  # a run mid-way
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as probe,
+        ):
+            await first.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+            await first.execute(
+                "CREATE TABLE tether_schema_migrations "
+                "(version TEXT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            racing = asyncio.create_task(store.migrate())
+            await until_a_lock_wait(probe, what="the first run")
+            await first.commit()
+            applied = await racing
+        assert applied == [m.version for m in find_migrations("postgresql")]
     finally:
         await store.close()

@@ -161,6 +161,30 @@ async def test_retention_takes_a_forgotten_turns_mark_with_it(store: Store) -> N
     assert await store.get(turn.id) is None and await forgotten(store, turn.id) == set()
 
 
+async def test_an_id_reused_after_retention_writes_its_own_turn(store: Store) -> None:
+    """Retention deletes an invocation but its thread keeps the turn's messages; the id is free
+    again (another row). A turn accepted under it later, by its owner in the same thread or by
+    another owner anywhere, writes its messages and sees the old turn as history: the old ones
+    do not hold its ``(invocation_id, position)`` keys."""
+    mine, theirs = str(uuid.uuid4()), str(uuid.uuid4())
+    again, taken = new("alice", mine), new("alice", mine)
+    for turn in (again, taken):
+        await store.accept(turn)
+        assert await store.threads.append("alice", mine, turn.id, [("user", "old")], KEEP)
+        await store.claim(turn.id, "w")
+        await store.finish(FinishRequest(turn.id, 1, completed(1)))
+        await age(store, turn.id, "finished_at", 3600)
+    assert (await store.delete_expired(600)).invocations >= 2
+    assert await store.get(again.id) is None and await store.get(taken.id) is None
+    assert await store.threads.append("bob", theirs, taken.id, [("user", "bob's")], KEEP)
+    assert [m.content for m in await store.threads.recent("bob", theirs, KEEP)] == ["bob's"]
+    assert await store.threads.append("alice", mine, again.id, [("user", "new")], KEEP)
+    earlier = await store.threads.recent("alice", mine, KEEP, before=again.id)
+    assert [m.content for m in earlier] == ["old", "old"]
+    everything = await store.threads.recent("alice", mine, KEEP)
+    assert [m.content for m in everything] == ["old", "old", "new"]
+
+
 def dsn_of(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
