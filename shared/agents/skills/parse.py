@@ -24,7 +24,7 @@ SCOPES: Mapping[SkillSource, str] = {
 }
 """Where a skill comes from → the prefix of its qualified address (``agent:pdf``)."""
 
-SKILL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+SKILL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
 MAX_NAME = 64
 OPTIONAL_KEYS = frozenset({"license", "allowed-tools", "metadata"})
 
