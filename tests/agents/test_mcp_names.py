@@ -1,12 +1,21 @@
 """Names a tool, an MCP server or an agent may take: exactly the allowed characters, no
 trailing line break (Python's ``$`` matches before one). A name an MCP server lists is
-untrusted input: one the model's API could not take is skipped and logged."""
+untrusted input: one the model's API could not take, or one that collides with another tool
+once dots become ``__`` on the wire, is skipped (and logged) so that the agent's other tools,
+and its runs, go on."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
 
-from tether.agents import create_agent, tool
+import pytest
+from databricks.sdk.config import Config
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+from tests.agents.conftest import FakeModelServer, FakeSink, attempt, chat_chunk
+from tests.agents.mcp_fixtures import Served
+from tether.agents import AgentRegistry, build_agent_app, create_agent, from_model_serving, tool
 from tether.agents.errors import DefinitionError
 from tether.agents.mcp import McpConfig, McpHub, mcp_server
 from tether.agents.mcp.agent_tools import mcp_function_tools
@@ -43,3 +52,51 @@ async def test_an_odd_tool_name_is_skipped_and_the_others_kept(
     tools = mcp_function_tools("a", specs, servers, hub, Caller())
     assert list(tools) == ["mcp.notes.list"]
     assert "skipping MCP tool 'mcp.notes.echo\\n'" in caplog.text
+
+
+async def test_two_tools_with_one_wire_name_keep_the_first_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    hub = McpHub(McpConfig(allow_localhost=True))
+    servers = [mcp_server("notes", "http://127.0.0.1:1/mcp")]
+    specs = [spec("get.user"), spec("get__user"), spec("list"), spec("own")]
+    taken = ["mcp__notes__list", "mcp.notes.own"]  # the agent's own tools
+    tools = mcp_function_tools("a", specs, servers, hub, Caller(), taken=taken)
+    assert list(tools) == ["mcp.notes.get.user", "mcp.notes.own"]  # the same name replaces
+    assert "mcp.notes.get__user" in caplog.text and "mcp.notes.list" in caplog.text
+
+
+@pytest.fixture
+def odd_server() -> Iterator[Served]:
+    """An MCP server whose tools ``get.user`` and ``get__user`` are one name on the wire."""
+    server = MCPServer("odd")
+
+    @server.tool(name="get.user", annotations=ToolAnnotations(readOnlyHint=True))
+    def dotted() -> str:
+        return "dotted"
+
+    @server.tool(name="get__user", annotations=ToolAnnotations(readOnlyHint=True))
+    def underscored() -> str:
+        return "underscored"
+
+    served = Served(server.streamable_http_app(host="127.0.0.1"))
+    yield served
+    served.stop()
+
+
+async def test_a_server_listing_colliding_names_does_not_fail_every_run(
+    odd_server: Served, server: FakeModelServer, config: Config
+) -> None:
+    server.reply(chat_chunk("hello"), "data: [DONE]\n\n")
+    url = f"http://127.0.0.1:{odd_server.port}/mcp"
+    model = from_model_serving("my-endpoint", config=config)
+    agent = create_agent("a", "Hi.", model=model, mcp_servers=[mcp_server("odd", url)])
+    hub = McpHub(McpConfig(allow_localhost=True))
+    try:
+        app = build_agent_app(AgentRegistry.of([agent], mcp=hub))
+        result = await attempt(app, "hi", FakeSink())
+    finally:
+        await hub.aclose()
+    assert result["text"] == "hello"
+    offered = [t["function"]["name"] for t in server.requests[0].body["tools"]]
+    assert offered == ["mcp__odd__get__user"]
