@@ -15,7 +15,14 @@ from mcp.types import ToolAnnotations
 
 from tests.agents.conftest import FakeModelServer, FakeSink, attempt, chat_chunk
 from tests.agents.mcp_fixtures import Served
-from tether.agents import AgentRegistry, build_agent_app, create_agent, from_model_serving, tool
+from tether.agents import (
+    AgentRegistry,
+    ScriptedModel,
+    build_agent_app,
+    create_agent,
+    from_model_serving,
+    tool,
+)
 from tether.agents.errors import DefinitionError
 from tether.agents.mcp import McpConfig, McpHub, mcp_server
 from tether.agents.mcp.agent_tools import mcp_function_tools
@@ -100,3 +107,44 @@ async def test_a_server_listing_colliding_names_does_not_fail_every_run(
     assert result["text"] == "hello"
     offered = [t["function"]["name"] for t in server.requests[0].body["tools"]]
     assert offered == ["mcp__odd__get__user"]
+
+
+@pytest.fixture
+def unstorable_server() -> Iterator[Served]:
+    """An MCP server whose listing holds what no store can: NUL characters."""
+    server = MCPServer("odd")
+
+    @server.tool(
+        name="find", description="Finds\x00 things.", annotations=ToolAnnotations(readOnlyHint=True)
+    )
+    def find(query: str) -> str:
+        return f"found {query}"
+
+    @server.tool(name="bad\x00name", description="An odd name.")
+    def odd() -> str:
+        return "odd"
+
+    served = Served(server.streamable_http_app(host="127.0.0.1"))
+    yield served
+    served.stop()
+
+
+async def test_a_listing_no_store_can_hold_is_recorded_with_replacements(
+    unstorable_server: Served,
+) -> None:
+    """The listing is the step ``<agent>#mcp``: a NUL in one description made every run of the
+    agent fail (``InvalidJson``) before its first model call."""
+    url = f"http://127.0.0.1:{unstorable_server.port}/mcp"
+    model = ScriptedModel.of(
+        {"tool_calls": [{"name": "mcp.odd.find", "args": {"query": "x"}}]}, "{result}"
+    )
+    agent = create_agent("a", "Hi.", model=model, mcp_servers=[mcp_server("odd", url)])
+    hub = McpHub(McpConfig(allow_localhost=True))
+    try:
+        app = build_agent_app(AgentRegistry.of([agent], mcp=hub))
+        result = await attempt(app, "hi", FakeSink())
+    finally:
+        await hub.aclose()
+    assert result["text"] == "found x"
+    [offered] = model.requests[0].tools
+    assert (offered.name, offered.description) == ("mcp.odd.find", "Finds\ufffd things.")

@@ -22,6 +22,7 @@ from tether.agents.mcp.servers import McpServer
 from tether.agents.mcp.specs import McpToolSpec
 from tether.agents.steps import StepLog
 from tether.agents.tools import FunctionTool
+from tether.jsonvalue import storable
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,9 @@ async def recorded_mcp_tools(
         specs: list[McpToolSpec] = []
         for server in servers:
             specs.extend(await hub.list_tools(server))
-        return [s.to_json() for s in specs]
+        # a server's text may hold what no store can (a NUL): made storable, as a tool's result;
+        # a name changed so is no valid tool name, and is skipped (mcp_function_tools)
+        return list(storable([s.to_json() for s in specs]))
 
     recorded = await steps.step(step, discover)
     return [McpToolSpec.from_json(d) for d in recorded] if isinstance(recorded, list) else []
