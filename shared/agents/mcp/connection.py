@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, TextContent, Tool
 
 from tether.agents.mcp.config import ServiceAuth
-from tether.agents.mcp.errors import McpRefused, McpUnavailable
+from tether.agents.mcp.errors import McpRefused, McpSessionLost, McpUnavailable
 from tether.agents.mcp.policy import Admission
 from tether.agents.mcp.specs import CallOutcome, McpToolSpec
 from tether.agents.mcp.transport import (
@@ -60,7 +60,7 @@ class McpConnection:
         self.name = name
         self.admission = admission
         self.loop = asyncio.get_running_loop()
-        self._backend = backend
+        self._transport = GuardedTransport(backend)
         self._service = service if admission.forward_auth else None
         self._read_timeout_s = read_timeout_s
         self._client: Client | None = None
@@ -71,7 +71,8 @@ class McpConnection:
     @property
     def usable(self) -> bool:
         owner = self._owner
-        return owner is not None and not owner.done() and self._client is not None
+        alive = owner is not None and not owner.done() and self._client is not None
+        return alive and not self._transport.session_lost
 
     async def open(self, timeout_s: float) -> None:
         """Start the owner and wait for the session; raises :class:`McpUnavailable`."""
@@ -89,7 +90,7 @@ class McpConnection:
 
     def _http(self) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
-            transport=GuardedTransport(self._backend),
+            transport=self._transport,
             auth=ScopedAuth(self._service) if self._service is not None else None,
             trust_env=False,  # no proxy, no .netrc credentials from the environment
             follow_redirects=False,
@@ -135,8 +136,15 @@ class McpConnection:
                     break
         except Exception as exc:  # the SDK's or the transport's failure, by type
             log.warning("MCP server '%s': tools/list failed (%s)", self.name, error_types(exc))
+            await self._raise_if_lost()
             raise McpUnavailable(f"MCP server '{self.name}' is unavailable.") from None
         return tools
+
+    async def _raise_if_lost(self) -> None:
+        """When the server no longer knows the session: close it, raise McpSessionLost."""
+        if self._transport.session_lost:
+            await self.aclose()
+            raise McpSessionLost(f"MCP server '{self.name}' ended the session.")
 
     async def call_tool(
         self, tool: str, args: dict[str, Any], timeout_s: float, authorization: str | None
@@ -152,6 +160,7 @@ class McpConnection:
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 raise TimeoutError from None
+            await self._raise_if_lost()  # the call was not run
             if exc.code != CONNECTION_CLOSED:
                 raise McpRefused(str(exc.error.message)[:MAX_ERROR_CHARS]) from None
             failure = "ConnectionClosed"
