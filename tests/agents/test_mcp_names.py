@@ -148,3 +148,14 @@ async def test_a_listing_no_store_can_hold_is_recorded_with_replacements(
     assert result["text"] == "found x"
     [offered] = model.requests[0].tools
     assert (offered.name, offered.description) == ("mcp.odd.find", "Finds\ufffd things.")
+
+
+def test_a_structured_result_holding_a_nul_is_the_result_with_a_replacement() -> None:
+    """The call ran (its side effects are done): a NUL in its structured content (and no text
+    block) raised InvalidJson, and the model read 'failed', and might call it again."""
+    from mcp.types import CallToolResult
+
+    from tether.agents.mcp.connection import outcome_of
+
+    result = CallToolResult(content=[], structured_content={"a": "x\x00y"})
+    assert outcome_of(result).text == '{"a":"x\ufffdy"}'

@@ -29,7 +29,7 @@ from tether.agents.mcp.transport import (
     ScopedAuth,
     calling_as,
 )
-from tether.jsonvalue import dumps
+from tether.jsonvalue import dumps, storable
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def outcome_of(result: CallToolResult) -> CallOutcome:
     named); an error's text is what the server said, cut to a bounded length."""
     texts = [b.text for b in result.content if isinstance(b, TextContent)]
     if not texts and result.structured_content is not None:
-        text = dumps(result.structured_content)
+        text = dumps(storable(result.structured_content))  # a NUL must not lose a done call
     else:
         text = "\n".join(
             b.text if isinstance(b, TextContent) else f"[{getattr(b, 'type', 'non-text')} content]"
