@@ -15,11 +15,12 @@ import pytest
 from tests.agents.mcp_fixtures import (
     Asgi,
     McpTestServer,
-    Message,
     Receive,
     Scope,
     Send,
     Served,
+    read_body,
+    replaying,
 )
 from tether.agents.mcp import McpConfig, McpHub, mcp_server
 from tether.agents.mcp.credentials import Caller
@@ -50,35 +51,13 @@ class Forgetful:
             if session is not None:
                 self.sessions.add(session)
             if scope["method"] == "POST":
-                body = await _body(receive)
+                body = await read_body(receive)
                 if json.loads(body).get("method") == "server/discover":
                     await send({"type": "http.response.start", "status": 400, "headers": []})
                     await send({"type": "http.response.body", "body": b""})
                     return
-                receive = _replay(body, receive)
+                receive = replaying(body, receive)
         await self.app(scope, receive, send)
-
-
-async def _body(receive: Receive) -> bytes:
-    parts = []
-    while True:
-        message = await receive()
-        parts.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(parts)
-
-
-def _replay(body: bytes, then: Receive) -> Receive:
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if sent:
-            return await then()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return receive
 
 
 @pytest.fixture

@@ -17,7 +17,14 @@ from typing import Any
 import httpx2
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, TextContent, Tool
+from mcp.types import (
+    CONNECTION_CLOSED,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    TextContent,
+    Tool,
+)
 
 from tether.agents.mcp.config import ServiceAuth
 from tether.agents.mcp.errors import McpRefused, McpSessionLost, McpUnavailable
@@ -152,7 +159,8 @@ class McpConnection:
         """One ``tools/call`` (as ``authorization``, when this connection may carry it).
 
         Raises :class:`McpRefused` for a JSON-RPC error answer, :class:`McpUnavailable` when
-        the session failed (then closed), TimeoutError past ``timeout_s``."""
+        the session failed (then closed) or the answer could not be read, TimeoutError past
+        ``timeout_s``."""
         client = self._session()
         try:
             with calling_as(authorization if self._service is not None else None):
@@ -161,6 +169,11 @@ class McpConnection:
             if exc.code == REQUEST_TIMEOUT:
                 raise TimeoutError from None
             await self._raise_if_lost()  # the call was not run
+            if exc.code == PARSE_ERROR:  # the SDK's parser's report (pydantic's): logged only
+                log.warning("MCP server '%s': tools/call %s: unreadable answer", self.name, tool)
+                raise McpUnavailable(
+                    f"MCP server '{self.name}' sent an answer to '{tool}' that could not be read."
+                ) from None
             if exc.code != CONNECTION_CLOSED:
                 raise McpRefused(str(exc.error.message)[:MAX_ERROR_CHARS]) from None
             failure = "ConnectionClosed"
