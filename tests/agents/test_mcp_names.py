@@ -41,6 +41,14 @@ def test_a_tool_name_with_a_line_break_or_a_space_is_not_usable(name: str) -> No
     assert not spec(name).usable()
 
 
+def test_a_tool_name_over_64_characters_on_the_wire_is_not_usable() -> None:
+    """``mcp.notes.<54 characters>`` is 64 characters, but ``mcp__notes__<54>`` is 66 on the
+    wire, where model APIs cap function names at 64: every model call would be refused."""
+    assert spec("x" * 52).usable()  # 62 -> 64 on the wire
+    assert not spec("x" * 54).usable()
+    assert not spec("a.b." + "x" * 48).usable()  # 62, but 68 on the wire
+
+
 def test_names_with_a_trailing_line_break_are_refused_everywhere() -> None:
     with pytest.raises(DefinitionError, match="tool name"):
         tool(name="echo\n")(lambda: "x")
