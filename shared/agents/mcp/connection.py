@@ -40,6 +40,13 @@ from tether.jsonvalue import dumps, storable
 
 log = logging.getLogger(__name__)
 
+QUIET_LOGGERS = ("httpx2", "mcp.client")
+"""Libraries logging a line per request at INFO: httpx2 with the full URL (where an MCP server's
+key may sit) and the SDK with the session id. Set to WARNING, unless a level was set for them."""
+for _name in QUIET_LOGGERS:
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.WARNING)
+
 MAX_LIST_PAGES = 20
 MAX_ERROR_CHARS = 2000
 MAX_DESCRIPTION_CHARS = 4000
