@@ -23,7 +23,7 @@ from tether.agents.run_context import Emit, RunContext
 from tether.agents.steps import AgentPath
 from tether.agents.tool_context import ToolContext
 from tether.agents.types import ToolCall, tool_call_event, tool_result_event
-from tether.jsonvalue import dumps
+from tether.jsonvalue import dumps, storable
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,10 @@ class ToolCalls:
         self, name: str, call: ToolCall, produce: Callable[[], Awaitable[ToolOutcome]]
     ) -> str:
         async def settle() -> dict[str, Any]:
+            # an error's text may be the outside's (an MCP server's) and hold a NUL: made
+            # storable, as a result is (normalize_result), so the model reads it
             outcome = await produce()
+            outcome = replace(outcome, error=storable(outcome.error))
             await self.emit(tool_result_event(call.id, outcome.result, outcome.error))
             return outcome.to_json()
 

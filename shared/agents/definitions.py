@@ -20,7 +20,7 @@ from tether.agents.types import ModelAdapter
 if TYPE_CHECKING:
     from tether.agents.skills.catalog import SkillCatalog  # skills read front matter: no cycle
 
-AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 Tool = FunctionTool | HostedTool
 Origin = Literal["code", "markdown"]
 ON_BEHALF_OF_USER = "on-behalf-of-user"

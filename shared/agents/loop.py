@@ -139,7 +139,9 @@ class AgentLoop:
         if specs and run.mcp is not None:
             strict = agent.auth == ON_BEHALF_OF_USER and not agent.resume_without_user
             caller = Caller(run.mcp_auth, on_behalf_of_user=strict)
-            tools = mcp_function_tools(agent.name, specs, agent.mcp_servers, run.mcp, caller)
+            tools = mcp_function_tools(
+                agent.name, specs, agent.mcp_servers, run.mcp, caller, taken=self.index
+            )
             self._wire(tool_index(agent, tools))
         state.prepared = True
 

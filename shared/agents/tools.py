@@ -15,7 +15,7 @@ from tether.agents.sync_tools import SYNC_TOOLS
 from tether.agents.tool_context import ToolContext
 from tether.agents.types import JsonSchema, ToolAnnotations, ToolDefinition, ToolEffect
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 EFFECTS = ("read", "write", "update", "destructive")
 
 

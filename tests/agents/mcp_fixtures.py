@@ -152,6 +152,30 @@ class Served:
         self._thread.join(10)
 
 
+async def read_body(receive: Receive) -> bytes:
+    """A request's whole body, read from ``receive``."""
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def replaying(body: bytes, then: Receive) -> Receive:
+    """A ``receive`` giving ``body`` again, then what ``then`` gives (a disconnect)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
 def _method(body: bytes) -> str | None:
     try:
         data = json.loads(body)

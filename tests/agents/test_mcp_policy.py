@@ -182,7 +182,10 @@ async def test_a_public_answer_is_vetted_and_returned() -> None:  # M14
     assert vetted == ["203.0.113.42"] and resolver.asked == [("mcp.example.com", 443)]
 
 
-@pytest.mark.parametrize("answers", [["169.254.169.254"], ["10.0.0.1"], ["8.8.8.8", "fd00::1"]])
+@pytest.mark.parametrize(
+    "answers",
+    [["169.254.169.254"], ["10.0.0.1"], ["8.8.8.8", "169.254.169.254"], ["8.8.8.8", "fd00::1"]],
+)
 async def test_any_blocked_answer_refuses_the_host(answers: list[str]) -> None:  # M14
     with pytest.raises(McpPolicyError, match="resolved to blocked address"):
         await assert_resolved_host_safe("mcp.example.com", policy(), StubResolver(answers))
@@ -215,3 +218,17 @@ def test_building_the_policy() -> None:  # M15
     )
     with pytest.raises(McpPolicyError, match="Invalid workspace host"):
         build_policy(workspace_host="not a url")
+
+
+@pytest.mark.parametrize(
+    "host", ["2852039166", "0251.0376.0251.0376", "0xa9fea9fe", "169.254.43518", "0x7f.1", "127.1"]
+)
+async def test_other_spellings_of_an_ipv4_address_are_vetted_as_what_they_reach(host: str) -> None:
+    """Decimal, octal, hex and short forms are no IP literal to ``ipaddress`` but the system
+    resolver reads them as one (no DNS query): whatever they reach is what is checked."""
+    from tether.agents.mcp.resolve import system_resolver
+
+    trusted = policy(trusted=(host,))
+    assert check_mcp_url(f"https://{host}/mcp", trusted).forward_auth is False
+    with pytest.raises(McpPolicyError, match="resolved to blocked address"):
+        await assert_resolved_host_safe(host, trusted, system_resolver)

@@ -106,3 +106,27 @@ def test_a_skill_or_agent_file_past_the_size_cap_is_refused_by_name(tmp_path: Pa
     (agent / "agent.md").write_bytes(b"---\nmodel: scripted\n---\n" + b"x" * MAX_DEFINITION_BYTES)
     with pytest.raises(DefinitionError, match="agent.md: over 1,000,000 bytes"):
         load_agents_dir(agent.parent)
+
+
+@pytest.mark.parametrize(
+    "front, body",
+    [
+        ('description: "Fill\\0 PDFs"', "Body"),  # a YAML escape
+        ("description: Fill PDFs", "Body \x00 here"),
+        ('description: "Fill \\ud800 PDFs"', "Body"),  # a lone surrogate
+        ('description: d\nallowed-tools: "read, gr\\0ep"', "Body"),
+    ],
+)
+def test_a_skill_text_no_store_can_hold_stops_the_load(
+    tmp_path: Path, front: str, body: str
+) -> None:
+    """The catalog and a forced skill's instructions are the run's ``<agent>#prompt`` step: a
+    NUL or a lone surrogate in them made every run of every agent that saw the skill fail
+    (``InvalidJson``), although the agents loaded fine. It is refused at load, by file."""
+    from tether.agents import DefinitionError
+
+    folder = tmp_path / "skills" / "pdf"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\nname: pdf\n{front}\n---\n{body}", "utf-8")
+    with pytest.raises(DefinitionError, match="SKILL.md.*NUL character or a lone surrogate"):
+        load_skills_dir(folder.parent, "library")

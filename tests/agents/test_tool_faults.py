@@ -174,3 +174,22 @@ async def test_a_sync_call_frees_its_slot_before_its_caller_hears_back() -> None
 
 def _fails() -> None:
     raise ValueError("bad")
+
+
+async def test_a_tool_error_no_store_can_hold_is_stored_with_a_replacement() -> None:
+    """An error text is the outside's as much as a result is (an MCP server's ``isError``
+    text, a JSON-RPC error message, a tool's own ToolError): a NUL in it failed the whole run
+    with InvalidJson instead of reaching the model."""
+    from tether.agents import ToolError
+
+    @tool
+    async def refuses() -> str:
+        """Raises a ToolError holding a NUL."""
+        raise ToolError("bad\x00thing")
+
+    sink = FakeSink()
+    result = await attempt(
+        app_calling(refuses, script=[{"tool_calls": [{"name": "refuses"}]}, "{result}"]), "go", sink
+    )
+    assert tool_errors(sink) == ["bad\ufffdthing"]
+    assert result["text"] == '{"error":"bad\ufffdthing"}'

@@ -9,9 +9,10 @@ annotations like any tool's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tether.agents.adapters.chat_stream import wire_name
 from tether.agents.definitions import AgentDefinition, reachable
 from tether.agents.errors import DefinitionError
 from tether.agents.mcp.credentials import Caller
@@ -21,6 +22,7 @@ from tether.agents.mcp.servers import McpServer
 from tether.agents.mcp.specs import McpToolSpec
 from tether.agents.steps import StepLog
 from tether.agents.tools import FunctionTool
+from tether.jsonvalue import storable
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,9 @@ async def recorded_mcp_tools(
         specs: list[McpToolSpec] = []
         for server in servers:
             specs.extend(await hub.list_tools(server))
-        return [s.to_json() for s in specs]
+        # a server's text may hold what no store can (a NUL): made storable, as a tool's result;
+        # a name changed so is no valid tool name, and is skipped (mcp_function_tools)
+        return list(storable([s.to_json() for s in specs]))
 
     recorded = await steps.step(step, discover)
     return [McpToolSpec.from_json(d) for d in recorded] if isinstance(recorded, list) else []
@@ -85,19 +89,26 @@ def mcp_function_tools(
     servers: Sequence[McpServer],
     hub: McpHub,
     caller: Caller,
+    taken: Iterable[str] = (),
 ) -> dict[str, FunctionTool]:
-    """``mcp.<server>.<tool>`` → a function tool calling it as ``caller``."""
+    """``mcp.<server>.<tool>`` → a function tool calling it as ``caller``. A tool whose name is
+    invalid, or is on the wire (where ``.`` is ``__``) the name of a tool listed before it or of
+    another one in ``taken`` (the agent's own), is skipped: a server's names must not fail the
+    run. (An MCP tool named exactly like one of the agent's replaces it, spec §4.4.)"""
     by_name = {s.name: s for s in servers}
     tools: dict[str, FunctionTool] = {}
+    wires = {wire_name(name): name for name in taken}
     for spec in specs:
         server = by_name.get(spec.server)
         if server is None:
             continue  # listed by an earlier definition of this agent
-        if not spec.usable() or spec.key in tools:
+        wire = wire_name(spec.key)
+        if not spec.usable() or spec.key in tools or wires.get(wire, spec.key) != spec.key:
             log.warning(
                 "Agent '%s': skipping MCP tool %r (invalid or repeated name)", agent, spec.key
             )
             continue
+        wires[wire] = spec.key
         tools[spec.key] = FunctionTool(
             name=spec.key,
             description=spec.description,

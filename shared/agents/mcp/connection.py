@@ -17,10 +17,17 @@ from typing import Any
 import httpx2
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, TextContent, Tool
+from mcp.types import (
+    CONNECTION_CLOSED,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    TextContent,
+    Tool,
+)
 
 from tether.agents.mcp.config import ServiceAuth
-from tether.agents.mcp.errors import McpRefused, McpUnavailable
+from tether.agents.mcp.errors import McpRefused, McpSessionLost, McpUnavailable
 from tether.agents.mcp.policy import Admission
 from tether.agents.mcp.specs import CallOutcome, McpToolSpec
 from tether.agents.mcp.transport import (
@@ -29,9 +36,16 @@ from tether.agents.mcp.transport import (
     ScopedAuth,
     calling_as,
 )
-from tether.jsonvalue import dumps
+from tether.jsonvalue import dumps, storable
 
 log = logging.getLogger(__name__)
+
+QUIET_LOGGERS = ("httpx2", "mcp.client")
+"""Libraries logging a line per request at INFO: httpx2 with the full URL (where an MCP server's
+key may sit) and the SDK with the session id. Set to WARNING, unless a level was set for them."""
+for _name in QUIET_LOGGERS:
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.WARNING)
 
 MAX_LIST_PAGES = 20
 MAX_ERROR_CHARS = 2000
@@ -60,7 +74,7 @@ class McpConnection:
         self.name = name
         self.admission = admission
         self.loop = asyncio.get_running_loop()
-        self._backend = backend
+        self._transport = GuardedTransport(backend)
         self._service = service if admission.forward_auth else None
         self._read_timeout_s = read_timeout_s
         self._client: Client | None = None
@@ -71,7 +85,8 @@ class McpConnection:
     @property
     def usable(self) -> bool:
         owner = self._owner
-        return owner is not None and not owner.done() and self._client is not None
+        alive = owner is not None and not owner.done() and self._client is not None
+        return alive and not self._transport.session_lost
 
     async def open(self, timeout_s: float) -> None:
         """Start the owner and wait for the session; raises :class:`McpUnavailable`."""
@@ -89,7 +104,7 @@ class McpConnection:
 
     def _http(self) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
-            transport=GuardedTransport(self._backend),
+            transport=self._transport,
             auth=ScopedAuth(self._service) if self._service is not None else None,
             trust_env=False,  # no proxy, no .netrc credentials from the environment
             follow_redirects=False,
@@ -135,8 +150,15 @@ class McpConnection:
                     break
         except Exception as exc:  # the SDK's or the transport's failure, by type
             log.warning("MCP server '%s': tools/list failed (%s)", self.name, error_types(exc))
+            await self._raise_if_lost()
             raise McpUnavailable(f"MCP server '{self.name}' is unavailable.") from None
         return tools
+
+    async def _raise_if_lost(self) -> None:
+        """When the server no longer knows the session: close it, raise McpSessionLost."""
+        if self._transport.session_lost:
+            await self.aclose()
+            raise McpSessionLost(f"MCP server '{self.name}' ended the session.")
 
     async def call_tool(
         self, tool: str, args: dict[str, Any], timeout_s: float, authorization: str | None
@@ -144,7 +166,8 @@ class McpConnection:
         """One ``tools/call`` (as ``authorization``, when this connection may carry it).
 
         Raises :class:`McpRefused` for a JSON-RPC error answer, :class:`McpUnavailable` when
-        the session failed (then closed), TimeoutError past ``timeout_s``."""
+        the session failed (then closed) or the answer could not be read, TimeoutError past
+        ``timeout_s``."""
         client = self._session()
         try:
             with calling_as(authorization if self._service is not None else None):
@@ -152,6 +175,12 @@ class McpConnection:
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 raise TimeoutError from None
+            await self._raise_if_lost()  # the call was not run
+            if exc.code == PARSE_ERROR:  # the SDK's parser's report (pydantic's): logged only
+                log.warning("MCP server '%s': tools/call %s: unreadable answer", self.name, tool)
+                raise McpUnavailable(
+                    f"MCP server '{self.name}' sent an answer to '{tool}' that could not be read."
+                ) from None
             if exc.code != CONNECTION_CLOSED:
                 raise McpRefused(str(exc.error.message)[:MAX_ERROR_CHARS]) from None
             failure = "ConnectionClosed"
@@ -195,7 +224,7 @@ def outcome_of(result: CallToolResult) -> CallOutcome:
     named); an error's text is what the server said, cut to a bounded length."""
     texts = [b.text for b in result.content if isinstance(b, TextContent)]
     if not texts and result.structured_content is not None:
-        text = dumps(result.structured_content)
+        text = dumps(storable(result.structured_content))  # a NUL must not lose a done call
     else:
         text = "\n".join(
             b.text if isinstance(b, TextContent) else f"[{getattr(b, 'type', 'non-text')} content]"

@@ -16,3 +16,8 @@ class McpUnavailable(AgentError):
 class McpRefused(AgentError):
     """The server answered a request with a JSON-RPC error; the message is the server's own
     (bounded), which the model may read."""
+
+
+class McpSessionLost(McpUnavailable):
+    """The server no longer knows the session (HTTP 404 to a request naming it: it restarted or
+    expired it); the request was not run, and MCP says to start a new session."""

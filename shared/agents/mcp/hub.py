@@ -1,10 +1,10 @@
 """The MCP side of a registry: its host policy and its pool of connections, one per server.
 
 Connections are opened on first use, shared by every agent and run that uses the same server,
-reopened after the server went away, and closed when the app shuts down (:meth:`McpHub.aclose`,
-registered by ``build_agent_app``). Each event loop has its own pool: a session belongs to the
-loop that opened it. The MCP SDK is imported on the first connection only, so agents without
-MCP servers never load it.
+reopened after the server went away or forgot the session, and closed when the app shuts down
+(:meth:`McpHub.aclose`, registered by ``build_agent_app``). Each event loop has its own pool: a
+session belongs to the loop that opened it. The MCP SDK is imported on the first connection
+only, so agents without MCP servers never load it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tether.agents.errors import ToolError
 from tether.agents.mcp.config import McpConfig
 from tether.agents.mcp.credentials import Caller, caller_authorization, databricks_service_auth
-from tether.agents.mcp.errors import McpPolicyError, McpRefused, McpUnavailable
+from tether.agents.mcp.errors import McpPolicyError, McpRefused, McpSessionLost, McpUnavailable
 from tether.agents.mcp.policy import (
     Admission,
     McpHostPolicy,
@@ -29,7 +29,7 @@ from tether.agents.mcp.policy import (
 )
 from tether.agents.mcp.resolve import assert_resolved_host_safe, system_resolver
 from tether.agents.mcp.servers import McpServer
-from tether.agents.mcp.specs import McpToolSpec
+from tether.agents.mcp.specs import CallOutcome, McpToolSpec
 
 if TYPE_CHECKING:
     from tether.agents.mcp.connection import McpConnection
@@ -91,6 +91,8 @@ class McpHub:
             current = pool.connections.get(admission.url)
             if current is not None and current.usable:
                 return current
+            if current is not None:
+                await current.aclose()  # e.g. a session the server forgot: its owner ends
             addresses = await assert_resolved_host_safe(
                 admission.hostname, self.policy, self._resolver, admission.port
             )
@@ -112,7 +114,7 @@ class McpHub:
         agents may name one URL differently, and share its connection. When the server cannot be
         listed, the last listing this process saw, or none; the failure is logged."""
         try:
-            listed = self._listed[server.url] = await (await self.connection(server)).list_tools()
+            listed = self._listed[server.url] = await self._list(server)
         except McpPolicyError as exc:
             log.warning("MCP server '%s' refused by the host policy: %s", server.name, exc)
             return []
@@ -124,24 +126,35 @@ class McpHub:
             specs = [s for s in specs if s.name in server.tools]
         return specs
 
-    async def call_tool(
-        self, server: McpServer, tool: str, args: dict[str, Any], caller: Caller
-    ) -> str:
-        """One ``tools/call``; every failure is a :class:`ToolError` the model reads."""
+    async def _list(self, server: McpServer) -> list[McpToolSpec]:
         try:
-            connection = await self.connection(server)
-        except McpPolicyError as exc:
-            raise ToolError(f"MCP server '{server.name}' is not allowed: {exc}") from None
-        except McpUnavailable as exc:
-            raise ToolError(str(exc)) from None
+            return await (await self.connection(server)).list_tools()
+        except McpSessionLost:  # MCP: start a new session, and ask again there
+            return await (await self.connection(server)).list_tools()
+
+    async def _call(
+        self, server: McpServer, tool: str, args: dict[str, Any], caller: Caller
+    ) -> CallOutcome:
+        connection = await self.connection(server)
         authorization = None
         if connection.admission.forward_auth:
             authorization = await caller_authorization(caller, server.name)
+        return await asyncio.wait_for(
+            connection.call_tool(tool, args, server.timeout_s, authorization), server.timeout_s
+        )
+
+    async def call_tool(
+        self, server: McpServer, tool: str, args: dict[str, Any], caller: Caller
+    ) -> str:
+        """One ``tools/call``; every failure is a :class:`ToolError` the model reads. A call the
+        server refused for an unknown session (never run) is sent again on a new session."""
         try:
-            outcome = await asyncio.wait_for(
-                connection.call_tool(tool, args, server.timeout_s, authorization),
-                server.timeout_s,
-            )
+            try:
+                outcome = await self._call(server, tool, args, caller)
+            except McpSessionLost:
+                outcome = await self._call(server, tool, args, caller)
+        except McpPolicyError as exc:
+            raise ToolError(f"MCP server '{server.name}' is not allowed: {exc}") from None
         except TimeoutError:
             raise ToolError(
                 f"MCP tool '{tool}' on server '{server.name}' timed out after "

@@ -24,7 +24,7 @@ from typing import Any
 from tether.agents.errors import DefinitionError
 from tether.jsonvalue import finite_number
 
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}\Z")
 DEFAULT_TIMEOUT_S = 30.0
 FRONT_MATTER_KEYS = ("mcp", "mcp_servers")
 SERVER_KEYS = frozenset({"name", "url", "tools", "timeout"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tether.agents.adapters.chat_stream import wire_name
 from tether.agents.tools import TOOL_NAME
 from tether.agents.types import ToolAnnotations
 
@@ -33,8 +34,10 @@ class McpToolSpec:
         return f"{PREFIX}.{self.server}.{self.name}"
 
     def usable(self) -> bool:
-        """Whether ``mcp.<server>.<tool>`` is a valid agent tool name (≤ 64, no odd characters)."""
-        return bool(TOOL_NAME.match(self.key))
+        """Whether ``mcp.<server>.<tool>`` is a valid agent tool name (no odd characters), of at
+        most 64 characters also on the wire, where each ``.`` is ``__`` (model APIs cap names
+        there: a longer one would fail every model call of the agent)."""
+        return bool(TOOL_NAME.match(self.key)) and bool(TOOL_NAME.match(wire_name(self.key)))
 
     def annotations(self) -> ToolAnnotations:
         """The agent-side annotations for the MCP hints (see the module docstring)."""

@@ -147,6 +147,8 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             ssl_context=httpx2.create_ssl_context(), network_backend=backend, max_connections=20
         )
         self._max = max_response_bytes
+        self.session_lost = False
+        """The server answered a request naming the session with 404: it no longer knows it."""
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         core = httpcore2.Request(
@@ -163,6 +165,9 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         )
         with _httpx_errors():
             response = await self._pool.handle_async_request(core)
+        lost = response.status == 404 and "mcp-session-id" in request.headers
+        if lost and request.method == "POST":  # not a GET stream a server may not serve
+            self.session_lost = True
         limit = self._max if request.method == "POST" else None
         return httpx2.Response(
             status_code=response.status,

@@ -13,6 +13,7 @@ import yaml
 
 from tether.agents.errors import DefinitionError
 from tether.agents.markdown import FENCE, load_yaml
+from tether.jsonvalue import storable_text
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ SCOPES: Mapping[SkillSource, str] = {
 }
 """Where a skill comes from → the prefix of its qualified address (``agent:pdf``)."""
 
-SKILL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+SKILL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
 MAX_NAME = 64
 OPTIONAL_KEYS = frozenset({"license", "allowed-tools", "metadata"})
 
@@ -110,10 +111,17 @@ def parse_skill(text: str, path: Path | str) -> SkillText:
         if key not in {"name", "description", *OPTIONAL_KEYS}:
             log.warning("Ignoring unknown SKILL.md frontmatter key '%s' in %s", key, path)
     license_ = fm.get("license")
-    return SkillText(
+    parsed = SkillText(
         name=name,
         description=description,
         body=body,
         allowed_tools=_allowed_tools(fm.get("allowed-tools"), path),
         license=license_ if isinstance(license_, str) else None,
     )
+    texts = [description, body, *(parsed.allowed_tools or ())]
+    if not all(storable_text(t) for t in texts):  # the runs' prompt step could not hold it
+        raise DefinitionError(
+            f"Skill file {path} holds a NUL character or a lone surrogate, which no run could "
+            "record."
+        )
+    return parsed
