@@ -223,7 +223,7 @@ class Durable:
         timeout: float | None = None,  # noqa: ASYNC109 (a durable timeout, not an asyncio one)
         details: Mapping[str, Any] | None = None,
     ) -> Any:
-        if not isinstance(name, str) or not WAIT_NAME.match(name):
+        if not isinstance(name, str) or not WAIT_NAME.fullmatch(name):
             raise DurableUsageError("a wait name must match ^[A-Za-z0-9_.:-]{1,128}$")
         if timeout is not None and not (finite_number(timeout) and 0 < timeout <= MAX_WAIT_SECONDS):
             raise DurableUsageError(

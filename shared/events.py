@@ -47,7 +47,7 @@ def user_event_type(event: Mapping[str, Any]) -> str:
     if not isinstance(event, Mapping):
         raise InvalidEvent("an event must be a JSON object with a 'type' key")
     event_type = event.get("type")
-    if not isinstance(event_type, str) or not EVENT_TYPE.match(event_type):
+    if not isinstance(event_type, str) or not EVENT_TYPE.fullmatch(event_type):
         raise InvalidEvent("event 'type' must match ^[A-Za-z0-9_.:-]{1,64}$")
     if event_type.startswith(RESERVED_PREFIX):
         raise InvalidEvent("event types starting with 'run.' are reserved for the runtime")

@@ -186,7 +186,7 @@ async def test_events_emitted_while_replaying_are_not_stored_again() -> None:
 
 async def test_invalid_wait_names_and_timeouts_are_refused() -> None:
     ctx = attempt(Sink())
-    for name in ("", "has space", "sleep#1", "x" * 129):
+    for name in ("", "has space", "sleep#1", "x" * 129, "x\n"):
         with pytest.raises(DurableUsageError):
             await ctx.wait_for_input(name)
     with pytest.raises(DurableUsageError):

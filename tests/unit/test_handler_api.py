@@ -45,6 +45,7 @@ async def test_emit_returns_the_cursor_and_checks_the_event() -> None:
         {"type": "run.started"},
         {"type": "a b"},
         {"type": "x" * 65},
+        {"type": "x\n"},  # '$' matches before a final newline: the SSE frame's event line broke
         {"message": 1},
         "status",
     ):
