@@ -118,7 +118,12 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     app.report_at_start()
 
     if args.processes == 1:
-        serve(gateway_app(settings, app), settings, host=settings.host, port=settings.port)
+
+        def listening(addresses: str) -> None:  # the port the system chose for --port 0
+            log.info("gateway on %s", addresses)
+
+        web_app = gateway_app(settings, app)
+        serve(web_app, settings, on_listening=listening, host=settings.host, port=settings.port)
         return 0
     return serve_processes(settings, lambda: gateway_app(settings, app), args.processes)
 

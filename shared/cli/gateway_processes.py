@@ -47,7 +47,8 @@ def serve_processes(
             flush_logs()  # os._exit skips logging.shutdown
             os._exit(0)
         children.append(pid)
-    log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
+    port = sock.getsockname()[1]  # the one the system chose for --port 0
+    log.info("gateway on %s:%d with %d processes", settings.host, port, processes)
     return wait_children(children)
 
 
