@@ -1,5 +1,6 @@
 """``tether gateway --processes N``: N forked processes serving one listening socket, under the
-command's own process, which forwards SIGTERM and SIGINT to them and waits for them.
+command's own process, which forwards SIGTERM and SIGINT to them and waits for them; when one
+exits on its own, it stops the others and exits too, for its supervisor to restart.
 
 A gateway process whose parent is gone (``kill -9`` of ``tether gateway``, the OOM killer)
 stops as on SIGTERM, as a worker process does (:mod:`tether.worker.parent_watch`): otherwise
@@ -15,7 +16,6 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -64,15 +64,33 @@ def stop_orphan(parent_pid: int) -> None:
 
 
 def wait_children(children: list[int]) -> int:
-    def forward(signum: int, _frame: Any) -> None:
-        for pid in children:
+    """Wait for every gateway process; forward SIGTERM and SIGINT to them. One that exits on
+    its own (a crash, the OOM killer) stops the others, as a Dramatiq worker process does its
+    siblings, so the command exits for its supervisor to restart rather than serve on with
+    fewer processes than it was given. The status is the first non-zero one."""
+    running = set(children)
+    stopping = False
+
+    def stop(signum: int) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stop(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: stop(signum))
     status = 0
-    for pid in children:
-        _, code = os.waitpid(pid, 0)
-        status = status or os.waitstatus_to_exitcode(code)
+    while running:
+        pid, code = os.wait()
+        if pid not in running:
+            continue
+        running.discard(pid)
+        exit_code = os.waitstatus_to_exitcode(code)  # -N: killed by signal N
+        status = status or (exit_code if exit_code > 0 else 1 if exit_code < 0 else 0)
+        if not stopping:
+            log.warning(
+                "gateway process %d exited (status %d): stopping the others", pid, exit_code
+            )
+            stop(signal.SIGTERM)
     return status
