@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from tether.env_lists import listed
+from tether.env_lists import listed, mapping
 from tether.owners import owner_name_problem
 from tether.settings_section import DAY, SettingsSection
 
@@ -35,7 +35,7 @@ class AuthSettings(SettingsSection):  # whose errors never echo a value, such as
             "<token> must be one of `tokens`, and the owner is the token's name."
         ),
     )
-    tokens: dict[str, SecretStr] = Field(
+    tokens: Annotated[dict[str, SecretStr], NoDecode] = Field(
         default_factory=dict,
         description=(
             "bearer mode: owner name → token (at least 16 visible ASCII characters, each "
@@ -67,7 +67,7 @@ class AuthSettings(SettingsSection):  # whose errors never echo a value, such as
             "comma-separated in the environment. With mode none, the one local user is admin."
         ),
     )
-    tenants: dict[str, str] = Field(
+    tenants: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         description=(
             "Owner name → tenant (whose limits, shares and budgets the owner's invocations "
@@ -100,6 +100,11 @@ class AuthSettings(SettingsSection):  # whose errors never echo a value, such as
     @classmethod
     def comma_separated(cls, value: Any) -> Any:
         return listed(value)
+
+    @field_validator("tokens", "tenants", mode="before")
+    @classmethod
+    def json_mapping(cls, value: Any) -> Any:
+        return mapping(value)
 
     @field_validator("tenant_header")
     @classmethod

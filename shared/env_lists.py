@@ -1,4 +1,5 @@
-"""How a list setting arrives from the environment: one rule for every section's lists."""
+"""How a list or a mapping setting arrives from the environment: one rule for every section's
+lists, one for its mappings."""
 
 from __future__ import annotations
 
@@ -14,4 +15,17 @@ def listed(value: Any) -> Any:
         if text.startswith("["):
             return json.loads(text)
         return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def mapping(value: Any) -> Any:
+    """A mapping from the environment, as JSON (``{"ci": "..."}``); anything else (a YAML
+    mapping, a default) as it is. Text that is not JSON is refused with the decoder's rule and
+    position, so the error names the setting (pydantic-settings' own decoding names only its
+    section) and never quotes the value, which may hold a token."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON object: {exc.msg} (column {exc.colno})") from None
     return value

@@ -83,8 +83,8 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def start_gateway(self, processes: int = 1) -> tuple[Proc, str]:
-        port = free_port()
+    def start_gateway(self, processes: int = 1, port: int | None = None) -> tuple[Proc, str]:
+        port = free_port() if port is None else port
         proc = self._spawn(
             "gateway", ["gateway", "--port", str(port), "--processes", str(processes)]
         )

@@ -18,6 +18,7 @@ from tether import loops
 from tether.app import AgentApp
 from tether.channels import CANCEL_CHANNEL, QUEUED_CHANNEL, queued_tenants
 from tether.pubsub import CLOSING, PubSub
+from tether.repeated import Repeated
 from tether.services import Services
 from tether.settings import Settings
 from tether.store import autovacuum
@@ -148,12 +149,13 @@ async def _check_autovacuum(store: Store) -> None:
 async def _reap_forever(reaper: Reaper, interval: float, now: asyncio.Event) -> None:
     """A pass at start (a process that starts after a crash finds the dead attempts at once),
     then every ``interval`` with jitter, or as soon as ``now`` is set (a dead worker found)."""
+    failed = Repeated(log)  # a store that is down fails every pass
     while True:
         now.clear()
         try:
             await reaper.reap_once()
         except StoreError as exc:
-            log.warning("reaper pass failed (%s)", exc)
+            failed.warning("reaper pass failed (%s)", exc)
         except Exception:  # never let the timer die: the next pass may well succeed
             log.exception("reaper pass failed unexpectedly")
         with contextlib.suppress(TimeoutError):
@@ -163,12 +165,13 @@ async def _reap_forever(reaper: Reaper, interval: float, now: asyncio.Event) -> 
 async def _fire_timers(services: Services, interval: float) -> None:
     """Resume parked invocations whose durable sleep or wait timeout is due. Every node polls
     (with jitter); the conditional ``waiting → queued`` lets exactly one of them win each."""
+    failed = Repeated(log)  # a store that is down fails every pass, four times a second
     while True:
         await asyncio.sleep(loops.jittered(interval))
         try:
             resumed = await services.store.journal.fire_due()
         except Exception as exc:
-            log.warning("timer pass failed (%s)", type(exc).__name__)
+            failed.warning("timer pass failed (%s)", type(exc).__name__)
             continue
         if resumed:
             log.info("timers resumed %d parked invocation(s)", len(resumed))

@@ -22,6 +22,7 @@ from tether.jsonvalue import InvalidJson, encoded
 from tether.logs import DirectInfo
 from tether.outcomes import Outcome, cancelled, completed, failed
 from tether.pubsub import publish_events
+from tether.repeated import Repeated
 from tether.services import Services
 from tether.store.schema import Claim
 from tether.store.store import (
@@ -49,6 +50,7 @@ from tether.worker.running import (
 from tether.worker.slots import Slots
 
 log = DirectInfo(logging.getLogger(__name__))  # a line as each attempt starts and ends
+claims_failed = Repeated(logging.getLogger(__name__))  # a store that is down fails each pass
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
 CLAIMS_IN_FLIGHT = 1
@@ -169,9 +171,8 @@ class Runtime:
         started = await asyncio.gather(
             *(self.start_in_slot() for _ in range(taken)), return_exceptions=True
         )
-        failed = [r for r in started if isinstance(r, BaseException)]
-        if failed:
-            log.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
+        if failed := [r for r in started if isinstance(r, BaseException)]:
+            claims_failed.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
         if not self._closing:
             self._newcomers.after_pass()
         return sum(1 for r in started if r is True)

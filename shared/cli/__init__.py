@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,11 +16,11 @@ from pydantic_settings import SettingsError
 
 from tether.app import AgentApp, AppLoadError, load_app
 from tether.cli.listen import ListenRefused, check_listen
-from tether.cli.serving import LISTEN_BACKLOG, serve
+from tether.cli.serving import serve
 from tether.cli.settings_errors import settings_problems
 from tether.cli.tenants import add_parser as add_tenants_parser
 from tether.gateway.auth import AuthConfigError, resolve_auth
-from tether.logs import flush_logs, setup_logging
+from tether.logs import setup_logging
 from tether.loops import UnknownLoop, loop_factory
 from tether.settings import Settings, SettingsFileError, UnknownVariable, load_settings
 
@@ -111,6 +109,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_gateway(args: argparse.Namespace) -> int:
     """The HTTP gateway on PostgreSQL and Redis; ``--processes`` share one port."""
     from tether.cli.compose import gateway_app
+    from tether.cli.gateway_processes import serve_processes
 
     settings = settings_from(args)
     log.info("gateway %s", auth_for_listening("tether gateway", settings, args.insecure))
@@ -118,42 +117,15 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     app.configure(settings)
     app.report_at_start()
 
-    processes = args.processes
-    if processes == 1:
-        serve(gateway_app(settings, app), settings, host=settings.host, port=settings.port)
+    if args.processes == 1:
+
+        def listening(addresses: str) -> None:  # the port the system chose for --port 0
+            log.info("gateway on %s", addresses)
+
+        web_app = gateway_app(settings, app)
+        serve(web_app, settings, on_listening=listening, host=settings.host, port=settings.port)
         return 0
-    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(LISTEN_BACKLOG)
-    sock.set_inheritable(True)
-    children = []
-    for _ in range(processes):
-        pid = os.fork()
-        if pid == 0:
-            serve(gateway_app(settings, app), settings, sock=sock)
-            flush_logs()  # os._exit skips logging.shutdown
-            os._exit(0)
-        children.append(pid)
-    log.info("gateway on %s:%d with %d processes", settings.host, settings.port, processes)
-    return _wait_children(children)
-
-
-def _wait_children(children: list[int]) -> int:
-    import signal
-
-    def forward(signum: int, _frame: Any) -> None:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    status = 0
-    for pid in children:
-        _, code = os.waitpid(pid, 0)
-        status = status or os.waitstatus_to_exitcode(code)
-    return status
+    return serve_processes(settings, lambda: gateway_app(settings, app), args.processes)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -74,7 +74,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     )
     from tether.store.errors import StoreError
 
-    overrides = {"database_url": args.database_url} if args.database_url else {}
+    given = args.database_url is not None  # "" too: refused, never the setting instead
+    overrides = {"database_url": args.database_url} if given else {}
     settings = load_settings(args.config, **overrides)
     try:
         verb = VERBS[args.verb](args)

@@ -42,12 +42,12 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[list
         asyncio.run(store.close())
 
 
-def tether(*args: str) -> subprocess.CompletedProcess[str]:
+def tether(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     launch = Launch()
     return subprocess.run(
         [*launch.command, *args],
         cwd=launch.cwd,
-        env=launch.env({}),
+        env=launch.env(env or {}),
         capture_output=True,
         text=True,
         timeout=60,
@@ -133,3 +133,23 @@ def test_a_missing_sqlite_file_is_refused(tmp_path: Path) -> None:
     done = tether("tenants", "list", "--db", str(tmp_path / "none.db"))
     assert done.returncode == 2 and "no such file" in done.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+def test_an_empty_database_url_is_refused_not_read_as_the_setting() -> None:
+    """``--database-url "$URL"`` with ``URL`` unset: it used to change the limits on the
+    ``database_url`` setting's database (here the environment's) instead."""
+    from tests.services import PG_ADMIN_URL, create_database, drop_database, require
+
+    require(PG_ADMIN_URL, 5432, "PostgreSQL")
+    url = create_database()
+    store = Store.postgres(url, pool_size=1)
+    try:
+        read(store.migrate())
+        setting = {"TETHER_DATABASE_URL": url}
+        args = ["tenants", "set", "team-a", "--max-active", "1", "--database-url", ""]
+        done = tether(*args, env=setting)
+        assert done.returncode == 2 and "database_url" in done.stderr, done.stderr
+        assert read(store.tenants.rows()) == []
+    finally:
+        read(store.close())
+        drop_database(url)

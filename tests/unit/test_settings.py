@@ -223,6 +223,19 @@ def test_list_settings_read_json_or_commas_from_the_environment(
     assert settings.auth.admins == ["ann", "bob"]
 
 
+@pytest.mark.parametrize("variable", ["TETHER_AUTH__TOKENS", "TETHER_AUTH__TENANTS"])
+def test_a_mapping_that_is_not_json_names_its_setting_never_its_value(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """pydantic-settings' own decoding said only 'error parsing value for field "auth"'."""
+    monkeypatch.setenv(variable, '{"ci": "a-secret-token-1234567')
+    with pytest.raises(ValidationError) as refused:
+        load_settings()
+    [problem] = refused.value.errors()
+    assert "__".join(map(str, problem["loc"])).upper() == variable.removeprefix("TETHER_")
+    assert "not a JSON object" in problem["msg"] and "secret" not in problem["msg"]
+
+
 def float_settings() -> list[str]:
     """The variable of every setting held as a float."""
     found = []
