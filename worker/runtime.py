@@ -390,15 +390,9 @@ class Runtime:
         for running in attempts:
             if running.task is not None:
                 await asyncio.gather(running.task, return_exceptions=True)
-            # before the release: a beat by this worker's name would make the row fresh again
-            self._abandoned.add((running.claim.invocation_id, running.claim.attempt))
-            try:
-                await self.store.release(
-                    running.claim.invocation_id,
-                    running.claim.attempt,
-                    stopping=reason is StopReason.SHUTDOWN,
-                )
+            key = (running.claim.invocation_id, running.claim.attempt)
+            self._abandoned.add(key)  # before the release: a beat would make the row fresh again
+            try:  # a stopping worker's hand-back is no crash; one declared dead's is
+                await self.store.release(*key, stopping=reason is StopReason.SHUTDOWN)
             except StoreError as exc:
-                log.warning(
-                    "could not hand invocation %s back (%s)", running.claim.invocation_id, exc
-                )
+                log.warning("could not hand invocation %s back (%s)", key[0], exc)
