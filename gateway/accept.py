@@ -125,7 +125,9 @@ class Acceptor:
         self, batch: Sequence[NewInvocation], snapshot: LimitsSnapshot
     ) -> list[TenantRateLimited | None]:
         """Take each rate-limited tenant's tokens for the batch; the requests its bucket cannot
-        pay for (the latest of the batch) are refused, in place."""
+        pay for (the latest of the batch) are refused, in place, but for a repeat of the
+        caller's own accepted id (a client's retry): the store answers it as ever (its
+        invocation, or 409 for another body), never 429 for what it already accepted."""
         wants: dict[str, Want] = {}
         for tenant, count in Counter(new.tenant_or_owner for new in batch).items():
             limits = snapshot.of(tenant)
@@ -143,6 +145,17 @@ class Acceptor:
                 refused.append(None)
             else:
                 refused.append(TenantRateLimited(tenant, grants[tenant].retry_after))
+        if any(refused):
+            named = [new for new, no in zip(batch, refused, strict=True) if no is not None]
+            known = await self._store.get_many([new.id for new in named])
+            repeats = {
+                new.id
+                for new, had in zip(named, known, strict=True)
+                if had and had.owner == new.owner
+            }
+            refused = [
+                None if new.id in repeats else no for new, no in zip(batch, refused, strict=True)
+            ]
         return refused
 
 

@@ -230,21 +230,30 @@ async def set_limits(client: TestClient[Any, Any], tenant: str, **limits: Any) -
 async def test_a_tenant_past_its_burst_gets_429_with_retry_after_and_nothing_is_written(
     aiohttp_client: ClientFactory, tmp_path: Path
 ) -> None:
-    client = await proxied(aiohttp_client, tmp_path)
+    client = await proxied(aiohttp_client, tmp_path, tenants={"carol": "alice"})
     await set_limits(client, "alice", rate=0.01, burst=2)
-    for _ in range(2):
-        assert (await post(client, ALICE, input=WAITS, background=True)).status == 202
+    accepted = [body(input=WAITS, background=True) for _ in range(2)]
+    for request in accepted:
+        assert (await client.post("/api/invocations", json=request, headers=ALICE)).status == 202
     refused = body(input=WAITS, background=True)
     r = await client.post("/api/invocations", json=refused, headers=ALICE)
     assert r.status == 429
     assert (await r.json())["error"]["code"] == "tenant_rate_limited"
     assert int(r.headers["Retry-After"]) >= 1  # a token every 100 s: at least 1 s to wait
     assert await client.app[SERVICES].store.get(refused["id"]) is None
+    # a retry of what was accepted is answered as ever, never refused for the empty bucket
+    again = await client.post("/api/invocations", json=accepted[0], headers=ALICE)
+    assert again.status == 202 and (await again.json())["id"] == accepted[0]["id"]
+    changed = {**accepted[1], "input": {"other": 1}}
+    assert (await client.post("/api/invocations", json=changed, headers=ALICE)).status == 409
+    carol = {"X-Forwarded-User": "carol"}  # of alice's tenant
+    elsewhere = await client.post("/api/invocations", json=accepted[0], headers=carol)
+    assert elsewhere.status == 429  # another owner's id: refused as any new request
     # another tenant has a bucket of its own (here: none at all)
     bob = {"X-Forwarded-User": "bob"}
     assert (await post(client, bob, input=WAITS, background=True)).status == 202
     metrics = await (await client.get("/api/admin/metrics", headers=ROOT)).text()
-    assert 'tether_tenant_throttled_total{reason="rate",tenant="alice"} 1.0' in metrics
+    assert 'tether_tenant_throttled_total{reason="rate",tenant="alice"} 2.0' in metrics
 
 
 async def test_a_tenant_at_max_queued_gets_429_until_one_ends(
