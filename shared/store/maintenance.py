@@ -265,14 +265,21 @@ class Maintenance:
 
 def _retired_turns(invocation_ids: list[str]) -> sa.Update:
     """The deleted invocations' thread messages stay in their threads, keyed by a name no
-    accepted id can take (``expired:<id>``; ids are UUIDs): the id is free again, and a turn
-    accepted under it later writes its own messages (``(invocation_id, position)`` is their
-    key) and sees these as history."""
+    accepted id can take and no later expiry repeats (``expired:<seq>:<id>``: ids are UUIDs,
+    and an invocation's ``seq`` is never reused): the id is free again, and a turn accepted
+    under it later writes its own messages (``(invocation_id, position)`` is their key), sees
+    these as history, and expires in turn."""
     msg = thread_messages.c
+    seq = sa.select(sa.cast(inv.seq, sa.Text)).where(inv.id == msg.invocation_id)
     return (
         sa.update(thread_messages)
         .where(msg.invocation_id.in_(invocation_ids))
-        .values(invocation_id=sa.literal(EXPIRED_TURN) + msg.invocation_id)
+        .values(
+            invocation_id=sa.literal(EXPIRED_TURN)
+            + seq.scalar_subquery()
+            + sa.literal(":")
+            + msg.invocation_id
+        )
     )
 
 

@@ -185,6 +185,25 @@ async def test_an_id_reused_after_retention_writes_its_own_turn(store: Store) ->
     assert [m.content for m in everything] == ["old", "old", "new"]
 
 
+async def test_an_id_that_expires_twice_keeps_both_turns_and_retention_goes_on(
+    store: Store,
+) -> None:
+    """The second expiry of a reused id renamed its messages to the first's retired name: a
+    unique violation that rolled back every retention pass from then on."""
+    thread = str(uuid.uuid4())
+    turn = new("alice", thread)
+    for word in ("first", "second"):
+        await store.accept(turn)
+        assert await store.threads.append("alice", thread, turn.id, [("user", word)], KEEP)
+        await store.claim(turn.id, "w")
+        await store.finish(FinishRequest(turn.id, 1, completed(1)))
+        await age(store, turn.id, "finished_at", 3600)
+        assert (await store.delete_expired(600)).invocations >= 1
+        assert await store.get(turn.id) is None
+    kept = await store.threads.recent("alice", thread, KEEP)
+    assert [m.content for m in kept] == ["first", "second"]
+
+
 def dsn_of(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
