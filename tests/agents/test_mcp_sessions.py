@@ -22,6 +22,7 @@ from tests.agents.mcp_fixtures import (
     read_body,
     replaying,
 )
+from tether.agents.errors import ToolError
 from tether.agents.mcp import McpConfig, McpHub, mcp_server
 from tether.agents.mcp.credentials import Caller
 
@@ -79,10 +80,12 @@ async def test_a_server_that_forgot_the_session_gets_a_new_one(
     try:
         assert await call(server, "add_note", {"text": "a"}, Caller()) == "noted: a"
         app.forget()  # every later call used to be refused "Session terminated", for good
-        assert await call(server, "add_note", {"text": "b"}, Caller()) == "noted: b"
+        with pytest.raises(ToolError, match="ended its session"):  # not sent twice: it may
+            await call(server, "add_note", {"text": "b"}, Caller())  # have run (another 404)
+        assert await call(server, "add_note", {"text": "c"}, Caller()) == "noted: c"
         app.forget()
-        assert "add_note" in {s.name for s in await hub.list_tools(server)}
-        assert hub.open_servers() == ["notes"]
+        assert "add_note" in {s.name for s in await hub.list_tools(server)}  # a listing is
+        assert hub.open_servers() == ["notes"]  # asked again on the new session at once
     finally:
         await hub.aclose()
-    assert notes.notes == ["a", "b"] and app.refused >= 2
+    assert notes.notes == ["a", "c"] and app.refused >= 2

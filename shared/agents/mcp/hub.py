@@ -146,13 +146,17 @@ class McpHub:
     async def call_tool(
         self, server: McpServer, tool: str, args: dict[str, Any], caller: Caller
     ) -> str:
-        """One ``tools/call``; every failure is a :class:`ToolError` the model reads. A call the
-        server refused for an unknown session (never run) is sent again on a new session."""
+        """One ``tools/call``; every failure is a :class:`ToolError` the model reads. A call
+        that failed once the server forgot the session is not sent again (the 404 may have
+        answered another request of the session, and this one may have run): the next call
+        opens a new session."""
         try:
-            try:
-                outcome = await self._call(server, tool, args, caller)
-            except McpSessionLost:
-                outcome = await self._call(server, tool, args, caller)
+            outcome = await self._call(server, tool, args, caller)
+        except McpSessionLost:
+            raise ToolError(
+                f"MCP server '{server.name}' ended its session; the call may not have run. "
+                "Call it again if needed."
+            ) from None
         except McpPolicyError as exc:
             raise ToolError(f"MCP server '{server.name}' is not allowed: {exc}") from None
         except TimeoutError:
