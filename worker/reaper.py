@@ -124,9 +124,11 @@ class Reaper:
         report = ReapReport()
         stale_after = self.settings.timers.stale_after
         after = Aftermath()
-        for stale in await self.store.stale_attempts(stale_after):
-            await self._replace(stale, report, after)
-        await after.send(self.services)
+        try:
+            for stale in await self.store.stale_attempts(stale_after):
+                await self._replace(stale, report, after)
+        finally:  # what was written is sent, even when a later replacement failed
+            await after.send(self.services)
         report.requeued += await self._requeue_unclaimed()
         await self.store.registry.delete_expired(self.settings.timers.retention)
         await self._delete_expired(report)

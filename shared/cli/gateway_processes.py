@@ -88,9 +88,10 @@ def wait_children(children: list[int]) -> int:
         running.discard(pid)
         exit_code = os.waitstatus_to_exitcode(code)  # -N: killed by signal N
         status = status or (exit_code if exit_code > 0 else 1 if exit_code < 0 else 0)
-        if not stopping:
+        if not stopping:  # one ended on its own, even cleanly: the command fails
             log.warning(
                 "gateway process %d exited (status %d): stopping the others", pid, exit_code
             )
+            status = status or 1
             stop(signal.SIGTERM)
     return status

@@ -157,10 +157,13 @@ class Attempts:
     async def release(self, invocation_id: str, attempt: int, *, stopping: bool) -> None:
         """Hand an attempt back: it looks stale to the next reap pass. ``stopping``: its worker
         is shutting down (:data:`HANDED_BACK`, not a crash); else it was declared dead."""
+        fenced = fence(invocation_id, attempt)
+        if stopping:  # not over a verdict of dead (0): that one stays a crash
+            fenced = (*fenced, inv.heartbeat_at > 0)
         async with self._db.transaction() as conn:
             await conn.execute(
                 sa.update(invocations)
-                .where(*fence(invocation_id, attempt))
+                .where(*fenced)
                 .values(heartbeat_at=HANDED_BACK if stopping else 0.0)
             )
 

@@ -55,8 +55,9 @@ def test_a_gateway_on_port_0_logs_the_port_it_was_given(
     assert wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 30, "healthz")
 
 
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])  # SIGTERM: it exits 0
 async def test_a_gateway_process_that_dies_stops_its_siblings_and_the_command(
-    fresh_db: str, redis_url: str, make_cluster: MakeCluster
+    fresh_db: str, redis_url: str, make_cluster: MakeCluster, how: signal.Signals
 ) -> None:
     """As a crashed Dramatiq worker process does: the command then exits non-zero for its
     supervisor to restart, instead of serving on with one process fewer."""
@@ -64,7 +65,7 @@ async def test_a_gateway_process_that_dies_stops_its_siblings_and_the_command(
     gateway, _ = cluster.start_gateway(processes=2)
     doomed, sibling = descendants(gateway.pid)
 
-    os.kill(doomed, signal.SIGKILL)
+    os.kill(doomed, how)
     await until(lambda: gateway.popen.poll() is not None, 30, "the command to exit")
     assert gateway.popen.returncode != 0
     await until(lambda: exited(sibling), 30, "the sibling to exit")

@@ -217,6 +217,18 @@ async def test_release_makes_an_attempt_stale_at_once(store: Store, stopping: bo
     assert (again.attempt, again.handed_back, again.crashes) == (2, True, 0 if stopping else 1)
 
 
+async def test_a_stopping_workers_hand_back_leaves_a_verdict_of_dead_a_crash(store: Store) -> None:
+    """Declared dead (0) while it stopped: its own hand-back after that does not turn the
+    crash into a deploy."""
+    n = new()
+    await store.accept(n)
+    await store.claim(n.id, "w")
+    await store.release(n.id, 1, stopping=False)
+    await store.release(n.id, 1, stopping=True)
+    [stale] = await store.stale_attempts(5)
+    assert stale.handed_back is False
+
+
 async def test_a_late_beat_never_revives_a_handed_back_attempt(store: Store) -> None:
     """The heartbeat thread read its attempts before the hand-back and beats after it (or after
     another worker declared it dead): the row stays handed back, and the beat says superseded."""

@@ -275,36 +275,6 @@ async def test_a_poison_run_whose_worker_dies_every_attempt_stops_at_the_default
     assert [invocation_id] * 4 == [sent for sent, _ in enqueued.calls]
 
 
-async def test_a_run_handed_back_by_stopping_workers_is_never_counted_as_a_crash(
-    store: Store,
-) -> None:
-    """Rolling deploys: each attempt's worker is SIGTERMed and hands it back after its grace.
-    No backoff, no recovery_limit_exceeded however many deploys the run lives through; the
-    replacement still replays it as a recovery."""
-    invocation_id = await running(store)
-    enqueued = Enqueued()
-    for attempt in range(1, 8):  # past max_attempts (5)
-        await store.release(invocation_id, attempt, stopping=True)
-        report = await make_reaper(store, enqueued, recovery_backoff=5).reap_once()
-        assert (report.recovered, report.failed) == (1, 0)
-        replacement = await store.claim(invocation_id, "host:2")
-        assert replacement is not None and replacement.is_recovery
-    assert {delay for _, delay in enqueued.calls} == {0.0}
-    assert (await row(store, invocation_id)).crashes == 0
-    await shift(store, invocation_id, heartbeat_at=60)  # then its worker does crash: the first
-    await make_reaper(store, enqueued, recovery_backoff=5).reap_once()
-    assert enqueued.calls[-1] == (invocation_id, 0.0)
-    assert (await row(store, invocation_id)).crashes == 1
-
-
-def test_a_handed_back_attempt_is_replaced_at_once_whatever_crashed_before() -> None:
-    limited = settings(max_attempts=3, recovery_backoff=5)
-    handed_back = StaleAttempt("inv", 9, False, crashes=8, handed_back=True)
-    assert decide(handed_back, has_recover=True, settings=limited) == Recover(0.0)
-    lost = decide(handed_back, has_recover=False, settings=limited)  # nothing can resume it
-    assert not isinstance(lost, Recover) and lost.error_code is ErrorCode.WORKER_LOST
-
-
 async def test_a_stale_attempt_with_a_cancel_request_ends_cancelled(store: Store) -> None:
     invocation_id = await running(store)
     await store.request_cancel(invocation_id)
