@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from tether import loops
 from tether.groupcommit import GroupCommit
 from tether.pubsub import MemoryPubSub, Subscription
+from tether.repeated import REPORT_EVERY
 from tether.settings import STREAM_BUFFER_BYTES
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,6 @@ MAX_WAITING_PUBLISHES = 10_000
 its socket timeout, and the wake-ups of every event, start and end pile up meanwhile; past this
 many, new ones are dropped (a reader re-reads the store on its own timer, as after any lost
 message)."""
-REPORT_EVERY = 10.0
-"""Seconds between two lines about failed or dropped publishes (the first is logged at once)."""
 CLOSE_WAIT = 5.0
 """Seconds ``close`` waits for the publishes still held; what is left then is not sent."""
 

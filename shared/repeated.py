@@ -1,7 +1,7 @@
 """A warning a loop may repeat on every pass: a store or a server that is down fails each one
 (a worker's timer pass runs four times a second). It is logged at once, then at most once every
 :data:`REPORT_EVERY` seconds, with how many times it happened since the last line, so an outage
-costs a line every few seconds per loop, not a flood (as publishes report theirs:
+costs a line every few seconds per loop, not a flood (publishes report theirs on the same period:
 :class:`tether.pubsub_redis.PublishTrouble`)."""
 
 from __future__ import annotations

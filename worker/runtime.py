@@ -50,7 +50,6 @@ from tether.worker.running import (
 from tether.worker.slots import Slots
 
 log = DirectInfo(logging.getLogger(__name__))  # a line as each attempt starts and ends
-claims_failed = Repeated(logging.getLogger(__name__))  # a store that is down fails each pass
 __all__ = ["RunningAttempt", "Runtime", "StopReason"]  # StopReason: re-exported for callers
 
 CLAIMS_IN_FLIGHT = 1
@@ -120,6 +119,7 @@ class Runtime:
         self._finish_retry = finish_retry
         self._limits = limits or RunLimits()
         self._closing = False
+        self._claims_failed = Repeated(logging.getLogger(__name__))  # a store down fails each pass
 
     async def start(self, hint: str = "") -> bool:
         """A token (``hint``: its invocation id; PostgreSQL decides what runs) claims with a free
@@ -172,7 +172,9 @@ class Runtime:
             *(self.start_in_slot() for _ in range(taken)), return_exceptions=True
         )
         if failed := [r for r in started if isinstance(r, BaseException)]:
-            claims_failed.warning("claiming for free slots failed (%s)", type(failed[0]).__name__)
+            self._claims_failed.warning(
+                "claiming for free slots failed (%s)", type(failed[0]).__name__
+            )
         if not self._closing:
             self._newcomers.after_pass()
         return sum(1 for r in started if r is True)
