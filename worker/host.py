@@ -23,10 +23,11 @@ import sqlalchemy as sa
 from tether import loops
 from tether.app import load_app
 from tether.logs import flush_logs
+from tether.parent_watch import ParentWatch
 from tether.settings import Settings
 from tether.worker.broker_watch import watching_broker
 from tether.worker.node import run_node
-from tether.worker.parent_watch import ParentWatch, write_output_to_own_stderr
+from tether.worker.parent_watch import stop_gracefully, write_output_to_own_stderr
 from tether.worker.runtime import Runtime
 from tether.worker.wiring import distributed_services
 
@@ -128,7 +129,9 @@ class NodeHost(dramatiq.Middleware):
         _FirstStopOnly.install()
         # Dramatiq's CLI set up the handlers and the level; ``log_level`` is the operator's
         logging.getLogger().setLevel(self.settings.log_level)
-        self._parent_watch = ParentWatch.of_this_process()  # an orphan stops as on SIGTERM
+        self._parent_watch = ParentWatch.of_this_process(
+            stop_gracefully
+        )  # an orphan: as on SIGTERM
         if self._parent_watch is not None:
             write_output_to_own_stderr()  # not through the parent's relay (a pipe per line)
             self._parent_watch.start()

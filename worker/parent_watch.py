@@ -10,9 +10,8 @@ not go to the relay pipe, which nobody reads any more, and sends itself SIGTERM:
 stop a supervisor would send. It stops taking messages, lets running attempts finish
 for ``timers.shutdown_grace``, hands the rest back for recovery, and exits.
 
-The check polls ``os.getppid()`` from a daemon thread every :data:`PARENT_CHECK_INTERVAL`. That
-works on every POSIX system, unlike Linux's ``PR_SET_PDEATHSIG`` (which also fires when the
-forking *thread* of a live parent ends).
+The watch itself is :class:`tether.parent_watch.ParentWatch`; :func:`stop_gracefully` is what
+a worker process does when it fires.
 
 :func:`first_of_its_command` says which of a ``tether worker``'s processes is its first, the one
 that says once what the command should say once.
@@ -25,18 +24,12 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
-from collections.abc import Callable
 
 from dramatiq.cli import LOGFORMAT as DRAMATIQ_LOG_FORMAT
 
 from tether.logs import TurnBufferedHandler, turn_buffered
 
 log = logging.getLogger(__name__)
-
-PARENT_CHECK_INTERVAL = 0.5
-"""Seconds between two looks at the parent: an orphan starts its graceful stop within this."""
-
 
 FIRST_WORKER_PROCESS = "Process-1"
 """The name multiprocessing gives the first process ``tether worker`` (Dramatiq's main process)
@@ -51,54 +44,6 @@ def first_of_its_command() -> bool:
     if multiprocessing.parent_process() is None:
         return True
     return multiprocessing.current_process().name == FIRST_WORKER_PROCESS
-
-
-class ParentWatch:
-    """Calls ``on_orphaned(parent_pid)`` once, from its own thread, when this process's parent
-    is no longer ``parent_pid``."""
-
-    def __init__(
-        self,
-        parent_pid: int,
-        on_orphaned: Callable[[int], None],
-        interval: float = PARENT_CHECK_INTERVAL,
-    ) -> None:
-        self.parent_pid = parent_pid
-        self._on_orphaned = on_orphaned
-        self._interval = interval
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="tether-parent-watch", daemon=True)
-
-    @classmethod
-    def of_this_process(cls) -> ParentWatch | None:
-        """A watch that stops this process gracefully when its parent dies; None in a process
-        that multiprocessing did not start (nobody supervises it but its own parent).
-
-        The parent's pid is the one the parent recorded before it forked, so a parent that died
-        before the watch began is noticed too."""
-        parent = multiprocessing.parent_process()
-        if parent is None or parent.pid is None:
-            return None
-        return cls(parent.pid, stop_gracefully)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def join(self, timeout: float) -> bool:
-        """Wait for the watch to end (stopped, or the orphan reported); True if it did."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def _watch(self) -> None:
-        while True:
-            if os.getppid() != self.parent_pid:
-                self._on_orphaned(self.parent_pid)
-                return
-            if self._stopped.wait(self._interval):
-                return
 
 
 def stop_gracefully(parent_pid: int) -> None:

@@ -3,7 +3,7 @@ command's own process, which forwards SIGTERM and SIGINT to them and waits for t
 exits on its own, it stops the others and exits too, for its supervisor to restart.
 
 A gateway process whose parent is gone (``kill -9`` of ``tether gateway``, the OOM killer)
-stops as on SIGTERM, as a worker process does (:mod:`tether.worker.parent_watch`): otherwise
+stops as on SIGTERM, as a worker process does (:mod:`tether.parent_watch`): otherwise
 it served on unsupervised, holding the port, and the supervisor's next ``tether gateway``
 could not bind it ("Address already in use").
 """
@@ -21,8 +21,8 @@ from aiohttp import web
 
 from tether.cli.serving import LISTEN_BACKLOG, serve
 from tether.logs import flush_logs
+from tether.parent_watch import ParentWatch
 from tether.settings import Settings
-from tether.worker.parent_watch import ParentWatch
 
 log = logging.getLogger("tether")
 

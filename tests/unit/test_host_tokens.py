@@ -17,9 +17,9 @@ from typing import cast
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
+from tether.parent_watch import ParentWatch
 from tether.settings import Settings
 from tether.worker.host import NODE_FAILED, NodeHost, _FirstStopOnly
-from tether.worker.parent_watch import ParentWatch
 from tether.worker.runtime import Runtime
 from tether.worker.slots import Slots
 
@@ -205,7 +205,7 @@ def test_a_worker_process_whose_node_did_not_start_exits(
         raise ValueError("a setting the node cannot use")
 
     monkeypatch.setattr(NodeHost, "_main", fails)
-    monkeypatch.setattr(ParentWatch, "of_this_process", staticmethod(lambda: None))
+    monkeypatch.setattr(ParentWatch, "of_this_process", staticmethod(lambda _stop: None))
     monkeypatch.setattr(_FirstStopOnly, "install", classmethod(lambda cls: None))
     root = logging.getLogger()
     monkeypatch.setattr(root, "level", root.level)  # the boot sets it: put back after

@@ -15,7 +15,8 @@ import pytest
 from dramatiq.cli import LOGFORMAT as DRAMATIQ_LOG_FORMAT
 
 from tether.logs import TurnBufferedHandler
-from tether.worker.parent_watch import ParentWatch, write_output_to_own_stderr
+from tether.parent_watch import ParentWatch
+from tether.worker.parent_watch import write_output_to_own_stderr
 
 DEADLINE = 10.0
 
@@ -45,7 +46,7 @@ def test_a_watch_on_a_live_parent_stays_quiet_until_stopped() -> None:
 
 
 def test_a_process_multiprocessing_did_not_start_gets_no_watch() -> None:
-    assert ParentWatch.of_this_process() is None  # the test runner itself
+    assert ParentWatch.of_this_process(print) is None  # the test runner itself
 
 
 def test_an_orphans_output_goes_to_its_own_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
