@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from tether.budgets import UsageMeter, admit
 from tether.durable import Durable, JournalSink
 from tether.events import user_event_type
-from tether.jsonvalue import dumps
+from tether.jsonvalue import dumps, json_bytes
 from tether.store.journal import Recorded
 from tether.thread import SessionThread
 from tether.usage import ModelUsage
@@ -166,7 +166,7 @@ class InvocationContext:
         """
         event_type = user_event_type(event)
         data = dict(event)
-        size = len(dumps(data).encode())
+        size = json_bytes(data)
         if size > self._max_event_bytes:
             raise ValueError(f"event is larger than {self._max_event_bytes} bytes")
         if self._durable.replaying:  # stored by the attempt that first ran this far

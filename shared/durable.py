@@ -26,7 +26,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from tether.jsonvalue import as_stored, dumps, finite_number
+from tether.jsonvalue import as_stored, dumps, finite_number, json_bytes
 from tether.store.errors import Superseded
 from tether.store.journal import NewWait, Recorded, Resolution, WaitKind
 
@@ -238,7 +238,7 @@ class Durable:
                 raise WaitTimeout(name)
             return record.value
         shown = {**(details or {}), "prompt": prompt}
-        size = len(dumps(shown).encode())
+        size = json_bytes(shown)
         if size > self._max_shown_bytes:  # run.waiting and every status read carry it
             raise DurableUsageError(
                 f"wait {name!r}: its prompt and details are {size:,} bytes of JSON, over "

@@ -161,6 +161,12 @@ def dumps(value: Any) -> str:
     return text
 
 
+def json_bytes(value: Any) -> int:
+    """A value's size as events and waits are capped by it: its compact JSON's UTF-8 bytes
+    (:func:`dumps`, which refuses what cannot be stored)."""
+    return len(dumps(value).encode())
+
+
 def _encoded_by(encoder: json.JSONEncoder, value: Any) -> str:
     """``value`` encoded; what JSON cannot hold (NaN, Infinity, a cycle, a type it does not
     know, nesting past the recursion limit) refused as :class:`InvalidJson`."""

@@ -23,7 +23,7 @@ from tether.agents.run_context import Emit, RunContext
 from tether.agents.steps import AgentPath
 from tether.agents.tool_context import ToolContext
 from tether.agents.types import ToolCall, tool_call_event, tool_result_event
-from tether.jsonvalue import dumps, storable
+from tether.jsonvalue import dumps, json_bytes, storable
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ToolCalls:
         forwarded event, which names its agent), or not storable."""
         limit = self.run.limits.max_tool_argument_bytes
         try:
-            size = len(dumps(call.args).encode())
+            size = json_bytes(call.args)
         except ValueError:
             return "they hold characters that cannot be stored"
         if size > limit:
@@ -120,7 +120,7 @@ class ToolCalls:
             return None
         # the event around them, measured once with ``null`` (4 bytes) in their place
         envelope = {**tool_call_event(replace(call, args=None)), "agent": self.agent.name}
-        event_size = size + len(dumps(envelope).encode()) - len("null")
+        event_size = size + json_bytes(envelope) - len("null")
         if event_size > cap:
             return f"{size} bytes (their event would be {event_size}; events hold at most {cap})"
         return None
