@@ -51,6 +51,10 @@ class ReapReport:
     deleted_events: int = 0
     counts_corrected: int = 0
 
+    def __str__(self) -> str:
+        """``recovered 1, failed 0, …``: a log line's and ``tether reap``'s words."""
+        return ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in vars(self).items())
+
 
 @dataclass
 class Aftermath:

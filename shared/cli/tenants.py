@@ -239,11 +239,14 @@ def parse(name: str, raw: str | None) -> Any:
     if raw.strip().lower() == LIFT:
         return None
     kind, _ = LIMIT_OPTIONS[name]
+    what = "a whole number" if kind is int else "a number"
+    refused = Refused(f"--{name.replace('_', '-')}: {raw!r} is not {what} or {LIFT}")
+    if kind is not str and (not raw.isascii() or "_" in raw):  # int() reads '3_0' and '٣'
+        raise refused  # as 30 and 3; the API's JSON numbers are ASCII digits alone
     try:
         return kind(raw)
     except ValueError:
-        what = "a whole number" if kind is int else "a number"
-        raise Refused(f"--{name.replace('_', '-')}: {raw!r} is not {what} or {LIFT}") from None
+        raise refused from None
 
 
 def checked_name(name: str, *, defaults: str) -> str:

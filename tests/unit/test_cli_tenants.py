@@ -102,6 +102,9 @@ def test_the_defaults_and_the_global_cap(where: tuple[list[str], Store]) -> None
     [
         (["set", "acme", "--max-active", "-1"], "max_active must be"),
         (["set", "acme", "--max-active", "x"], "--max-active: 'x' is not a whole number"),
+        (["set", "acme", "--max-active", "3_0"], "'3_0' is not a whole number"),  # was 30
+        (["set", "acme", "--max-active", "\u0663"], "is not a whole number"),  # Arabic 3: was 3
+        (["set", "acme", "--rate", "1_000.5"], "--rate: '1_000.5' is not a number"),
         (["set", "acme", "--rate", "nan"], "rate must be a finite number"),
         (["set", "acme", "--rate", "5e9"], "rate must be at most 2147483647"),
         (["set", "acme", "--budget-period", "0.5"], "budget_period must be at least 1"),

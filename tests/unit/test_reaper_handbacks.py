@@ -1,5 +1,5 @@
 """The reaper and attempts handed back: by a stopping worker (a deploy; not a crash) and by a
-pass that fails half-way (what it wrote is still announced)."""
+pass that fails half-way (what it wrote is still announced); and how a pass reports."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tether.errors import ErrorCode
 from tether.store.errors import StoreUnavailable
 from tether.store.schema import StaleAttempt
 from tether.store.store import Store
-from tether.worker.reaper import Recover, decide
+from tether.worker.reaper import ReapReport, Recover, decide
 
 
 async def test_a_run_handed_back_by_stopping_workers_is_never_counted_as_a_crash(
@@ -64,3 +64,11 @@ async def test_a_pass_that_fails_half_way_still_sends_what_it_wrote(
     with pytest.raises(StoreUnavailable):
         await make_reaper(store, enqueued).reap_once()
     assert len(enqueued.calls) == 1  # the first's replacement was written: its token went out
+
+
+def test_a_pass_reports_in_words_not_as_a_python_object() -> None:
+    """``tether reap`` printed ``ReapReport(recovered=0, ...)``."""
+    assert str(ReapReport(recovered=2, deleted_events=7)) == (
+        "recovered 2, failed 0, cancelled 0, requeued 0, deleted 0, deleted events 7, "
+        "counts corrected 0"
+    )
