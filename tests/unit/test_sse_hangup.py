@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -33,6 +34,28 @@ async def open_streams(client: aiohttp.ClientSession) -> str:
     async with client.get("/metrics") as r:
         text = await r.text()
     return next(line for line in text.splitlines() if line.startswith("tether_open_streams "))
+
+
+async def hang_up_while_waiting(server: Any, path: str, body: dict[str, Any]) -> None:
+    """POST ``body`` as a sync caller on a raw connection, hang up once it waits, and see the
+    wait end well before its ``sync_timeout``."""
+    payload = json.dumps(body)
+    head = request(
+        "POST", path, {"Content-Type": "application/json", "Content-Length": str(len(payload))}
+    )
+    caller = await RawConnection.open(server.base)
+    await caller.send(head + payload.encode())
+
+    async def waiting() -> bool:
+        return bool(server.app[STREAMS])
+
+    await eventually(waiting, "the sync caller to wait")
+    caller.close()
+
+    async def stopped() -> bool:
+        return not server.app[STREAMS]
+
+    await eventually(stopped, "the wait to end", within=PROMPTLY)
 
 
 async def test_a_client_that_hangs_up_mid_stream_frees_its_stream_before_any_write(
@@ -69,25 +92,8 @@ async def test_a_sync_caller_that_hangs_up_stops_waiting_before_its_sync_timeout
         aiohttp.ClientSession(server.base) as client,
     ):
         invocation_id = str(uuid.uuid4())
-        payload = json.dumps({"id": invocation_id, "input": {"wait_cancel": True}})
-        head = request(
-            "POST",
-            "/api/invocations",
-            {"Content-Type": "application/json", "Content-Length": str(len(payload))},
-        )
-        caller = await RawConnection.open(server.base)
-        await caller.send(head + payload.encode())
-
-        async def waiting() -> bool:
-            return bool(server.app[STREAMS])
-
-        await eventually(waiting, "the sync caller to wait")
-        caller.close()
-
-        async def stopped() -> bool:
-            return not server.app[STREAMS]
-
-        await eventually(stopped, "the wait to end", within=PROMPTLY)
+        payload = {"id": invocation_id, "input": {"wait_cancel": True}}
+        await hang_up_while_waiting(server, "/api/invocations", payload)
         await client.post(f"/api/invocations/{invocation_id}/cancel", json={})
 
 
@@ -186,25 +192,7 @@ async def test_a_sync_responses_caller_that_hangs_up_stops_waiting_before_its_sy
         served(tmp_path, app, timers={"sync_timeout": 300}) as server,
         aiohttp.ClientSession(server.base) as client,
     ):
-        payload = json.dumps({"input": "hello"})
-        head = request(
-            "POST",
-            "/api/agents/invocations",
-            {"Content-Type": "application/json", "Content-Length": str(len(payload))},
-        )
-        caller = await RawConnection.open(server.base)
-        await caller.send(head + payload.encode())
-
-        async def waiting() -> bool:
-            return bool(server.app[STREAMS])
-
-        await eventually(waiting, "the sync caller to wait")
-        caller.close()
-
-        async def stopped() -> bool:
-            return not server.app[STREAMS]
-
-        await eventually(stopped, "the wait to end", within=PROMPTLY)
+        await hang_up_while_waiting(server, "/api/agents/invocations", {"input": "hello"})
         async with client.get("/api/invocations", params={"status": "active"}) as r:
             running = (await r.json())["data"]
         for invocation in running:
