@@ -216,7 +216,7 @@ async def test_twenty_runs_beside_one_with_an_unstorable_output_finish_on_their_
 async def test_an_unstorable_event_ends_only_its_own_run_with_invalid_output(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tether.context.dumps", lambda value: "")  # emit's check has a gap
+    monkeypatch.setattr("tether.context.json_bytes", lambda value: 0)  # emit's check has a gap
     batches: list[int] = []
     append_many, appended = store.append_many, asyncio.Event()
 
