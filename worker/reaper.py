@@ -235,7 +235,7 @@ class Reaper:
                 FinishRequest(stale.invocation_id, stale.attempt, decision, stale_after=stale_after)
             )
         except Superseded:
-            return  # another reaper, or the attempt itself, got there first
+            return  # another reaper or the attempt got there first, or a cancel came since
         log.warning(
             "invocation %s: attempt %d lost its worker; %s (%s)",
             stale.invocation_id,

@@ -132,7 +132,13 @@ def _end_statement(dialect: Dialect) -> sa.Update | sa.Select[Any]:
             inv.id == ends.c.id,
             inv.status == ends.c.from_status,
             sa.or_(attempt.is_(None), inv.attempt == attempt),
-            sa.or_(stale_after.is_(None), inv.heartbeat_at < dialect.now - stale_after),
+            sa.or_(
+                stale_after.is_(None),
+                sa.and_(  # the reaper's: a dead attempt, and a cancel asked since its read wins
+                    inv.heartbeat_at < dialect.now - stale_after,
+                    sa.or_(ends.c.status == Status.CANCELLED.value, ~inv.cancel_requested),
+                ),
+            ),
         )
         .values(
             status=ends.c.status,

@@ -1,5 +1,6 @@
 """The reaper against a cancel that lands between its read of the stale attempts and its
-replacement of one: the cancel is honoured, no replacement attempt runs."""
+replacement or ending of one: the cancel is honoured (no replacement attempt runs, and the run
+ends cancelled, not worker_lost)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from tether.store.schema import StaleAttempt, Status
 from tether.store.store import Store
 
 
+@pytest.mark.parametrize("has_recover", [True, False])  # replaced, or ended worker_lost
 async def test_a_cancel_requested_after_the_stale_read_is_not_lost_to_a_replacement(
-    store: Store,
-    monkeypatch: pytest.MonkeyPatch,
+    store: Store, monkeypatch: pytest.MonkeyPatch, has_recover: bool
 ) -> None:
     invocation_id = await running(store)
     await shift(store, invocation_id, heartbeat_at=60)
@@ -27,7 +28,7 @@ async def test_a_cancel_requested_after_the_stale_read_is_not_lost_to_a_replacem
 
     monkeypatch.setattr(store, "stale_attempts", then_cancelled)
     enqueued = Enqueued()
-    reaper = make_reaper(store, enqueued)
+    reaper = make_reaper(store, enqueued, has_recover=has_recover)
     await reaper.reap_once()
     monkeypatch.setattr(store, "stale_attempts", read)
     await reaper.reap_once()
