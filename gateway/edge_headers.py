@@ -1,0 +1,21 @@
+"""Headers every answer of the gateway carries, whoever built it.
+
+- ``Server: tether``: aiohttp's default names the Python and aiohttp versions, which tells a
+  scanner which published flaws to try; the answers to requests aiohttp cannot parse
+  (:mod:`tether.gateway.unparsed`) carry the same.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+SERVER = "tether"
+
+
+def name_the_server(response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER
+
+
+async def edge_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: run for every answer of the app, custom routes' included."""
+    name_the_server(response)
