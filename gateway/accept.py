@@ -111,6 +111,8 @@ class Acceptor:
         for result in results:  # the caller's own invocation only: never another's id
             if isinstance(result, Accepted) and self._credentials is not None:
                 invocation = result.invocation
+                if invocation.status.is_terminal:  # a repeat of a finished run: nothing runs
+                    continue  # it, so nothing would forget its token
                 credential = self._carried.get((invocation.id, invocation.owner))
                 if credential is not None and invocation.owner == credential.user:
                     self._credentials.put(invocation.id, credential)

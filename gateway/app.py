@@ -18,6 +18,7 @@ from tether.gateway.admin import routes as admin_routes
 from tether.gateway.agent_routes import routes as agent_routes
 from tether.gateway.auth import resolve_auth
 from tether.gateway.body import read_body
+from tether.gateway.edge_headers import edge_headers
 from tether.gateway.inputs import routes as input_routes
 from tether.gateway.invocation_reads import InvocationReads
 from tether.gateway.keys import (
@@ -207,6 +208,7 @@ def create_app(
 
     app.cleanup_ctx.append(services_ctx)
     app.on_shutdown.append(close_streams)
+    app.on_response_prepare.append(edge_headers)
     app.add_routes(routes)
     app.add_routes(input_routes)
     app.add_routes(agent_routes)

@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from tether.errors import ErrorCode
+from tether.gateway.edge_headers import name_the_server
 from tether.gateway.responses import error_response
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def handle_error(
             ErrorCode.INVALID_REQUEST, http_status=status, message=reason(exc)
         )
     response.force_close()
+    name_the_server(response)  # no app, so no on_response_prepare: named here
     return response
 
 

@@ -51,9 +51,16 @@ class CredentialVault:
         self._lock = threading.Lock()
 
     def put(self, invocation_id: str, credential: UserCredential) -> None:
-        """Keep (or refresh: a repeated request brings a newer token) the invocation's token."""
+        """Keep (or refresh: a repeated request brings a newer token) the invocation's token,
+        and forget every token past ``ttl``: one whose invocation ended elsewhere (another
+        process cancelled or failed it) is never asked for again, so ``get`` alone would keep
+        it for the life of the process."""
+        now = self._clock()
         with self._lock:
-            self._entries[invocation_id] = (self._clock(), credential)
+            expired = [k for k, (kept, _) in self._entries.items() if now - kept > self._ttl]
+            for key in expired:
+                del self._entries[key]
+            self._entries[invocation_id] = (now, credential)
 
     def get(self, invocation_id: str) -> UserCredential | None:
         with self._lock:

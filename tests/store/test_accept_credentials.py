@@ -52,3 +52,18 @@ async def test_a_repeated_request_without_a_token_keeps_the_one_carried(store: S
     )
     assert all(isinstance(r, Accepted) for r in results)
     assert vault.get(invocation_id) == token
+
+
+async def test_a_repeated_request_for_a_finished_invocation_keeps_no_token(store: Store) -> None:
+    """Nothing would ever run it, so nothing would ever forget it (``after_terminal`` ran
+    already): the token stays out of the vault."""
+    vault = CredentialVault()
+    acceptor = Acceptor(store, Queue(Sent()), 0, credentials=vault)
+    invocation_id = str(uuid.uuid4())
+    await acceptor.accept(turn(invocation_id, "alice"))
+    assert await store.request_cancel(invocation_id) is not None  # queued: cancelled at once
+    repeat = await acceptor.accept(
+        turn(invocation_id, "alice"), UserCredential("alice", "token-of-alice")
+    )
+    assert isinstance(repeat, Accepted) and repeat.invocation.status.is_terminal
+    assert len(vault) == 0
