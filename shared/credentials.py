@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -47,20 +48,21 @@ class CredentialVault:
     def __init__(self, ttl: float = 3600.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl = ttl
         self._clock = clock
-        self._entries: dict[str, tuple[float, UserCredential]] = {}
+        self._entries: OrderedDict[str, tuple[float, UserCredential]] = OrderedDict()
+        """Oldest first: a put moves its entry to the end."""
         self._lock = threading.Lock()
 
     def put(self, invocation_id: str, credential: UserCredential) -> None:
         """Keep (or refresh: a repeated request brings a newer token) the invocation's token,
-        and forget every token past ``ttl``: one whose invocation ended elsewhere (another
+        and forget the tokens past ``ttl``: one whose invocation ended elsewhere (another
         process cancelled or failed it) is never asked for again, so ``get`` alone would keep
-        it for the life of the process."""
+        it for the life of the process. The oldest are first: a put looks at those alone."""
         now = self._clock()
         with self._lock:
-            expired = [k for k, (kept, _) in self._entries.items() if now - kept > self._ttl]
-            for key in expired:
-                del self._entries[key]
+            self._entries.pop(invocation_id, None)
             self._entries[invocation_id] = (now, credential)
+            while now - next(iter(self._entries.values()))[0] > self._ttl:
+                self._entries.popitem(last=False)
 
     def get(self, invocation_id: str) -> UserCredential | None:
         with self._lock:
