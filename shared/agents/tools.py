@@ -19,6 +19,12 @@ TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 EFFECTS = ("read", "write", "update", "destructive")
 
 
+def wire_name(name: str) -> str:
+    """A tool's name as model APIs take it: Databricks tool names allow ``[a-zA-Z0-9_-]``, so
+    every ``.`` becomes ``__`` (the chat adapter's, and MCP names' check of its length)."""
+    return name.replace(".", "__")
+
+
 def _strip_titles(schema: JsonSchema) -> JsonSchema:
     out = {k: v for k, v in schema.items() if k != "title"}
     if isinstance(out.get("properties"), dict):

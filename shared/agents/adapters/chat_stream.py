@@ -13,6 +13,7 @@ from typing import Any
 from tether import ModelUsage
 from tether.agents.adapters.usage import chat_usage
 from tether.agents.errors import DefinitionError, StreamLimitExceeded
+from tether.agents.tools import wire_name
 from tether.agents.types import (
     AgentEvent,
     Message,
@@ -28,11 +29,6 @@ log = logging.getLogger(__name__)
 MAX_STREAM_TEXT_CHARS = 4_194_304
 MAX_TOOL_ARGUMENTS_CHARS = 2_097_152
 TEXT_TOOL_PARSE_MAX_INPUT = 65_536
-
-
-def wire_name(name: str) -> str:
-    """Databricks tool names allow ``[a-zA-Z0-9_-]``: every ``.`` becomes ``__``."""
-    return name.replace(".", "__")
 
 
 def wire_names(tools: Sequence[ToolDefinition]) -> dict[str, str]:

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tether.agents.adapters.chat_stream import wire_name
 from tether.agents.definitions import AgentDefinition, reachable
 from tether.agents.errors import DefinitionError
 from tether.agents.mcp.credentials import Caller
@@ -21,7 +20,7 @@ from tether.agents.mcp.hub import McpHub
 from tether.agents.mcp.servers import McpServer
 from tether.agents.mcp.specs import McpToolSpec
 from tether.agents.steps import StepLog
-from tether.agents.tools import FunctionTool
+from tether.agents.tools import FunctionTool, wire_name
 from tether.jsonvalue import storable
 
 log = logging.getLogger(__name__)

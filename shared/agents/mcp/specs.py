@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tether.agents.adapters.chat_stream import wire_name
-from tether.agents.tools import TOOL_NAME
+from tether.agents.tools import TOOL_NAME, wire_name
 from tether.agents.types import ToolAnnotations
 
 PREFIX = "mcp"
