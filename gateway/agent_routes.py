@@ -38,7 +38,6 @@ from tether.gateway.agent_models import (
 from tether.gateway.agent_responses import responses_answer
 from tether.gateway.agent_stream import serve_translated
 from tether.gateway.checks import caller_credential, checked_input
-from tether.gateway.hangups import hangup_closes
 from tether.gateway.keys import AGENT_APP, AUTH, SERVICES, SETTINGS, TENANCY
 from tether.gateway.models import AcceptedResponse, canonical_uuid
 from tether.gateway.parsing import read_json, validated
@@ -163,8 +162,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     invocation = await start_turn(request, owner, thread_id, value, "sync")
     async with services.pubsub.subscribe(events_channel(invocation.id)) as sub:
         current = await services.store.get(invocation.id) or invocation
-        with hangup_closes(request, sub):  # a caller that hangs up stops waiting
-            current = await wait_until_terminal(request, current, sub, limit)
+        current = await wait_until_terminal(request, current, sub, limit)
     if current.status is Status.COMPLETED:
         return await responses_answer(request, agents, current, int(time.time()))
     if current.status.is_terminal:

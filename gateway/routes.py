@@ -179,8 +179,7 @@ async def answer_sync(
     with what it waits for when it parked; 202 with the URLs to follow when it is still running
     after ``sync_timeout``."""
     limit = request.app[SETTINGS].timers.sync_timeout
-    with hangup_closes(request, sub):  # a caller that hangs up stops waiting
-        invocation = await wait_until_terminal(request, invocation, sub, limit)
+    invocation = await wait_until_terminal(request, invocation, sub, limit)
     if invocation.status is Status.COMPLETED:
         done = CompletedResponse(
             id=invocation.id, status=Status.COMPLETED, output=invocation.output
@@ -222,7 +221,7 @@ async def wait_until_terminal(
     outcome comes from that event when it carries it all, else from the store, which is also
     re-read on a resync or a quiet spell. A run that parks (``run.waiting``) ends the wait too,
     and so does CLOSING: the process stopping (the caller gets 202 and the URLs, not a closed
-    socket) or the caller hanging up (``answer_sync``)."""
+    socket) or the caller hanging up (the connection is watched meanwhile)."""
     store = request.app[SERVICES].store
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
@@ -230,28 +229,29 @@ async def wait_until_terminal(
     open_streams = request.app[STREAMS]  # told CLOSING when the process stops, as streams are
     open_streams.add(sub)
     try:
-        while current is not None and not current.status.is_terminal:
-            if current.status is Status.WAITING:
-                break
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
-            if message is CLOSING:  # stopping: answer now, as things stand (202, the URLs)
+        with hangup_closes(request, sub):  # a caller that hangs up stops waiting
+            while current is not None and not current.status.is_terminal:
+                if current.status is Status.WAITING:
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                message = await sub.get(timeout=min(remaining, WAIT_RECHECK))
+                if message is CLOSING:  # stopping: answer now, as things stand (202, the URLs)
+                    current = await store.get(invocation.id)
+                    break
+                if isinstance(message, str):
+                    batch = decode_batch(message)
+                    terminal = [e for e in batch if e.is_terminal]
+                    if not terminal:
+                        if any(e.type == RUN_WAITING for e in batch):
+                            current = await store.get(invocation.id)
+                        continue
+                    ended = ended_by(current, terminal[-1])
+                    if ended is not None:
+                        current = ended
+                        continue
                 current = await store.get(invocation.id)
-                break
-            if isinstance(message, str):
-                batch = decode_batch(message)
-                terminal = [e for e in batch if e.is_terminal]
-                if not terminal:
-                    if any(e.type == RUN_WAITING for e in batch):
-                        current = await store.get(invocation.id)
-                    continue
-                ended = ended_by(current, terminal[-1])
-                if ended is not None:
-                    current = ended
-                    continue
-            current = await store.get(invocation.id)
     finally:
         open_streams.discard(sub)
     if current is None:
