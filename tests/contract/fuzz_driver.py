@@ -51,7 +51,7 @@ class Fuzz(Invariants):
         headers = who(k.owner)
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
-        url = f"{self.base}/api/invocations/{k.id}/events"
+        url = f"{self.base}/api/invocations/{self.spelling(k.id)}/events"
         async with self.http.get(url, params=params, headers=headers) as r:
             if not k.accepted:
                 assert r.status == 404 or r.status == 200, r.status
@@ -147,12 +147,17 @@ class Fuzz(Invariants):
         elif r.status == 409:
             assert answer["error"]["code"] == "cancelled", text
 
-    def spelling(self, invocation_id: str, braces: bool = True) -> str:
-        """The id as a client may spell it: every spelling is the same id (a path cannot hold
-        braces: aiohttp's router matches none in a path parameter)."""
-        spellings = [invocation_id, invocation_id.upper(), invocation_id.replace("-", "")]
-        spellings += [f"urn:uuid:{invocation_id}"] + ([f"{{{invocation_id}}}"] if braces else [])
-        return self.rng.choice(spellings)
+    def spelling(self, invocation_id: str) -> str:
+        """The id as a client may spell it, in a body or a path: every spelling is the same id."""
+        return self.rng.choice(
+            [
+                invocation_id,
+                invocation_id.upper(),
+                invocation_id.replace("-", ""),
+                f"urn:uuid:{invocation_id}",
+                f"{{{invocation_id}}}",
+            ]
+        )
 
     async def resolve(self, k: Known, doc: dict[str, Any]) -> None:
         """Send a value to each input wait the status document lists."""
@@ -188,7 +193,9 @@ class Fuzz(Invariants):
         if k is None:
             return
         owner = k.owner if self.rng.random() < 0.85 else self.other(k.owner)
-        status, body = await self.call("POST", f"/api/invocations/{k.id}/cancel", owner)
+        status, body = await self.call(
+            "POST", f"/api/invocations/{self.spelling(k.id)}/cancel", owner
+        )
         if owner != k.owner or not k.accepted:
             assert status == 404 or (owner == k.owner and status == 200), (status, body)
         else:
@@ -203,7 +210,7 @@ class Fuzz(Invariants):
         wait = self.rng.choice(waits) if wait != "nope" and self.rng.random() < 0.5 else wait
         value = self.rng.choice(["x", "y", 1, None, {"v": [1, 2]}])
         owner = k.owner if self.rng.random() < 0.9 else self.other(k.owner)
-        path = f"/api/invocations/{k.id}/input"
+        path = f"/api/invocations/{self.spelling(k.id)}/input"
         status, body = await self.call("POST", path, owner, {"wait": wait, "value": value})
         if owner != k.owner or wait not in k.waits():
             assert status == 404, (status, body)
@@ -218,9 +225,7 @@ class Fuzz(Invariants):
         if k is None:
             return
         owner = k.owner if self.rng.random() < 0.85 else self.other(k.owner)
-        status, body = await self.call(
-            "GET", f"/api/invocations/{self.spelling(k.id, braces=False)}", owner
-        )
+        status, body = await self.call("GET", f"/api/invocations/{self.spelling(k.id)}", owner)
         if owner != k.owner:
             assert status == 404, (status, body)
         elif k.accepted:
