@@ -21,6 +21,7 @@ from tests.contract.fuzz_driver import Fuzz
 from tests.harness import Cluster
 from tests.inprocess import served
 from tests.openapi_check import open_session
+from tests.services import private_migrated_database
 
 OPS = int(os.environ.get("TETHER_FUZZ_OPS", "150"))
 TIMERS = {"sync_timeout": 1, "inline_sleep_max": 0.2}
@@ -50,14 +51,21 @@ async def test_invariants_hold_on_the_embedded_store(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def fuzz_cluster(migrated_pg: str, redis_url: str, tmp_path: Path) -> Iterator[str]:
+def fuzz_cluster(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """A gateway and two worker processes of the fuzz app on a database of their own: the
+    session's shared workers run another app and would claim the fuzz app's invocations."""
+    with private_migrated_database() as database:
+        yield from started(database, redis_url, tmp_path)
+
+
+def started(database: str, redis_url: str, tmp_path: Path) -> Iterator[str]:
     env = {
         "TETHER_TIMERS__SYNC_TIMEOUT": "1",
         "TETHER_TIMERS__INLINE_SLEEP_MAX": "0.2",
         "TETHER_AUTH__ADMINS": ADMIN,
     }
     cluster = Cluster(
-        migrated_pg, redis_url, tmp_path, app="tests.apps.fuzz_app:app", env_overrides=env
+        database, redis_url, tmp_path, app="tests.apps.fuzz_app:app", env_overrides=env
     )
     try:
         port = os.environ.get("TETHER_FUZZ_PORT")
