@@ -15,7 +15,12 @@ from tether.gateway.keys import SERVICES
 from tether.gateway.models import InputRequest
 from tether.gateway.parsing import read_json, validated
 from tether.gateway.responses import ApiError, json_response
-from tether.gateway.routes import canonical_input, owned_invocation, status_document
+from tether.gateway.routes import (
+    INVOCATION,
+    canonical_input,
+    owned_invocation,
+    status_document,
+)
 from tether.store.journal import InputAnswer
 
 routes = web.RouteTableDef()
@@ -30,7 +35,7 @@ ANSWERS: dict[InputAnswer, tuple[ErrorCode, str] | None] = {
 }
 
 
-@routes.post("/api/invocations/{id}/input")
+@routes.post(f"{INVOCATION}/input")
 async def post_input(request: web.Request) -> web.Response:
     invocation = await owned_invocation(request)  # who asks, before reading what they send
     answer = validated(InputRequest, await read_json(request))  # read_json refuses what no

@@ -66,6 +66,11 @@ READY_WITHIN = 2.0
 WAIT_RECHECK = 5.0
 
 
+INVOCATION = "/api/invocations/{id:[^/]+}"
+"""An invocation's path: its ``id`` any UUID spelling the POST's ``id`` takes, braces included
+(aiohttp's default pattern for a path parameter matches no brace: ``{…}`` would be a 404)."""
+
+
 def caller_and_id(request: web.Request) -> tuple[str, str]:
     """The caller, then the invocation id in the path (an id that is no UUID is a 404)."""
     owner = request.app[AUTH].owner(request)  # first: an unknown caller learns nothing
@@ -282,12 +287,12 @@ def last_event_id(request: web.Request) -> int:
     return cursor(request.headers.get("Last-Event-ID", "").strip() or "0", "Last-Event-ID")
 
 
-@routes.get("/api/invocations/{id}")
+@routes.get(INVOCATION)
 async def get_invocation(request: web.Request) -> web.Response:
     return json_response(await status_document(request, await owned_invocation(request)))
 
 
-@routes.get("/api/invocations/{id}/events", allow_head=False)  # a stream has no HEAD
+@routes.get(f"{INVOCATION}/events", allow_head=False)  # a stream has no HEAD
 async def get_events(request: web.Request) -> web.StreamResponse:
     """Ownership is checked by the stream's first read (one statement: owner, status, events)."""
     owner, invocation_id = caller_and_id(request)
@@ -295,7 +300,7 @@ async def get_events(request: web.Request) -> web.StreamResponse:
     return await serve_stream(request, invocation_id, after, owner=owner)
 
 
-@routes.post("/api/invocations/{id}/cancel")
+@routes.post(f"{INVOCATION}/cancel")
 async def cancel_invocation(request: web.Request) -> web.Response:
     invocation = await owned_invocation(request)
     if invocation.status.is_terminal:

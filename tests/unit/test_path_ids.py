@@ -1,0 +1,39 @@
+"""An invocation's id in a path is read as the ``id`` of a POST is: any UUID spelling the POST
+takes, braces included (``{…}``, as Windows' GUIDs print), names the same invocation. In
+process, on the embedded store as ``tether dev`` serves it."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.inprocess import served
+
+
+@pytest.mark.parametrize(
+    "spell",
+    [str.upper, lambda i: i.replace("-", ""), lambda i: f"urn:uuid:{i}", lambda i: f"{{{i}}}"],
+)
+async def test_every_spelling_a_post_takes_names_the_invocation_in_a_path(
+    tmp_path: Path, spell: object
+) -> None:
+    invocation_id = str(uuid.uuid4())
+    spelled = spell(invocation_id)  # type: ignore[operator]
+    async with served(tmp_path) as server, aiohttp.ClientSession() as http:
+        base = f"{server.base}/api/invocations"
+        body = {"id": spelled, "input": {"wait": "w"}, "background": True}
+        async with http.post(base, json=body) as r:
+            assert r.status == 202 and (await r.json())["id"] == invocation_id
+        async with http.get(f"{base}/{spelled}") as r:
+            assert r.status == 200 and (await r.json())["id"] == invocation_id
+        json_type = {"Content-Type": "application/json"}  # a POST without a body, still JSON
+        async with http.post(f"{base}/{spelled}/cancel", headers=json_type) as r:
+            assert r.status == 200 and (await r.json())["status"] == "cancelled"
+        async with http.get(f"{base}/{spelled}/events") as r:
+            assert r.status == 200
+            assert "run.cancelled" in await r.text()
+        async with http.post(f"{base}/{spelled}/input", json={"wait": "w", "value": 1}) as r:
+            assert r.status == 409  # found, and no longer waiting
