@@ -119,7 +119,13 @@ class WorkerSettings(SettingsSection):
     poll_timeout_ms: int = Field(
         100, ge=1, description="Longest idle wait of a Dramatiq consumer between queue polls."
     )
-    queue: str = Field("tether", description="Dramatiq queue name.")
+    queue: str = Field(
+        "tether",
+        description=(
+            "Dramatiq queue name. It does not keep apps apart: a worker claims whatever its "
+            "database holds, so give each app a database of its own."
+        ),
+    )
     session_liveness: bool = Field(
         True,
         description=(
