@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+from tether.repeated import Repeated
 from tether.store.store import Store, StoreError
 from tether.worker.runtime import Runtime, StopReason
 
@@ -36,6 +37,7 @@ class Heartbeat(threading.Thread):
         self._interval = interval
         self._stale_after = stale_after
         self._stopping = threading.Event()
+        self._failed = Repeated(log)  # a store that is down fails every beat
 
     def stop(self) -> None:
         self._stopping.set()
@@ -83,7 +85,7 @@ class Heartbeat(threading.Thread):
                 owned, claiming, self._runtime.name, self._runtime.abandoned()
             )
         except StoreError as exc:
-            log.warning("heartbeat failed (%s)", exc)
+            self._failed.warning("heartbeat failed (%s)", exc)
             return False
         except Exception:  # never let the thread die: the attempts would be replaced meanwhile
             log.exception("heartbeat failed unexpectedly")

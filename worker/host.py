@@ -24,6 +24,7 @@ from tether import loops
 from tether.app import load_app
 from tether.logs import flush_logs
 from tether.parent_watch import ParentWatch
+from tether.repeated import Repeated
 from tether.settings import Settings
 from tether.worker.broker_watch import watching_broker
 from tether.worker.node import run_node
@@ -123,6 +124,7 @@ class NodeHost(dramatiq.Middleware):
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._broker: dramatiq.Broker | None = None
+        self._claims_failed = Repeated(log)  # a store that is down fails every token's claim
         self._parent_watch: ParentWatch | None = None
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -238,4 +240,6 @@ class NodeHost(dramatiq.Middleware):
             if not await runtime.start_in_slot(hint):
                 log.debug("token for invocation %s: nothing to claim now", hint)
         except Exception as exc:  # still queued: a freed slot or the periodic pass claims it
-            log.warning("token for invocation %s: claim failed (%s)", hint, type(exc).__name__)
+            self._claims_failed.warning(
+                "token for invocation %s: claim failed (%s)", hint, type(exc).__name__
+            )

@@ -42,6 +42,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from tether.repeated import Repeated
 from tether.store.schema import Claim
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class FreedSlots:
         nothing started, None: no slot was free."""
         self._tasks: set[asyncio.Task[None]] = set()
         """Freed slots' claims in flight."""
+        self._failed = Repeated(log)  # a store that is down fails every freed slot's claim
         self._alone: Callable[[], bool] = lambda: False
         self._none_queued: Callable[[], bool] = lambda: False
         self._may_wait = True  # unknown at start: work queued before this process ran
@@ -241,4 +243,4 @@ class FreedSlots:
             if started is None and self._owed is not None and (self._owed or self._may_wait):
                 self._declined += 1  # alone: a slot given back later claims in its place
         except Exception as exc:  # the periodic pass tries again
-            log.warning("claiming for a freed slot failed (%s)", type(exc).__name__)
+            self._failed.warning("claiming for a freed slot failed (%s)", type(exc).__name__)

@@ -68,3 +68,44 @@ async def test_a_timer_pass_on_a_store_that_is_down_warns_once(
         with pytest.raises(asyncio.CancelledError):
             await timers
     assert caplog.messages == ["timer pass failed (ConnectionError)"]
+
+
+async def test_beats_and_freed_slots_claims_on_a_store_that_is_down_warn_once(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat (every beat) and the freed slots' claims (every slot that frees) logged a
+    line each while the store was down."""
+    from typing import cast
+
+    from tether.store.errors import StoreUnavailable
+    from tether.worker.heartbeat import Heartbeat
+    from tether.worker.refills import FreedSlots
+    from tether.worker.runtime import Runtime
+
+    class Down:
+        async def heartbeat(self, *args: Any) -> Any:
+            raise StoreUnavailable("the store is down")
+
+    runtime = SimpleNamespace(
+        name="host:1", owned=lambda: [("inv", 1)], claiming=lambda: False, abandoned=lambda: []
+    )
+    beats = Heartbeat(
+        store=cast(Any, Down()),
+        runtime=cast(Runtime, runtime),
+        loop=asyncio.get_running_loop(),
+        interval=1.0,
+        stale_after=30.0,
+    )
+
+    async def claim() -> bool | None:
+        raise StoreUnavailable("the store is down")
+
+    slots = FreedSlots(busy=lambda: 0, claim=claim)
+    with caplog.at_level(logging.WARNING, logger="tether.worker"):
+        for _ in range(5):
+            assert await beats._beat(cast(Any, Down())) is False
+            await slots._claim_once()
+    assert caplog.messages == [
+        "heartbeat failed (the store is down)",
+        "claiming for a freed slot failed (StoreUnavailable)",
+    ]
