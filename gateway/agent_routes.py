@@ -43,6 +43,7 @@ from tether.gateway.models import AcceptedResponse, canonical_uuid
 from tether.gateway.parsing import read_json, validated
 from tether.gateway.responses import ApiError, json_response
 from tether.gateway.routes import (
+    PATH_ID,
     accept,
     admit,
     answer_ended,
@@ -127,7 +128,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     )
 
 
-@routes.get("/api/agents/chat/{id}", allow_head=False)  # a stream has no HEAD
+@routes.get("/api/agents/chat/" + PATH_ID, allow_head=False)  # a stream has no HEAD
 async def follow_chat(request: web.Request) -> web.StreamResponse:
     """The same Responses stream again, after ``Last-Event-ID`` (or ``?after=``)."""
     owner = request.app[AUTH].owner(request)

@@ -66,9 +66,10 @@ READY_WITHIN = 2.0
 WAIT_RECHECK = 5.0
 
 
-INVOCATION = "/api/invocations/{id:[^/]+}"
-"""An invocation's path: its ``id`` any UUID spelling the POST's ``id`` takes, braces included
+PATH_ID = "{id:[^/]+}"
+"""An invocation's id in a path: any UUID spelling the POST's ``id`` takes, braces included
 (aiohttp's default pattern for a path parameter matches no brace: ``{…}`` would be a 404)."""
+INVOCATION = "/api/invocations/" + PATH_ID
 
 
 def caller_and_id(request: web.Request) -> tuple[str, str]:

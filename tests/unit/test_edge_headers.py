@@ -27,6 +27,17 @@ async def custom(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+async def answer_headers(tmp_path: Path, method: str, path: str) -> Any:
+    """The headers of the answer to ``method path`` (its body read)."""
+    async with (
+        served(tmp_path, app) as server,
+        aiohttp.ClientSession() as http,
+        http.request(method, server.base + path) as response,
+    ):
+        await response.read()
+    return response.headers
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [
@@ -40,13 +51,7 @@ async def custom(request: web.Request) -> web.Response:
 async def test_no_answer_names_the_python_or_aiohttp_version(
     tmp_path: Path, method: str, path: str
 ) -> None:
-    async with (
-        served(tmp_path, app) as server,
-        aiohttp.ClientSession() as http,
-        http.request(method, server.base + path) as response,
-    ):
-        await response.read()
-    assert response.headers["Server"] == "tether"
+    assert (await answer_headers(tmp_path, method, path))["Server"] == "tether"
 
 
 async def test_the_answer_to_an_unparsable_request_names_no_version(tmp_path: Path) -> None:
@@ -72,13 +77,7 @@ async def test_the_answer_to_an_unparsable_request_names_no_version(tmp_path: Pa
 async def test_private_answers_are_never_stored_by_a_cache(
     tmp_path: Path, method: str, path: str
 ) -> None:
-    async with (
-        served(tmp_path, app) as server,
-        aiohttp.ClientSession() as http,
-        http.request(method, server.base + path) as response,
-    ):
-        await response.read()
-    assert response.headers["Cache-Control"] == "no-store"
+    assert (await answer_headers(tmp_path, method, path))["Cache-Control"] == "no-store"
 
 
 async def test_a_stream_keeps_its_own_cache_control(tmp_path: Path) -> None:

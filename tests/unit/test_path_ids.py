@@ -37,3 +37,19 @@ async def test_every_spelling_a_post_takes_names_the_invocation_in_a_path(
             assert "run.cancelled" in await r.text()
         async with http.post(f"{base}/{spelled}/input", json={"wait": "w", "value": 1}) as r:
             assert r.status == 409  # found, and no longer waiting
+
+
+async def test_a_chat_is_followed_by_its_id_in_any_spelling(tmp_path: Path) -> None:
+    """``GET /api/agents/chat/{id}`` reads its id as the invocation routes do (it was a 404)."""
+    from tests.agents.agent_server import Counter, agent_app, parse_sse
+
+    async with (
+        served(tmp_path, agent_app(Counter())) as server,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.post(f"{server.base}/api/agents/chat", json={"message": "hi"}) as r:
+            assert r.status == 200
+            stream_id = parse_sse(await r.text())[0]["data"]["data"]["streamId"]
+        async with http.get(f"{server.base}/api/agents/chat/{{{stream_id}}}") as r:
+            assert r.status == 200
+            assert parse_sse(await r.text())  # the same stream again
