@@ -234,7 +234,7 @@ def path_thread_id(request: web.Request) -> str:
         raise ApiError(ErrorCode.NOT_FOUND, message="Thread not found") from None
 
 
-@routes.get("/api/agents/threads/{id}")
+@routes.get("/api/agents/threads/" + PATH_ID)
 async def get_thread(request: web.Request) -> web.Response:
     owner = request.app[AUTH].owner(request)
     keep = request.app[SETTINGS].agents.max_thread_messages
@@ -258,7 +258,7 @@ async def get_thread(request: web.Request) -> web.Response:
     return json_response(view)
 
 
-@routes.delete("/api/agents/threads/{id}")
+@routes.delete("/api/agents/threads/" + PATH_ID)
 async def delete_thread(request: web.Request) -> web.Response:
     owner = request.app[AUTH].owner(request)
     if not await request.app[SERVICES].store.threads.delete(owner, path_thread_id(request)):

@@ -67,7 +67,7 @@ WAIT_RECHECK = 5.0
 
 
 PATH_ID = "{id:[^/]+}"
-"""An invocation's id in a path: any UUID spelling the POST's ``id`` takes, braces included
+"""An id in a path: any UUID spelling the POST's ``id`` takes (or a thread id), braces included
 (aiohttp's default pattern for a path parameter matches no brace: ``{…}`` would be a 404)."""
 INVOCATION = "/api/invocations/" + PATH_ID
 

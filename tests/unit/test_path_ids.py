@@ -53,3 +53,19 @@ async def test_a_chat_is_followed_by_its_id_in_any_spelling(tmp_path: Path) -> N
         async with http.get(f"{server.base}/api/agents/chat/{{{stream_id}}}") as r:
             assert r.status == 200
             assert parse_sse(await r.text())  # the same stream again
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+async def test_a_thread_id_with_braces_reaches_the_thread_routes(
+    tmp_path: Path, method: str
+) -> None:
+    """Such an id was refused by the router (aiohttp's own 404) before the handler saw it."""
+    from tests.agents.agent_server import Counter, agent_app
+
+    async with (
+        served(tmp_path, agent_app(Counter())) as server,
+        aiohttp.ClientSession() as http,
+        http.request(method, f"{server.base}/api/agents/threads/a%7Bb%7D") as r,
+    ):
+        assert r.status == 404
+        assert (await r.json())["error"]["message"] == "Thread not found"  # the handler's
